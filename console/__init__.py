@@ -1,0 +1,3 @@
+"""mtpconsole: a terminal operator console for LLM inference servers on remote GPU hosts."""
+
+__version__ = "0.1.0"
