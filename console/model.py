@@ -1,0 +1,282 @@
+"""Immutable data models shared by the data layer, the CLI and the UI.
+
+Everything that crosses a boundary (agent -> console, console -> UI, CLI --json output)
+is one of these frozen pydantic models. The agent itself is stdlib-only and speaks plain
+JSON; :meth:`HostSnapshot.from_agent` and friends validate what it sends.
+
+Identity rules: a process is (pid, start_ticks) where ``start_ticks`` is field 22 of
+``/proc/<pid>/stat``; a session is (host, session_id). Nothing keys on a name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Frozen(BaseModel):
+    """Base for every boundary model: immutable, unknown keys ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+# ---------------------------------------------------------------- GPUs
+
+GpuSourceName = Literal["nvml", "nvidia-smi", "sim", "none"]
+
+
+class GpuProc(Frozen):
+    """A compute process as the GPU driver lists it."""
+
+    pid: int
+    used_mib: int | None = None
+    name: str | None = None
+
+
+class GpuSample(Frozen):
+    """One GPU at one instant. ``None`` means the driver could not tell (N/A)."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    util_pct: float | None = None
+    mem_used_mib: int | None = None
+    mem_total_mib: int | None = None
+    temp_c: float | None = None
+    procs: list[GpuProc] = Field(default_factory=list)
+    errors: dict[str, str] = Field(default_factory=dict)
+    """Field name -> why it is missing ("not supported", "permission denied", ...)."""
+
+    @property
+    def mem_free_mib(self) -> int | None:
+        if self.mem_used_mib is None or self.mem_total_mib is None:
+            return None
+        return self.mem_total_mib - self.mem_used_mib
+
+
+# ---------------------------------------------------------------- processes
+
+ProcRole = Literal["launcher", "worker", "supervisor", "other"]
+Framework = Literal["sglang", "vllm", "unknown"]
+
+
+class ServerProc(Frozen):
+    """A server-related process read from /proc on the host."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int | None = None
+    start_ticks: int
+    """Field 22 of /proc/<pid>/stat: with pid, the process identity."""
+    state: str = "?"
+    """/proc state letter (R, S, D, Z, ...). Z is dead."""
+    user: str | None = None
+    uid: int | None = None
+    argv: list[str] = Field(default_factory=list)
+    role: ProcRole = "other"
+    framework: Framework = "unknown"
+    cuda_visible_devices: str | None = None
+    """From /proc/<pid>/environ where readable; None if unreadable or unset."""
+    session_id: str | None = None
+    """MTPCONSOLE_SESSION from the environment: set for processes we launched."""
+    gpu_mem_mib: dict[int, int] = Field(default_factory=dict)
+    """GPU index -> MiB attributed by the driver to this pid."""
+    rss_kib: int | None = None
+
+    @property
+    def title(self) -> str:
+        return " ".join(self.argv) if self.argv else f"[{self.pid}]"
+
+    @property
+    def alive(self) -> bool:
+        return self.state != "Z"
+
+
+# ---------------------------------------------------------------- sessions
+
+class LaunchSpec(Frozen):
+    """What to start, as data. Env *values* never live here: only their names.
+
+    ``argv`` is executed without a shell on the host.
+    """
+
+    session_id: str
+    argv: list[str]
+    env_names: list[str] = Field(default_factory=list)
+    gpus: list[int] = Field(default_factory=list)
+    port: int | None = None
+    cwd: str | None = None
+    launched_by: str | None = None
+    console_version: str | None = None
+    created_at: float | None = None
+    profile: str | None = None
+    replaces: str | None = None
+    """Session id this launch relaunches, if any."""
+
+
+class SupervisorRecord(Frozen):
+    """Written atomically by the supervisor once the server is spawned (record.json)."""
+
+    supervisor_pid: int
+    supervisor_start_ticks: int | None = None
+    pid: int
+    pgid: int
+    start_ticks: int
+    started_at: float
+    boot_id: str | None = None
+
+
+class ExitRecord(Frozen):
+    """Written atomically by the supervisor when the server has ended (exit.json)."""
+
+    exit_code: int | None = None
+    signal: int | None = None
+    ended_at: float
+    stopped_by_operator: bool = False
+    oom_kill_before: int | None = None
+    oom_kill_after: int | None = None
+    leftovers_killed: list[int] = Field(default_factory=list)
+    error: str | None = None
+    """Set when the server could not even be started (exec failure)."""
+
+    @property
+    def host_oom_killed(self) -> bool:
+        return (
+            self.oom_kill_before is not None
+            and self.oom_kill_after is not None
+            and self.oom_kill_after > self.oom_kill_before
+        )
+
+
+class SessionInfo(Frozen):
+    """A run directory on the host, as the agent reads it."""
+
+    session_id: str
+    run_dir: str
+    spec: LaunchSpec | None = None
+    record: SupervisorRecord | None = None
+    exit: ExitRecord | None = None
+    log_size: int = 0
+    server_alive: bool = False
+    supervisor_alive: bool = False
+    stop_requested: bool = False
+
+
+SessionState = Literal[
+    "idle", "launching", "loading", "ready", "failed", "stopping", "stopped",
+    "foreign", "stale", "unreachable",
+]
+
+FailureCause = Literal[
+    "gpu_oom", "host_oom_killed", "port_in_use", "model_not_found", "import_error",
+    "nccl_error", "bad_flags", "cuda_driver", "signal_killed", "spec_decode_error", "other",
+]
+
+
+class ServeMetrics(Frozen):
+    """The latest serving figures read from a log or /metrics."""
+
+    gen_throughput: float | None = None
+    accept_len: float | None = None
+    running_req: int | None = None
+    queue_req: int | None = None
+    token_usage: float | None = None
+
+
+class Classification(Frozen):
+    """Result of classifying a session's log (plus its exit record)."""
+
+    state: Literal["ready", "loading", "failed"]
+    cause: FailureCause | None = None
+    line: str | None = None
+    """The decisive log line."""
+    hint: str | None = None
+    metrics: ServeMetrics | None = None
+
+
+# ---------------------------------------------------------------- steps
+
+StepState = Literal["pending", "running", "ok", "failed", "skipped"]
+
+
+class Step(Frozen):
+    """One confirmation step of an operation, as data (the CLI prints it, the UI draws it)."""
+
+    name: str
+    state: StepState = "pending"
+    started_at: float | None = None
+    elapsed_s: float | None = None
+    evidence: str | None = None
+    """What proved it (the pid, the log line, the HTTP code) or why it failed."""
+
+
+class OperationResult(Frozen):
+    """Outcome of launch / kill / relaunch."""
+
+    op: Literal["launch", "kill", "relaunch", "preflight"]
+    host: str
+    ok: bool
+    session_id: str | None = None
+    state: SessionState | None = None
+    steps: list[Step] = Field(default_factory=list)
+    cause: FailureCause | None = None
+    line: str | None = None
+    hint: str | None = None
+    error: str | None = None
+    log_tail: list[str] = Field(default_factory=list)
+    left: list[str] = Field(default_factory=list)
+    """For an unconfirmed kill: exactly what is left (pid, title, GPU memory)."""
+
+
+# ---------------------------------------------------------------- hosts
+
+ConnState = Literal["connecting", "connected", "reconnecting", "unreachable", "failed", "closed"]
+
+
+class ConnectionInfo(Frozen):
+    """State of the link to one host."""
+
+    state: ConnState
+    error: str | None = None
+    rtt_ms: float | None = None
+    since: float | None = None
+    attempts: int = 0
+    next_retry_at: float | None = None
+
+
+class HostSnapshot(Frozen):
+    """Everything known about one host at one instant. The unit the UI renders."""
+
+    name: str
+    connection: ConnectionInfo
+    sampled_at: float | None = None
+    """Host clock (epoch seconds) of the sample; None if never sampled."""
+    received_at: float | None = None
+    """Console clock when the sample arrived: the age shown is now - received_at."""
+    hostname: str | None = None
+    gpu_source: GpuSourceName = "none"
+    gpu_error: str | None = None
+    """Why there is no GPU information, when gpu_source is "none"."""
+    gpus: list[GpuSample] = Field(default_factory=list)
+    servers: list[ServerProc] = Field(default_factory=list)
+    sessions: list[SessionInfo] = Field(default_factory=list)
+    agent_tick_ms: float | None = None
+
+    def age_s(self, now: float) -> float | None:
+        return None if self.received_at is None else max(0.0, now - self.received_at)
+
+
+class AuditEntry(Frozen):
+    """One remote command the console ran, with its result (also written as JSON lines)."""
+
+    at: float
+    host: str
+    op: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    ok: bool | None = None
+    result: str | None = None
+    elapsed_ms: float | None = None
