@@ -280,3 +280,66 @@ class AuditEntry(Frozen):
     ok: bool | None = None
     result: str | None = None
     elapsed_ms: float | None = None
+
+
+# ---------------------------------------------------------------- views and requests
+
+class SessionView(Frozen):
+    """A server on a host as the operator sees it: one per session or foreign server.
+
+    Derived from a HostSnapshot (process table + run directories) and the session's
+    classified log. A tp>1 server is one view spanning several GPUs.
+    """
+
+    host: str
+    session_id: str | None = None
+    """None for a FOREIGN server (not launched by mtpconsole)."""
+    state: SessionState
+    gpus: list[int] = Field(default_factory=list)
+    port: int | None = None
+    pids: list[int] = Field(default_factory=list)
+    launcher_pid: int | None = None
+    launcher_start_ticks: int | None = None
+    argv: list[str] = Field(default_factory=list)
+    flags_summary: str = ""
+    """Key flags in one line, e.g. ``EAGLE 3/1/4 · mem 0.90 · run 48``."""
+    cause: FailureCause | None = None
+    line: str | None = None
+    hint: str | None = None
+    metrics: ServeMetrics | None = None
+    step: int | None = None
+    """While LAUNCHING: confirmation steps passed so far (of 6)."""
+    started_at: float | None = None
+    ended_at: float | None = None
+    log_path: str | None = None
+
+
+class HostView(Frozen):
+    """What the UI renders for one host per tick: the snapshot plus derived sessions."""
+
+    snapshot: HostSnapshot
+    sessions: list[SessionView] = Field(default_factory=list)
+
+
+class LaunchRequest(Frozen):
+    """An operator's launch: command + server flags as argv lists, env values in transit only."""
+
+    host: str
+    command: list[str] = Field(default_factory=lambda: ["python3", "-m", "sglang.launch_server"])
+    flags: list[str] = Field(default_factory=list)
+    gpus: list[int] = Field(default_factory=lambda: [0])
+    port: int | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    profile: str | None = None
+    force: bool = False
+    """Launch even when the memory planner says it does not fit."""
+    replaces: str | None = None
+
+
+class KillTarget(Frozen):
+    """What to kill: a managed session, or a process identified by (pid, start_ticks)."""
+
+    host: str
+    session_id: str | None = None
+    pid: int | None = None
+    start_ticks: int | None = None
