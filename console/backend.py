@@ -1,0 +1,63 @@
+"""The seam between the UI and the data layer.
+
+The UI never talks to a host: it renders ``HostView`` snapshots pushed by a backend and
+calls the backend's coroutines for actions. The real implementation (links + lifecycle
+operations) and test fakes both satisfy :class:`Backend`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from console.model import (
+    AuditEntry,
+    HostView,
+    KillTarget,
+    LaunchRequest,
+    OperationResult,
+    Step,
+)
+
+OnView = Callable[[HostView], None]
+"""Called once per host per tick with that host's complete, immutable view."""
+OnLog = Callable[[str, str, list[str]], None]
+"""(host, session_id, lines): new lines of a followed session log, in order, never repeated."""
+OnAudit = Callable[[AuditEntry], None]
+OnSteps = Callable[[list[Step]], None]
+"""Progress of an operation: the full list of steps each time one changes."""
+
+
+class Backend(Protocol):
+    """What the UI needs from the data layer."""
+
+    hosts: list[str]
+    read_only: bool
+
+    async def start(self, on_view: OnView, on_log: OnLog, on_audit: OnAudit) -> None:
+        """Connect every host (never blocks on one host) and start pushing views."""
+
+    async def stop(self) -> None:
+        """Close every link; leaves servers running."""
+
+    async def launch(self, req: LaunchRequest, on_steps: OnSteps) -> OperationResult:
+        """Preflight, start, and confirm a launch step by step."""
+
+    async def kill(self, target: KillTarget, on_steps: OnSteps) -> OperationResult:
+        """Stop a session or foreign server and confirm it is gone."""
+
+    async def relaunch(
+        self, target: KillTarget, req: LaunchRequest, on_steps: OnSteps
+    ) -> OperationResult:
+        """Confirmed kill of ``target``, then launch ``req``."""
+
+    async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
+        """Start following a session's log; returns the last ``tail_lines`` lines.
+
+        Later lines arrive through ``on_log``. Only that session's own output.log.
+        """
+
+    async def unfollow_log(self, host: str, session_id: str) -> None:
+        """Stop following a session's log."""
+
+    def launch_template(self, host: str, gpu: int) -> LaunchRequest:
+        """A prefilled request for the flag form (profile or defaults for that host)."""
