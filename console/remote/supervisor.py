@@ -1,0 +1,687 @@
+"""Per-launch supervisor: one detached process that starts, watches and records a server.
+
+Shipped to the remote host as a single file and run by the agent as::
+
+    python3 supervisor.py RUN_DIR        # stdin: ONE JSON line {"env": {"K": "V", ...}} then EOF
+
+Stdlib only, Python >= 3.8, no import from ``console`` (the run-directory file names of
+``console/remote/protocol.py`` are inlined below). Importing this module has no side effects.
+
+``RUN_DIR/spec.json`` (a LaunchSpec: ``argv``, ``gpus``, ``cwd``, ``session_id``...) already
+exists. Env *values* (tokens included) travel only on stdin, never on a command line or in a log.
+
+What happens:
+
+1. The env line and the spec are read and validated; ``output.log`` is created with
+   ``O_CREAT|O_EXCL`` (an existing log is refused: a launch never reuses or appends to one).
+   Any problem: ``exit.json`` with ``error``, exit status 2.
+2. Double fork + ``setsid``. The daemon ignores SIGHUP/SIGINT/SIGTERM, has stdin from
+   /dev/null, stdout/stderr appended to ``supervisor.log``, no other inherited fd, becomes a
+   child subreaper (``prctl``) so orphaned workers stay its children, and chdirs to the cwd.
+3. The server is forked into its own process group and ``execvpe``'d (no shell, ever) with
+   stdout+stderr on ``output.log``; a close-on-exec pipe tells exec success from failure.
+4. ``record.json`` (pid, pgid, start ticks, boot id) is written atomically. Only then does the
+   first process (the one the caller waits for) exit: 0 when the server runs, 1 when it could
+   not be executed (``exit.json`` says why), so the caller's channel closes promptly.
+5. The daemon reaps every child until the server itself exits, then SIGKILLs what is left
+   (the server's group, every descendant, anything carrying this session's
+   ``MTPCONSOLE_SESSION``), reaps it, and writes ``exit.json`` atomically.
+"""
+
+import ctypes
+import ctypes.util
+import errno
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+# Inlined from console/remote/protocol.py (this file is shipped alone).
+RUN_SPEC = "spec.json"
+RUN_RECORD = "record.json"
+RUN_LOG = "output.log"
+RUN_SUPERVISOR_LOG = "supervisor.log"
+RUN_STOP_REQUEST = "stop-request.json"
+RUN_EXIT = "exit.json"
+SESSION_ENV = "MTPCONSOLE_SESSION"
+
+PR_SET_CHILD_SUBREAPER = 36
+MAX_ENV_LINE = 4 * 1024 * 1024
+MAX_SPEC_BYTES = 4 * 1024 * 1024
+SETUP_TIMEOUT_S = 60.0
+"""How long the first process waits for the daemon to report the server started (or not)."""
+CLEANUP_TIMEOUT_S = 5.0
+"""How long the daemon keeps killing and reaping leftovers after the server exited."""
+
+EXIT_STARTED = 0
+EXIT_NOT_STARTED = 1
+EXIT_BAD_INPUT = 2
+
+_log_fd = -1
+
+
+class LaunchError(Exception):
+    """A problem with the launch request, reported in exit.json ``error``."""
+
+
+# ------------------------------------------------------------------ small helpers
+
+def log(message):
+    """Append one timestamped line to supervisor.log (never raises)."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % int((now % 1) * 1000)
+    line = "%s [%d] %s\n" % (stamp, os.getpid(), str(message).replace("\n", "\\n"))
+    try:
+        if _log_fd >= 0:
+            os.write(_log_fd, line.encode("utf-8", "replace"))
+        else:
+            sys.stderr.write(line)
+    except Exception:
+        pass
+
+
+def atomic_write_json(path, obj):
+    """Write ``obj`` as JSON to ``path`` atomically: temp file, fsync, rename, fsync dir."""
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
+    data = (json.dumps(obj, sort_keys=True) + "\n").encode("utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def read_stat_fields(pid):
+    """Fields 3.. of ``/proc/<pid>/stat`` (parsed after the last ')'), or None if unreadable."""
+    try:
+        with open("/proc/%s/stat" % pid, "rb") as f:
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    cut = data.rfind(")")
+    if cut < 0:
+        return None
+    return data[cut + 1:].split()
+
+
+def start_ticks_of(pid):
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None."""
+    fields = read_stat_fields(pid)
+    try:
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
+def read_oom_kill():
+    """The ``oom_kill`` counter of ``/proc/vmstat``, or None when unreadable."""
+    try:
+        with open("/proc/vmstat", "r") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == "oom_kill":
+                    return int(parts[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def read_boot_id():
+    """The kernel boot id, or None."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "r") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def describe_status(status):
+    """(exit_code, signal) from a wait status (Python 3.8 has no waitstatus_to_exitcode)."""
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    return None, None
+
+
+def exit_record(exit_code=None, sig=None, error=None, oom_before=None, oom_after=None,
+                leftovers=(), stopped=False):
+    """An ExitRecord as a plain dict (see console.model.ExitRecord)."""
+    return {
+        "exit_code": exit_code,
+        "signal": sig,
+        "ended_at": time.time(),
+        "stopped_by_operator": bool(stopped),
+        "oom_kill_before": oom_before,
+        "oom_kill_after": oom_after,
+        "leftovers_killed": sorted(set(leftovers)),
+        "error": error,
+    }
+
+
+def write_error_exit(run_dir, error, exit_code=None):
+    """Record a launch that never ran; never overwrites an existing exit.json. Never raises."""
+    log("error: %s" % error)
+    path = os.path.join(run_dir, RUN_EXIT)
+    if os.path.lexists(path):
+        log("exit.json already exists: not overwritten")
+        return False
+    try:
+        atomic_write_json(path, exit_record(exit_code=exit_code, error=error))
+        return True
+    except Exception as e:  # pragma: no cover - unwritable run dir
+        log("cannot write exit.json: %r" % (e,))
+        return False
+
+
+# ------------------------------------------------------------------ input validation
+
+def _clean_str(value, what, allow_empty=False):
+    if not isinstance(value, str):
+        raise LaunchError("%s must be a string" % what)
+    if not allow_empty and not value:
+        raise LaunchError("%s must not be empty" % what)
+    if "\x00" in value:
+        raise LaunchError("%s contains a NUL byte" % what)
+    return value
+
+
+def read_env_line(stream):
+    """Parse the single ``{"env": {...}}`` line from ``stream`` (a binary file)."""
+    raw = stream.readline(MAX_ENV_LINE + 1)
+    if len(raw) > MAX_ENV_LINE:
+        raise LaunchError("env line on stdin is longer than %d bytes" % MAX_ENV_LINE)
+    if not raw.strip():
+        raise LaunchError('no env line on stdin (expected one JSON line {"env": {...}})')
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LaunchError("env line on stdin is not valid UTF-8")
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise LaunchError("env line on stdin is not valid JSON: %s" % e)
+    if not isinstance(obj, dict):
+        raise LaunchError('env line on stdin must be a JSON object {"env": {...}}')
+    env = obj.get("env", {})
+    if env is None:
+        env = {}
+    if not isinstance(env, dict):
+        raise LaunchError("env must be an object of name -> string value")
+    for key, value in env.items():
+        _clean_str(key, "env name")
+        if "=" in key:
+            raise LaunchError("env name %r contains '='" % key)
+        if not isinstance(value, str):
+            raise LaunchError("env value of %s must be a string" % key)
+        if "\x00" in value:
+            raise LaunchError("env value of %s contains a NUL byte" % key)
+    return env
+
+
+def load_spec(run_dir):
+    """Read and validate ``RUN_DIR/spec.json``; returns the spec dict with normalised fields."""
+    path = os.path.join(run_dir, RUN_SPEC)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as e:
+        raise LaunchError("cannot read %s: %s" % (RUN_SPEC, e.strerror or e))
+    if len(raw) > MAX_SPEC_BYTES:
+        raise LaunchError("%s is larger than %d bytes" % (RUN_SPEC, MAX_SPEC_BYTES))
+    try:
+        spec = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise LaunchError("%s is not valid UTF-8" % RUN_SPEC)
+    except ValueError as e:
+        raise LaunchError("%s is not valid JSON: %s" % (RUN_SPEC, e))
+    if not isinstance(spec, dict):
+        raise LaunchError("%s must hold a JSON object" % RUN_SPEC)
+    argv = spec.get("argv")
+    if not isinstance(argv, list) or not argv:
+        raise LaunchError("spec argv must be a non-empty list of strings")
+    for i, arg in enumerate(argv):
+        _clean_str(arg, "spec argv[%d]" % i, allow_empty=(i > 0))
+    session_id = _clean_str(spec.get("session_id"), "spec session_id")
+    gpus = spec.get("gpus") or []
+    if not isinstance(gpus, list):
+        raise LaunchError("spec gpus must be a list")
+    gpu_names = []
+    for g in gpus:
+        if isinstance(g, bool) or not isinstance(g, (int, str)):
+            raise LaunchError("spec gpus must hold GPU indexes, got %r" % (g,))
+        name = str(g)
+        if not name or "," in name or "\x00" in name or (isinstance(g, int) and g < 0):
+            raise LaunchError("spec gpus holds an invalid GPU %r" % (g,))
+        gpu_names.append(name)
+    cwd = spec.get("cwd")
+    if cwd is not None:
+        _clean_str(cwd, "spec cwd")
+        if not os.path.isdir(cwd):
+            raise LaunchError("spec cwd %s is not a directory" % cwd)
+    return {"argv": list(argv), "session_id": session_id, "gpus": gpu_names, "cwd": cwd}
+
+
+def server_environ(base, env, spec):
+    """The server's environment: ours + the given env + CUDA_VISIBLE_DEVICES + session id."""
+    out = dict(base)
+    out.update(env)
+    if spec["gpus"]:
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(spec["gpus"])
+    out[SESSION_ENV] = spec["session_id"]
+    return out
+
+
+# ------------------------------------------------------------------ process plumbing
+
+def close_fds_except(keep):
+    """Close every open fd >= 3 not in ``keep`` (fds inherited from the caller included)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd >= 3 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def become_subreaper():
+    """prctl(PR_SET_CHILD_SUBREAPER, 1); returns an error string or None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            return os.strerror(ctypes.get_errno())
+    except Exception as e:
+        return repr(e)
+    return None
+
+
+def spawn_server(argv, environ, out_fd):
+    """Fork and exec the server in its own process group.
+
+    Returns ``(pid, started_at, exec_error)``; ``exec_error`` is None when exec succeeded,
+    else a message (the child already exited 127 after writing it to output.log).
+    """
+    err_r, err_w = os.pipe()  # both close-on-exec: EOF on success, a message on failure
+    started_at = time.time()
+    pid = os.fork()
+    if pid == 0:  # the server-to-be
+        try:
+            os.close(err_r)
+            os.setpgid(0, 0)
+            for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE,
+                        signal.SIGQUIT, signal.SIGXFSZ, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(out_fd, 2)
+            try:
+                os.execvpe(argv[0], argv, environ)
+            except OSError as e:
+                reason = e.strerror or str(e)
+                msg = "mtpconsole-supervisor: cannot execute %r: %s" % (argv[0], reason)
+                os.write(2, (msg + "\n").encode("utf-8", "replace"))
+                os.write(err_w, msg.encode("utf-8", "replace"))
+        except BaseException as e:
+            try:
+                os.write(err_w, ("mtpconsole-supervisor: cannot start the server: %r" % (e,)).encode())
+            except BaseException:
+                pass
+        os._exit(127)
+    os.close(err_w)
+    try:
+        os.setpgid(pid, pid)  # also in the parent: no race with a killpg right after fork
+    except OSError:
+        pass  # EACCES once the child has exec'd: it did it itself
+    chunks = []
+    while True:
+        chunk = os.read(err_r, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(err_r)
+    message = b"".join(chunks).decode("utf-8", "replace")
+    return pid, started_at, (message or None)
+
+
+def list_procs():
+    """{pid: (ppid, pgid, state)} for every process readable in /proc."""
+    procs = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return procs
+    for name in names:
+        if not name.isdigit():
+            continue
+        fields = read_stat_fields(name)
+        if not fields or len(fields) < 3:
+            continue
+        try:
+            procs[int(name)] = (int(fields[1]), int(fields[2]), fields[0])
+        except ValueError:
+            continue
+    return procs
+
+
+def has_session_env(pid, marker):
+    """True when ``/proc/<pid>/environ`` holds exactly ``marker`` (``NAME=value``)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return marker in data.split(b"\x00")
+
+
+def leftover_targets(me, pgid, marker, spare):
+    """Live processes left by the server: its group, our descendants, its session env."""
+    procs = list_procs()
+    children = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    found = set()
+    stack = list(children.get(me, []))
+    while stack:
+        pid = stack.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        stack.extend(children.get(pid, []))
+    uid = os.getuid()
+    for pid, (_, group, _) in procs.items():
+        if group == pgid:
+            found.add(pid)
+        elif pid not in found and pid not in spare:
+            try:
+                if os.stat("/proc/%d" % pid).st_uid != uid:
+                    continue
+            except OSError:
+                continue
+            if has_session_env(pid, marker):
+                found.add(pid)
+    return set(p for p in found if p not in spare and procs.get(p, (0, 0, "Z"))[2] != "Z")
+
+
+def reap_children():
+    """Reap every exited child without blocking; returns False when we have no child left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def kill_leftovers(pgid, session_id, timeout=CLEANUP_TIMEOUT_S):
+    """SIGKILL and reap everything the server left behind; returns the pids signalled."""
+    me = os.getpid()
+    marker = ("%s=%s" % (SESSION_ENV, session_id)).encode("utf-8", "surrogateescape")
+    spare = set([me, 1])
+    parent = os.getppid()
+    while parent > 1 and parent not in spare:  # never our own ancestors
+        spare.add(parent)
+        fields = read_stat_fields(parent)
+        parent = int(fields[1]) if fields else 0
+    killed = set()
+    deadline = time.monotonic() + timeout
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass  # ESRCH: the group is already empty
+    while True:
+        targets = leftover_targets(me, pgid, marker, spare)
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        have_children = reap_children()
+        if not targets and not have_children:
+            break
+        if time.monotonic() >= deadline:
+            log("cleanup deadline reached; still present: %s" % sorted(targets))
+            break
+        time.sleep(0.02)
+    return killed
+
+
+# ------------------------------------------------------------------ the daemon
+
+def _daemon_setup(run_dir, spec, log_fd, out_fd, notify_w):
+    """Turn the current (grandchild) process into the detached supervisor."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    close_fds_except(set([log_fd, out_fd, notify_w]))
+    problem = become_subreaper()
+    if problem:
+        log("prctl(PR_SET_CHILD_SUBREAPER) failed: %s (orphaned workers go to init)" % problem)
+    else:
+        log("child subreaper set")
+    os.chdir(spec["cwd"] or run_dir)
+    log("detached: sid=%d pgid=%d cwd=%s" % (os.getsid(0), os.getpgid(0), os.getcwd()))
+
+
+def _notify(notify_w, code):
+    """Tell the first process the launch is recorded (one byte), then let it go."""
+    if notify_w < 0:
+        return -1
+    try:
+        os.write(notify_w, bytes([code]))
+    except OSError:
+        pass
+    try:
+        os.close(notify_w)
+    except OSError:
+        pass
+    return -1
+
+
+def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
+    """The supervisor proper. Always ends the process with ``os._exit``."""
+    server = None
+    pgid = None
+    exit_written = False
+    try:
+        _daemon_setup(run_dir, spec, log_fd, out_fd, notify_w)
+        oom_before = read_oom_kill()
+        log("oom_kill before: %s" % oom_before)
+        environ = server_environ(os.environ, env, spec)
+        log("starting %s (env names: %s; gpus: %s)" % (
+            json.dumps(spec["argv"]), ",".join(sorted(env)) or "-", ",".join(spec["gpus"]) or "-"))
+        server, started_at, exec_error = spawn_server(spec["argv"], environ, out_fd)
+        os.close(out_fd)
+        out_fd = -1
+        pgid = server
+        if exec_error:
+            _, status = os.waitpid(server, 0)
+            code, sig = describe_status(status)
+            log("exec failed: %s" % exec_error)
+            atomic_write_json(os.path.join(run_dir, RUN_EXIT), exit_record(
+                exit_code=code, sig=sig, error=exec_error.replace("mtpconsole-supervisor: ", "", 1),
+                oom_before=oom_before, oom_after=read_oom_kill()))
+            exit_written = True
+            log("exit.json written")
+            notify_w = _notify(notify_w, EXIT_NOT_STARTED)
+            os._exit(0)
+        record = {
+            "supervisor_pid": os.getpid(),
+            "supervisor_start_ticks": start_ticks_of("self"),
+            "pid": server,
+            "pgid": pgid,
+            "start_ticks": start_ticks_of(server),
+            "started_at": started_at,
+            "boot_id": read_boot_id(),
+        }
+        atomic_write_json(os.path.join(run_dir, RUN_RECORD), record)
+        log("record.json written: pid=%d pgid=%d start_ticks=%s" % (server, pgid, record["start_ticks"]))
+        notify_w = _notify(notify_w, EXIT_STARTED)
+
+        status = None
+        while status is None:
+            try:
+                pid, st = os.waitpid(-1, 0)
+            except ChildProcessError:
+                raise RuntimeError("lost track of the server (no child left to wait for)")
+            if pid == server:
+                status = st
+            else:
+                log("reaped orphan %d (status %s)" % (pid, st))
+        code, sig = describe_status(status)
+        log("server exited: exit_code=%s signal=%s" % (code, sig))
+        killed = kill_leftovers(pgid, spec["session_id"])
+        killed.discard(server)
+        if killed:
+            log("killed leftovers: %s" % sorted(killed))
+        oom_after = read_oom_kill()
+        stopped = os.path.exists(os.path.join(run_dir, RUN_STOP_REQUEST))
+        atomic_write_json(os.path.join(run_dir, RUN_EXIT), exit_record(
+            exit_code=code, sig=sig, oom_before=oom_before, oom_after=oom_after,
+            leftovers=killed, stopped=stopped))
+        exit_written = True
+        log("exit.json written (oom_kill after: %s, stopped by operator: %s)" % (oom_after, stopped))
+        os._exit(0)
+    except BaseException as e:
+        try:
+            log("supervisor failure: %r" % (e,))
+            leftovers = ()
+            if server is not None and pgid is not None:
+                leftovers = kill_leftovers(pgid, spec["session_id"])
+            if leftovers:
+                log("killed after failure: %s" % sorted(leftovers))
+            if not exit_written:
+                write_error_exit(run_dir, "supervisor failure: %r" % (e,))
+            _notify(notify_w, EXIT_NOT_STARTED)
+        finally:
+            os._exit(1)
+
+
+# ------------------------------------------------------------------ entry point
+
+def _wait_for_daemon(notify_r, child):
+    """First process: wait for the daemon's one-byte report; returns our exit status."""
+    deadline = time.monotonic() + SETUP_TIMEOUT_S
+    data = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            sys.stderr.write("mtpconsole-supervisor: no report from the supervisor after %ds\n"
+                             % SETUP_TIMEOUT_S)
+            return EXIT_NOT_STARTED
+        ready, _, _ = select.select([notify_r], [], [], left)
+        if ready:
+            data = os.read(notify_r, 1)
+            break
+    try:
+        os.waitpid(child, 0)
+    except ChildProcessError:
+        pass
+    if not data:
+        return EXIT_NOT_STARTED
+    return data[0]
+
+
+def main(argv=None):
+    """Run the supervisor for ``RUN_DIR``; returns the first process's exit status.
+
+    0: the server runs and record.json is written; 1: it could not be started (exit.json
+    says why); 2: bad usage or input (exit.json says why when the run dir is writable).
+    Only the first process returns: the forked processes end with ``os._exit``.
+    """
+    global _log_fd
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1 or not args[0] or args[0].startswith("-"):
+        sys.stderr.write("usage: supervisor.py RUN_DIR  (stdin: one JSON line {\"env\": {...}})\n")
+        return EXIT_BAD_INPUT
+    run_dir = os.path.abspath(args[0])
+    if not os.path.isdir(run_dir):
+        sys.stderr.write("mtpconsole-supervisor: run dir %s does not exist\n" % run_dir)
+        return EXIT_BAD_INPUT
+    try:
+        _log_fd = os.open(os.path.join(run_dir, RUN_SUPERVISOR_LOG),
+                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:
+        sys.stderr.write("mtpconsole-supervisor: cannot open %s: %s\n" % (RUN_SUPERVISOR_LOG, e))
+        return EXIT_BAD_INPUT
+    log("supervisor for %s (python %s)" % (run_dir, sys.version.split()[0]))
+    try:
+        env = read_env_line(sys.stdin.buffer)
+        spec = load_spec(run_dir)
+        try:
+            out_fd = os.open(os.path.join(run_dir, RUN_LOG),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except FileExistsError:
+            raise LaunchError("%s already exists: refusing to reuse a log" % RUN_LOG)
+        except OSError as e:
+            raise LaunchError("cannot create %s: %s" % (RUN_LOG, e.strerror or e))
+    except LaunchError as e:
+        write_error_exit(run_dir, str(e))
+        sys.stderr.write("mtpconsole-supervisor: %s\n" % e)
+        return EXIT_BAD_INPUT
+    except Exception as e:
+        write_error_exit(run_dir, "supervisor failure: %r" % (e,))
+        sys.stderr.write("mtpconsole-supervisor: %r\n" % (e,))
+        return EXIT_BAD_INPUT
+    log("%s created; session %s" % (RUN_LOG, spec["session_id"]))
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    notify_r, notify_w = os.pipe()
+    try:
+        child = os.fork()
+    except OSError as e:
+        write_error_exit(run_dir, "cannot fork: %s" % e)
+        return EXIT_NOT_STARTED
+    if child == 0:  # intermediate: new session, fork the daemon, vanish
+        try:
+            os.close(notify_r)
+            os.setsid()
+            if os.fork() == 0:
+                run_daemon(run_dir, spec, env, _log_fd, out_fd, notify_w)
+        except BaseException as e:
+            log("cannot detach: %r" % (e,))
+            write_error_exit(run_dir, "supervisor cannot detach: %r" % (e,))
+        os._exit(0)
+    os.close(notify_w)
+    os.close(out_fd)
+    status = _wait_for_daemon(notify_r, child)
+    os.close(notify_r)
+    if status != EXIT_STARTED and not os.path.exists(os.path.join(run_dir, RUN_EXIT)) \
+            and not os.path.exists(os.path.join(run_dir, RUN_RECORD)):
+        write_error_exit(run_dir, "supervisor died before the server was started")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Helper programs and utilities for the test suite."""
