@@ -304,6 +304,13 @@ def test_escaped_worker_is_killed_and_listed(launcher, tmp_path):
     assert "child subreaper set" in log and "killed leftovers" in log
 
 
+def test_orphans_are_reaped_while_the_server_runs(launcher):
+    run = launcher(fake("orphan", 4))
+    ex = run.wait_exit()
+    assert ex["exit_code"] == 4 and ex["leftovers_killed"] == []
+    assert "reaped orphan" in (run.run_dir / "supervisor.log").read_text()
+
+
 def test_missing_binary_is_a_clear_error(launcher):
     run = launcher(["/nonexistent/mtp-no-such-server", "--port", "1"])
     assert run.proc.returncode == 1

@@ -29,7 +29,6 @@ What happens:
 """
 
 import ctypes
-import ctypes.util
 import errno
 import json
 import os
@@ -306,8 +305,13 @@ def close_fds_except(keep):
 def become_subreaper():
     """prctl(PR_SET_CHILD_SUBREAPER, 1); returns an error string or None."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)  # libc is already mapped into python
+            prctl = libc.prctl
+        except (OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            prctl = libc.prctl
+        if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             return os.strerror(ctypes.get_errno())
     except Exception as e:
         return repr(e)
@@ -421,6 +425,29 @@ def leftover_targets(me, pgid, marker, spare):
             if has_session_env(pid, marker):
                 found.add(pid)
     return set(p for p in found if p not in spare and procs.get(p, (0, 0, "Z"))[2] != "Z")
+
+
+def wait_for_server(server):
+    """Reap every other child until the server exits; returns its (exit_code, signal).
+
+    The server itself is left unreaped (``WNOWAIT``): the caller kills its group first.
+    """
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            raise RuntimeError("lost track of the server (no child left to wait for)")
+        if info is None:
+            continue
+        if info.si_pid == server:
+            if info.si_code == os.CLD_EXITED:
+                return info.si_status, None
+            return None, info.si_status  # CLD_KILLED / CLD_DUMPED
+        try:
+            _, status = os.waitpid(info.si_pid, 0)
+            log("reaped orphan %d (exit_code=%s signal=%s)" % ((info.si_pid,) + describe_status(status)))
+        except ChildProcessError:
+            pass
 
 
 def reap_children():
@@ -545,18 +572,10 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         log("record.json written: pid=%d pgid=%d start_ticks=%s" % (server, pgid, record["start_ticks"]))
         notify_w = _notify(notify_w, EXIT_STARTED)
 
-        status = None
-        while status is None:
-            try:
-                pid, st = os.waitpid(-1, 0)
-            except ChildProcessError:
-                raise RuntimeError("lost track of the server (no child left to wait for)")
-            if pid == server:
-                status = st
-            else:
-                log("reaped orphan %d (status %s)" % (pid, st))
-        code, sig = describe_status(status)
+        code, sig = wait_for_server(server)
         log("server exited: exit_code=%s signal=%s" % (code, sig))
+        # the server is still an unreaped zombie here, so its pid (= the pgid) cannot be
+        # reused by an unrelated process before the group is killed
         killed = kill_leftovers(pgid, spec["session_id"])
         killed.discard(server)
         if killed:

@@ -10,6 +10,8 @@ Modes:
   argv            print the arguments after ``argv`` as one JSON line, exit 0
   escape FILE     start a worker in a new session (setsid), write its pid to FILE, exit 0
   worker          sleep up to 30 s (the escaped worker)
+  orphan CODE     double-fork a short-lived grandchild (orphaned while we run), sleep 0.5 s,
+                  exit with CODE
 """
 
 import json
@@ -51,6 +53,16 @@ def main(args):
         print("worker %d started" % worker.pid, flush=True)
         time.sleep(0.2)
         os._exit(0)  # no wait(): the worker outlives us
+    if mode == "orphan":
+        middle = os.fork()
+        if middle == 0:
+            if os.fork() == 0:
+                time.sleep(0.1)
+                os._exit(0)
+            os._exit(0)
+        os.waitpid(middle, 0)
+        time.sleep(0.5)
+        return int(args[1])
     if mode == "worker":
         bounded_sleep(MAX_SLEEP_S)
         return 0
