@@ -1,0 +1,126 @@
+"""The console's config file (TOML, pydantic-validated) and its precise load errors.
+
+Location: ``--config PATH`` or ``$XDG_CONFIG_HOME/mtpconsole/config.toml`` (default
+``~/.config/mtpconsole/config.toml``). A missing default file is an empty config; a
+missing explicit file, bad TOML or a bad value is a :class:`ConfigError` naming the
+file, the key and the problem.
+
+Example::
+
+    [ui]
+    interval = 1.0
+    theme = "dark"
+    read_only = false
+
+    [hosts.b200]                     # an SSH alias, user@host[:port], or "local"
+    python = "/opt/venv/bin/python3"
+    runs_dir = "~/.mtpconsole/runs"
+    server_command = ["python3", "-m", "sglang.launch_server"]
+    env_names = ["HF_TOKEN"]         # taken from the console's environment at launch
+
+    [profiles.qwen-mtp]
+    host = "b200"
+    model_path = "/models/Qwen3.6-27B"
+    flags = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3"]
+    gpus = [0]
+    port = 30000
+    env = { SGLANG_ENABLE_SPEC_V2 = "1" }
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from console.errors import ConfigError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HostConfig(Strict):
+    """Per-host settings."""
+
+    python: str = "python3"
+    """The host's Python for the agent and the supervisor (>= 3.8, stdlib only)."""
+    runs_dir: str = "~/.mtpconsole/runs"
+    server_command: list[str] = Field(default_factory=lambda: ["python3", "-m", "sglang.launch_server"])
+    env_names: list[str] = Field(default_factory=list)
+    """Environment variables copied from the console's environment into each launch."""
+    gpu_source: Literal["auto", "nvml", "nvidia-smi", "sim", "none"] = "auto"
+    sim_dir: str | None = None
+    connect_timeout: float = 10.0
+
+    @field_validator("python", "runs_dir")
+    @classmethod
+    def _no_control(cls, v: str) -> str:
+        if not v or any(c in v for c in "\0\n\r"):
+            raise ValueError("must be non-empty without NUL or newline")
+        return v
+
+
+class Profile(Strict):
+    """A named launch: model, flags, env, GPUs, port."""
+
+    host: str | None = None
+    model_path: str | None = None
+    flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    gpus: list[int] = Field(default_factory=lambda: [0])
+    port: int | None = Field(default=None, ge=1, le=65535)
+    command: list[str] | None = None
+    description: str | None = None
+
+
+class UiConfig(Strict):
+    interval: float = Field(default=1.0, gt=0.0, le=60.0)
+    theme: str = "dark"
+    keymap: dict[str, str] = Field(default_factory=dict)
+    """action name -> key, overriding the defaults."""
+    read_only: bool = False
+
+
+class Config(Strict):
+    hosts: dict[str, HostConfig] = Field(default_factory=dict)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+    ui: UiConfig = Field(default_factory=UiConfig)
+    path: str | None = Field(default=None, exclude=True)
+
+    def host(self, name: str) -> HostConfig:
+        return self.hosts.get(name) or HostConfig()
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "mtpconsole" / "config.toml"
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Load and validate the config; raise ConfigError naming the file, key and problem."""
+    explicit = path is not None
+    p = Path(path) if explicit else default_path()
+    if not p.exists():
+        if explicit:
+            raise ConfigError(f"config file {p} does not exist")
+        return Config()
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: invalid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        more = f" (and {len(e.errors()) - 1} more problem(s))" if len(e.errors()) > 1 else ""
+        raise ConfigError(f"{p}: key '{key}': {err['msg']}{more}") from None
+    return cfg.model_copy(update={"path": str(p)})

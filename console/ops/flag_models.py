@@ -1,0 +1,124 @@
+"""Data models for a server's command-line flags and for problems found in a flag set.
+
+A :class:`FlagSchema` is what a server's ``--help`` says about its flags (parsed by
+:func:`console.ops.flag_help.parse_help`); a :class:`Problem` is one finding of the
+validator or of the pre-launch notes. Both are frozen pydantic models so they cross the
+CLI ``--json`` boundary and the JSON schema cache unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+TypeGuess = Literal["int", "float", "str", "bool", "json", "path"]
+"""What a flag's value looks like, guessed conservatively from the help (None = unknown)."""
+
+ProblemKind = Literal[
+    "unknown",
+    "ambiguous",
+    "bad_choice",
+    "bad_type",
+    "missing_value",
+    "unexpected_value",
+    "missing_required",
+    "deprecated",
+    "renamed",
+    "duplicate",
+    "speculative",
+    "security",
+]
+Severity = Literal["error", "warning"]
+
+
+class Flag(BaseModel):
+    """One option as ``--help`` shows it.
+
+    ``name`` is the first option string (argparse's canonical spelling); ``aliases`` the
+    others, including the ``--no-x`` form of a ``BooleanOptionalAction`` (then
+    ``negatable`` is true). ``nargs`` is None for exactly one value (or none when
+    ``takes_value`` is false), else ``"?"``, ``"*"``, ``"+"``, ``"..."`` or a count.
+    ``default`` is the text shown after ``default:`` in the help, if any.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    aliases: list[str] = Field(default_factory=list)
+    metavar: str | None = None
+    takes_value: bool = False
+    nargs: str | int | None = None
+    choices: list[str] | None = None
+    default: str | None = None
+    type: TypeGuess | None = None
+    required: bool = False
+    deprecated: bool = False
+    negatable: bool = False
+    help: str = ""
+    group: str | None = None
+
+    @property
+    def option_strings(self) -> list[str]:
+        """The name and every alias, in the order argparse registered them."""
+        return [self.name, *self.aliases]
+
+
+class FlagSchema(BaseModel):
+    """Every flag a server accepts (as far as ``--help`` shows), with lookups by name/alias.
+
+    ``prog`` is the program name from the usage line (``sglang serve``); ``version`` the
+    server's version when it is known (set by whoever ran ``--help``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    version: str | None = None
+    prog: str | None = None
+    flags: list[Flag] = Field(default_factory=list)
+
+    _index: dict[str, Flag] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, __context: object) -> None:
+        index: dict[str, Flag] = {}
+        for f in self.flags:
+            for s in f.option_strings:
+                index.setdefault(s, f)
+        self._index = index
+
+    def get(self, option: str) -> Flag | None:
+        """The flag whose name or alias is exactly ``option`` (``--model`` -> ``--model-path``)."""
+        return self._index.get(option)
+
+    def __contains__(self, option: object) -> bool:
+        return isinstance(option, str) and option in self._index
+
+    def option_strings(self) -> list[str]:
+        """Every option string in declaration order, the order argparse matches prefixes in."""
+        return list(self._index)
+
+    def names(self) -> list[str]:
+        """The canonical names, in help order."""
+        return [f.name for f in self.flags]
+
+    def with_version(self, version: str | None) -> "FlagSchema":
+        """A copy that carries ``version``."""
+        return FlagSchema(version=version, prog=self.prog, flags=self.flags)
+
+
+class Problem(BaseModel):
+    """One finding about a flag set: what kind, which flag, a message for the operator.
+
+    ``suggestion`` is the fix when there is one obvious fix (the full or new flag name);
+    ``candidates`` lists alternatives (argparse's ambiguous matches, close spellings).
+    Messages never contain secret values.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ProblemKind
+    flag: str | None = None
+    message: str
+    severity: Severity = "error"
+    suggestion: str | None = None
+    candidates: list[str] = Field(default_factory=list)

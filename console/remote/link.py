@@ -1,0 +1,371 @@
+"""HostLink: one connection and one agent per host, requests, pushed events, reconnects.
+
+``local`` runs the same agent as a subprocess (same code path minus SSH). Over SSH the
+agent is started on an exec channel without a pty and bootstrapped over stdin. The link
+keeps the latest sample and its connection state, so :meth:`HostLink.snapshot` is always
+an honest, immutable :class:`HostSnapshot` (state, last error, RTT, sample age).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shlex
+import time
+from importlib import resources
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from console.config import HostConfig
+from console.errors import HostError, HostKeyError
+from console.model import ConnectionInfo, HostSnapshot
+from console.remote import protocol
+from console.remote.ssh import HostSpec
+
+STREAM_LIMIT = 64 * 1024 * 1024
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 60.0
+PING_EVERY_S = 5.0
+
+
+def _source(name: str) -> str:
+    """Source of a file shipped to the host (empty if absent from this build)."""
+    try:
+        return resources.files("console.remote").joinpath(name).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+class RequestError(Exception):
+    """The agent answered a request with an error (message is the agent's, operator-readable)."""
+
+
+class LinkDown(Exception):
+    """The link is not connected (or dropped while a request was in flight)."""
+
+
+class _Channel:
+    """The agent's stdin/stdout, over SSH or a local subprocess."""
+
+    def __init__(self, writer, reader, stderr, closer, waiter):
+        self.writer, self.reader, self.stderr = writer, reader, stderr
+        self._close, self._wait = closer, waiter
+
+    async def write_line(self, obj: Any) -> None:
+        self.writer.write((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        await self.writer.drain()
+
+    async def close(self) -> None:
+        try:
+            self._close()
+        except Exception:
+            pass
+
+
+class HostLink:
+    """A live link to one host's agent. Never raises from :meth:`run`; reconnects with backoff."""
+
+    def __init__(self, spec: HostSpec, host_cfg: HostConfig | None = None, *, ssh_config: str | None = None,
+                 interval: float = 1.0, audit: Callable | None = None, clock: Callable[[], float] = time.time,
+                 connect_timeout: float | None = None):
+        self.spec = spec
+        self.name = spec.name
+        self.cfg = host_cfg or HostConfig()
+        self.ssh_config = ssh_config
+        self.interval = interval
+        self.audit = audit
+        self.clock = clock
+        self.connect_timeout = connect_timeout or self.cfg.connect_timeout
+        self.conn = None
+        self.chan: _Channel | None = None
+        self.state = "connecting"
+        self.error: str | None = None
+        self.rtt_ms: float | None = None
+        self.attempts = 0
+        self.since = clock()
+        self.next_retry_at: float | None = None
+        self.hello: dict | None = None
+        self.sample: dict | None = None
+        self.received_at: float | None = None
+        self._snapshot: HostSnapshot | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = 0
+        self._reader_task: asyncio.Task | None = None
+        self._closed = False
+        self._wake = asyncio.Event()
+        self.follows: dict[str, int] = {}
+        self.listeners: list[Callable[[str, dict], None]] = []
+        """Called with (kind, message) for every sample, event and log message, and on state changes."""
+        self.connected = asyncio.Event()
+
+    # ------------------------------------------------------------ connection
+    def _set_state(self, state: str, error: str | None = None) -> None:
+        if state != self.state or error != self.error:
+            self.state, self.error, self.since = state, error, self.clock()
+            self._snapshot = None
+            self._notify("state", {"state": state, "error": error})
+
+    def _notify(self, kind: str, msg: dict) -> None:
+        for fn in list(self.listeners):
+            try:
+                fn(kind, msg)
+            except Exception:  # a listener must never kill the link
+                pass
+
+    async def _open_channel(self) -> _Channel:
+        argv = [self.cfg.python, "-u", "-c", protocol.BOOTSTRAP]
+        if self.spec.local:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT, start_new_session=True)
+            except FileNotFoundError:
+                raise HostError(f"local: no Python at {self.cfg.python!r}") from None
+            return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.kill, proc.wait)
+        from console.remote import ssh
+
+        if self.conn is None:
+            self.conn = await ssh.connect(self.spec, self.ssh_config, connect_timeout=self.connect_timeout)
+        # The only shell line we ever send: a fixed program; the python path is quoted.
+        proc = await self.conn.create_process(shlex.join(argv), encoding=None)
+        return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
+
+    async def open(self) -> None:
+        """Connect, bootstrap the agent, wait for its hello. Raises HostError/HostKeyError."""
+        self._set_state("connecting" if self.attempts == 0 else "reconnecting", self.error)
+        t0 = time.perf_counter()
+        try:
+            chan = await asyncio.wait_for(self._open_channel(), self.connect_timeout + 5)
+        except asyncio.TimeoutError:
+            raise HostError(f"{self.name}: connection timed out after {self.connect_timeout:.0f} s") from None
+        agent_cfg = {
+            "interval": self.interval, "runs_dir": self.cfg.runs_dir, "gpu_source": self.cfg.gpu_source,
+            "sim_dir": self.cfg.sim_dir, "supervisor_src": _source("supervisor.py"),
+        }
+        try:
+            await chan.write_line(_source("agent.py"))
+            await chan.write_line(agent_cfg)
+            first = await asyncio.wait_for(chan.reader.readline(), 30)
+        except (asyncio.TimeoutError, OSError, ConnectionError) as e:
+            await chan.close()
+            raise HostError(f"{self.name}: agent did not start: {e or type(e).__name__}") from None
+        if not first:
+            err = b""
+            try:
+                err = await asyncio.wait_for(chan.stderr.read(4096), 2)
+            except Exception:
+                pass
+            await chan.close()
+            text = err.decode("utf-8", "replace").strip()
+            if "not found" in text or "No such file" in text:
+                raise HostError(f"{self.name}: cannot start the agent: no {self.cfg.python!r} on the host ({text[-200:]})")
+            raise HostError(f"{self.name}: the agent exited at start: {text[-500:] or 'no output'}")
+        msg = json.loads(first)
+        if msg.get("type") != "ready":
+            await chan.close()
+            raise HostError(f"{self.name}: agent failed to start: {msg.get('message', msg)}")
+        self.hello = msg["hello"]
+        self.chan = chan
+        self.rtt_ms = (time.perf_counter() - t0) * 1000.0
+        self._reader_task = asyncio.create_task(self._read_loop(chan))
+        self.attempts = 0
+        self.next_retry_at = None
+        self._set_state("connected")
+        self.connected.set()
+        for sid, off in self.follows.items():  # re-follow from where we were: nothing lost, nothing twice
+            await self._send("follow_log", {"session_id": sid, "offset": off})
+
+    async def _read_loop(self, chan: _Channel) -> None:
+        try:
+            while True:
+                line = await chan.reader.readline()
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                self._dispatch(msg)
+        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # asyncssh connection-lost errors and the like
+            pass
+        finally:
+            self._on_lost(chan)
+
+    def _on_lost(self, chan: _Channel) -> None:
+        if self.chan is chan:
+            self.chan = None
+            self.connected.clear()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(LinkDown(f"{self.name}: connection lost"))
+            self._pending.clear()
+            if not self._closed:
+                self._set_state("reconnecting", self.error or "connection lost")
+            self._wake.set()
+
+    def _dispatch(self, msg: dict) -> None:
+        t = msg.get("type")
+        if t == "reply":
+            fut = self._pending.pop(msg.get("id"), None)
+            if fut and not fut.done():
+                if msg.get("ok"):
+                    fut.set_result(msg.get("result"))
+                else:
+                    fut.set_exception(RequestError(msg.get("error") or "failed"))
+        elif t == "sample":
+            self.sample, self.received_at, self._snapshot = msg["data"], self.clock(), None
+            self._notify("sample", msg)
+        elif t == "log":
+            sid = msg.get("session_id")
+            if sid in self.follows and msg.get("offset") == self.follows[sid]:
+                self.follows[sid] += len(msg.get("data", "").encode("utf-8"))
+                self._notify("log", msg)
+        elif t == "event":
+            self._notify("event", msg)
+        elif t in ("error", "fatal"):
+            self._notify("error", msg)
+
+    async def run(self) -> None:
+        """Keep the link up until :meth:`close`: reconnect with exponential backoff and jitter."""
+        while not self._closed:
+            if self.chan is None:
+                try:
+                    await self.open()
+                except (HostError, HostKeyError) as e:
+                    await self._fail(str(e), fatal=isinstance(e, HostKeyError))
+                    continue
+                except Exception as e:  # never let one host's failure escape
+                    await self._fail(f"{self.name}: {type(e).__name__}: {e}")
+                    continue
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), PING_EVERY_S)
+            except asyncio.TimeoutError:
+                await self._ping()
+
+    async def _fail(self, error: str, fatal: bool = False) -> None:
+        self.attempts += 1
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(self.attempts - 1, 10)) * random.uniform(0.5, 1.0)
+        self.next_retry_at = self.clock() + delay
+        self._set_state("failed" if fatal else "unreachable", error)
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _ping(self) -> None:
+        try:
+            t0 = time.perf_counter()
+            await self.request("ping", timeout=10, audit=False)
+            self.rtt_ms, self._snapshot = (time.perf_counter() - t0) * 1000.0, None
+        except (LinkDown, RequestError, asyncio.TimeoutError):
+            pass
+
+    def retry_now(self) -> None:
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        chan, self.chan = self.chan, None
+        if chan:
+            await chan.close()
+        if self._reader_task:
+            self._reader_task.cancel()
+        if self.conn is not None:
+            self.conn.close()
+            try:
+                await asyncio.wait_for(self.conn.wait_closed(), 2)
+            except Exception:
+                pass
+            self.conn = None
+        self._set_state("closed", self.error)
+
+    def abort_connection(self) -> None:
+        """Drop the transport abruptly (tests and fault injection): no goodbye, like a dead network."""
+        if self.conn is not None:
+            self.conn.abort()
+        elif self.chan is not None:
+            self.chan._close()
+
+    # ------------------------------------------------------------ requests
+    async def _send(self, op: str, args: dict | None) -> asyncio.Future:
+        if self.chan is None:
+            raise LinkDown(f"{self.name}: not connected ({self.error or self.state})")
+        self._ids += 1
+        rid = self._ids
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            await self.chan.write_line({"id": rid, "op": op, "args": args or {}})
+        except (OSError, ConnectionError) as e:
+            self._pending.pop(rid, None)
+            raise LinkDown(f"{self.name}: connection lost: {e}") from None
+        return fut
+
+    async def request(self, op: str, args: dict | None = None, *, timeout: float = 30.0, audit: bool = True) -> Any:
+        """Send one request and wait for its reply. Raises RequestError, LinkDown or TimeoutError."""
+        t0 = time.perf_counter()
+        ok, result_text = False, None
+        try:
+            fut = await self._send(op, args)
+            result = await asyncio.wait_for(fut, timeout)
+            ok = True
+            result_text = _summary(result)
+            return result
+        except RequestError as e:
+            result_text = str(e)
+            raise
+        except asyncio.TimeoutError:
+            result_text = f"timed out after {timeout:.0f} s"
+            raise
+        except LinkDown as e:
+            result_text = str(e)
+            raise
+        finally:
+            if audit and self.audit is not None:
+                self.audit(self.name, op, args or {}, ok, result_text, (time.perf_counter() - t0) * 1000.0)
+
+    async def follow_log(self, session_id: str, offset: int) -> None:
+        self.follows[session_id] = offset
+        await self.request("follow_log", {"session_id": session_id, "offset": offset})
+
+    async def unfollow_log(self, session_id: str) -> None:
+        self.follows.pop(session_id, None)
+        if self.chan is not None:
+            await self.request("unfollow_log", {"session_id": session_id})
+
+    # ------------------------------------------------------------ snapshots
+    def snapshot(self) -> HostSnapshot:
+        """The latest immutable view of this host (rebuilt only when something changed)."""
+        if self._snapshot is not None:
+            return self._snapshot
+        conn = ConnectionInfo(state=self.state, error=self.error, rtt_ms=self.rtt_ms, since=self.since,
+                              attempts=self.attempts, next_retry_at=self.next_retry_at)
+        s = self.sample or {}
+        try:
+            snap = HostSnapshot(
+                name=self.name, connection=conn, sampled_at=s.get("sampled_at"), received_at=self.received_at,
+                hostname=(self.hello or {}).get("hostname"), gpu_source=s.get("gpu_source", "none"),
+                gpu_error=s.get("gpu_error"), gpus=s.get("gpus", []), servers=s.get("servers", []),
+                sessions=s.get("sessions", []), agent_tick_ms=s.get("tick_ms"))
+        except ValidationError as e:
+            snap = HostSnapshot(name=self.name, connection=conn.model_copy(
+                update={"error": f"agent sent an invalid sample: {e.errors()[0]['msg']}"}))
+        self._snapshot = snap
+        return snap
+
+
+def _summary(result: Any) -> str:
+    text = json.dumps(result, separators=(",", ":"), default=str)
+    return text if len(text) <= 300 else text[:297] + "..."

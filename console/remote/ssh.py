@@ -1,0 +1,177 @@
+"""SSH transport: host specs, the SSH config, verified host keys, one connection per host.
+
+A host spec is ``local``, an SSH config alias, or ``user@host[:port]`` (``[v6addr]:port``).
+Host keys are always verified against known_hosts (never ``known_hosts=None``); an unknown
+or changed key raises :class:`HostKeyError` with the SHA256 fingerprint and the command
+that trusts it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from console.errors import HostError, HostKeyError, UserError
+
+_SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^:@\s\[\]]+)(?::(?P<port>\d{1,5}))?$")
+
+
+class HostSpec(BaseModel):
+    """A parsed ``--host`` value."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    local: bool = False
+    host: str | None = None
+    user: str | None = None
+    port: int | None = None
+
+
+def parse_host_spec(text: str) -> HostSpec:
+    """Parse ``local``, an alias, or ``user@host[:port]``; reject anything else clearly."""
+    t = text.strip()
+    if t == "local":
+        return HostSpec(name="local", local=True)
+    if not t or any(c in t for c in "\0\n\r \t;|&$`'\"\\") or t.startswith("-"):
+        raise UserError(f"invalid host {text!r}: expected an SSH alias, user@host[:port] or 'local'")
+    m = _SPEC.match(t)
+    if not m:
+        raise UserError(f"invalid host {text!r}: expected an SSH alias, user@host[:port] or 'local'")
+    port = int(m["port"]) if m["port"] else None
+    if port is not None and not 1 <= port <= 65535:
+        raise UserError(f"invalid host {text!r}: port {port} out of range")
+    return HostSpec(name=t, host=m["host"].strip("[]"), user=m["user"], port=port)
+
+
+def default_ssh_config() -> str | None:
+    p = Path("~/.ssh/config").expanduser()
+    return str(p) if p.exists() else None
+
+
+def resolve(spec: HostSpec, ssh_config: str | None) -> dict:
+    """What the SSH config says about this host: hostname, port, user, known_hosts files, keepalive."""
+    from asyncssh.config import SSHClientConfig
+
+    cfg_paths = [ssh_config] if ssh_config else []
+    if ssh_config and not Path(ssh_config).exists():
+        raise UserError(f"SSH config {ssh_config} does not exist")
+    try:
+        cfg = SSHClientConfig.load(None, cfg_paths, False, False, False, getpass.getuser(),
+                                   spec.user or (), spec.host, spec.port or ())
+    except Exception as e:  # asyncssh raises ConfigParseError with the line
+        raise UserError(f"SSH config {ssh_config}: {e}") from None
+    known = cfg.get("UserKnownHostsFile") or ["~/.ssh/known_hosts"]
+    if isinstance(known, str):
+        known = known.split()
+    return {
+        "hostname": cfg.get("Hostname") or spec.host,
+        "port": int(cfg.get("Port") or spec.port or 22),
+        "user": cfg.get("User") or spec.user or getpass.getuser(),
+        "known_hosts": [os.path.expanduser(k) for k in known],
+        "keepalive_interval": cfg.get("ServerAliveInterval"),
+        "keepalive_count_max": cfg.get("ServerAliveCountMax"),
+        "connect_timeout": cfg.get("ConnectTimeout"),
+    }
+
+
+def known_hosts_name(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+async def fetch_host_key(spec: HostSpec, ssh_config: str | None, timeout: float = 10.0):
+    """The key the server offers (unverified), for fingerprints and trust-host."""
+    import asyncio
+
+    import asyncssh
+
+    r = resolve(spec, ssh_config)
+    try:
+        return await asyncio.wait_for(
+            asyncssh.get_server_host_key(r["hostname"], r["port"], config=[ssh_config] if ssh_config else ()),
+            timeout)
+    except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
+        raise HostError(f"{spec.name}: cannot reach {r['hostname']}:{r['port']}: {e or type(e).__name__}") from None
+
+
+def known_key_status(key, known_files: list[str], hostname: str, port: int) -> str:
+    """'trusted', 'unknown' or 'changed' for the offered key against the known_hosts files."""
+    import asyncssh
+
+    name = known_hosts_name(hostname, port)
+    offered = key.export_public_key("openssh").split()[:2]
+    seen_other = False
+    for f in known_files:
+        if not os.path.exists(f):
+            continue
+        try:
+            kh = asyncssh.read_known_hosts(f)
+        except (OSError, ValueError, asyncssh.Error):
+            continue
+        trusted, _, revoked, *_ = kh.match(name, "", port)
+        for k in trusted:
+            if k.export_public_key("openssh").split()[:2] == offered:
+                return "trusted"
+            if k.algorithm == key.algorithm:
+                seen_other = True
+        if revoked:
+            seen_other = True
+    return "changed" if seen_other else "unknown"
+
+
+async def host_key_error(spec: HostSpec, ssh_config: str | None) -> HostKeyError:
+    """Build the operator-facing error for a host key that did not verify."""
+    r = resolve(spec, ssh_config)
+    try:
+        key = await fetch_host_key(spec, ssh_config)
+    except HostError as e:
+        return HostKeyError(f"{spec.name}: host key not verified, and the key could not be fetched: {e}")
+    fp = key.get_fingerprint("sha256")
+    status = known_key_status(key, r["known_hosts"], r["hostname"], r["port"])
+    if status == "changed":
+        return HostKeyError(
+            f"{spec.name}: HOST KEY CHANGED for {known_hosts_name(r['hostname'], r['port'])}: the server offers "
+            f"{key.get_algorithm()} {fp}, which differs from the key in known_hosts. This may be a "
+            f"man-in-the-middle. If the change is expected, remove the old entry "
+            f"(ssh-keygen -R '{known_hosts_name(r['hostname'], r['port'])}') and run: mtpconsole trust-host {spec.name}",
+            exit_code=1)
+    return HostKeyError(
+        f"{spec.name}: unknown host key for {known_hosts_name(r['hostname'], r['port'])}: "
+        f"{key.get_algorithm()} {fp}. Verify the fingerprint, then run: mtpconsole trust-host {spec.name}",
+        exit_code=1)
+
+
+async def connect(spec: HostSpec, ssh_config: str | None, *, connect_timeout: float = 10.0,
+                  keepalive_interval: float = 5.0, keepalive_count_max: int = 3):
+    """Open one verified asyncssh connection honouring the SSH config."""
+    import asyncssh
+
+    r = resolve(spec, ssh_config)
+    kw = dict(
+        config=[ssh_config] if ssh_config else (),
+        # only files that exist (a missing one must mean "nothing trusted", not a crash)
+        known_hosts=[k for k in r["known_hosts"] if os.path.exists(k)] or ([], [], []),
+        connect_timeout=float(r["connect_timeout"] or connect_timeout),
+        keepalive_interval=float(r["keepalive_interval"] or keepalive_interval),
+        keepalive_count_max=int(r["keepalive_count_max"] or keepalive_count_max),
+    )
+    if spec.user:
+        kw["username"] = spec.user
+    if spec.port:
+        kw["port"] = spec.port
+    try:
+        return await asyncssh.connect(spec.host, **kw)
+    except asyncssh.HostKeyNotVerifiable:
+        raise await host_key_error(spec, ssh_config) from None
+    except asyncssh.PermissionDenied as e:
+        raise HostError(f"{spec.name}: authentication failed for {r['user']}@{r['hostname']}:{r['port']}: "
+                        f"{e.reason or 'permission denied'}") from None
+    except (OSError, TimeoutError) as e:
+        raise HostError(f"{spec.name}: cannot connect to {r['hostname']}:{r['port']}: "
+                        f"{getattr(e, 'strerror', None) or e or type(e).__name__}") from None
+    except asyncssh.Error as e:
+        raise HostError(f"{spec.name}: SSH error: {e.reason if hasattr(e, 'reason') else e}") from None

@@ -1,0 +1,222 @@
+"""The flag form's values as a validated model, and conversion to and from server argv.
+
+Pure (no Textual): :class:`FlagValues` parses what the operator typed, :func:`from_argv`
+prefills it from a running server's command line, :meth:`FlagValues.to_flags` produces the
+argv list (never a shell string), and :func:`flag_diff` shows what an edit changes.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+SPEC_ALGOS = ("none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+MAMBA_STRATEGIES = ("default", "auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
+DEFAULT_COMMAND = ["python3", "-m", "sglang.launch_server"]
+
+# form field -> (flag, aliases); bool fields are store_true switches.
+FIELD_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "model_path": ("--model-path", ("--model",)),
+    "spec_algo": ("--speculative-algorithm", ()),
+    "num_steps": ("--speculative-num-steps", ()),
+    "eagle_topk": ("--speculative-eagle-topk", ()),
+    "num_draft_tokens": ("--speculative-num-draft-tokens", ()),
+    "mem_fraction": ("--mem-fraction-static", ()),
+    "max_running": ("--max-running-requests", ()),
+    "context_length": ("--context-length", ()),
+    "hicache": ("--enable-hierarchical-cache", ("--enable-hicache",)),
+    "hicache_size": ("--hicache-size", ()),
+    "mamba_strategy": ("--mamba-radix-cache-strategy", ()),
+    "tp_size": ("--tp-size", ("--tensor-parallel-size",)),
+    "port": ("--port", ()),
+}
+SWITCHES = {"hicache"}
+_FLAG_TO_FIELD = {f: name for name, (flag, al) in FIELD_FLAGS.items() for f in (flag, *al)}
+_BAD_CHARS = re.compile(r"[\x00\n\r]")
+_HUMAN_INT = re.compile(r"^[1-9][0-9]*[kKmM]?$")
+
+
+class FlagValues(BaseModel):
+    """What the flag form holds. Text fields arrive as strings; empty means "not set"."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_path: str
+    gpus: list[int] = [0]
+    spec_algo: Literal["none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] = "none"
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    mem_fraction: float | None = None
+    max_running: int | None = None
+    context_length: str | None = None
+    hicache: bool = False
+    hicache_size: int | None = None
+    mamba_strategy: Literal["default", "auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"] = "default"
+    tp_size: int | None = None
+    port: int | None = None
+    extras: str = ""
+    command: list[str] = DEFAULT_COMMAND
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text(cls, v: object) -> object:
+        if isinstance(v, str):
+            if _BAD_CHARS.search(v):
+                raise ValueError("NUL and line breaks are not allowed")
+            v = v.strip()
+            return v or None
+        return v
+
+    @field_validator("model_path", mode="before")
+    @classmethod
+    def _model(cls, v: object) -> object:
+        if v is None or (isinstance(v, str) and not v.strip()):
+            raise ValueError("a model path is required")
+        return v
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, v: object) -> object:
+        if v is None:
+            raise ValueError("at least one GPU index is required")
+        if isinstance(v, str):
+            try:
+                v = [int(x) for x in v.replace(" ", ",").split(",") if x]
+            except ValueError:
+                raise ValueError("GPU indices as a comma list, e.g. 0,1") from None
+        if not v or any(int(g) < 0 for g in v) or len(set(v)) != len(v):
+            raise ValueError("distinct GPU indices ≥ 0, e.g. 0,1")
+        return v
+
+    @field_validator("num_steps", "eagle_topk", "num_draft_tokens", "max_running", "hicache_size", "tp_size")
+    @classmethod
+    def _positive(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError("must be a positive integer")
+        return v
+
+    @field_validator("mem_fraction")
+    @classmethod
+    def _fraction(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v <= 1:
+            raise ValueError("must be in (0, 1]")
+        return v
+
+    @field_validator("context_length")
+    @classmethod
+    def _context(cls, v: str | None) -> str | None:
+        if v is not None and not _HUMAN_INT.match(v):
+            raise ValueError("a positive integer, optionally with k or m (e.g. 32768, 128k)")
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int | None) -> int | None:
+        if v is not None and not 1 <= v <= 65535:
+            raise ValueError("must be 1–65535")
+        return v
+
+    @field_validator("extras", mode="before")
+    @classmethod
+    def _extras(cls, v: object) -> object:
+        if v is None:
+            return ""
+        try:
+            shlex.split(v)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise ValueError(f"cannot split: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FlagValues:
+        if self.tp_size is not None and self.tp_size != len(self.gpus):
+            raise ValueError(f"tp size {self.tp_size} needs {self.tp_size} GPUs, {len(self.gpus)} given")
+        return self
+
+    def extra_args(self) -> list[str]:
+        return shlex.split(self.extras)
+
+    def to_flags(self) -> list[str]:
+        """The server flags as an argv list, in a stable order."""
+        out: list[str] = []
+        for name, (flag, _) in FIELD_FLAGS.items():
+            v = getattr(self, name)
+            if name in SWITCHES:
+                out += [flag] if v else []
+            elif v is not None and v not in ("none", "default"):
+                out += [flag, f"{v:g}" if isinstance(v, float) else str(v)]
+        return out + self.extra_args()
+
+
+def field_errors(exc: ValidationError) -> dict[str, str]:
+    """Field name -> first error message ("" for errors about the whole form)."""
+    out: dict[str, str] = {}
+    for err in exc.errors():
+        key = str(err["loc"][0]) if err["loc"] else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        out.setdefault(key, msg)
+    return out
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(command, flags): the command is everything before the first ``--flag``."""
+    for i, a in enumerate(argv):
+        if a.startswith("--"):
+            return argv[:i], argv[i:]
+    return list(argv), []
+
+
+def parse_flags(flags: list[str]) -> list[tuple[str, str | None]]:
+    """``--flag value`` / ``--flag=value`` / ``--switch`` pairs, in order."""
+    out: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(flags):
+        a = flags[i]
+        if a.startswith("--") and "=" in a:
+            k, v = a.split("=", 1)
+            out.append((k, v))
+        elif a.startswith("--") and i + 1 < len(flags) and not flags[i + 1].startswith("--"):
+            out.append((a, flags[i + 1]))
+            i += 1
+        else:
+            out.append((a, None))
+        i += 1
+    return out
+
+
+def from_argv(argv: list[str], gpus: list[int], port: int | None = None) -> dict[str, object]:
+    """Raw form values (strings) prefilled from a server's command line."""
+    command, flags = split_argv(argv)
+    raw: dict[str, object] = {"gpus": ",".join(map(str, gpus)), "command": command or DEFAULT_COMMAND}
+    extras: list[str] = []
+    for flag, value in parse_flags(flags):
+        name = _FLAG_TO_FIELD.get(flag)
+        if name in SWITCHES and value is None:
+            raw[name] = True
+        elif name is not None and name not in SWITCHES and value is not None:
+            raw[name] = value
+        else:
+            extras += [flag] if value is None else [flag, value]
+    if port is not None and "port" not in raw:
+        raw["port"] = str(port)
+    raw["extras"] = shlex.join(extras)
+    return raw
+
+
+def flag_diff(old: list[str], new: list[str]) -> list[str]:
+    """Lines like ``- --mem-fraction-static 0.9`` / ``+ --mem-fraction-static 0.8``."""
+    canon = lambda f: FIELD_FLAGS[_FLAG_TO_FIELD[f]][0] if f in _FLAG_TO_FIELD else f  # noqa: E731
+    a = {canon(k): v for k, v in parse_flags(split_argv(old)[1] if old and not old[0].startswith("--") else old)}
+    b = {canon(k): v for k, v in parse_flags(new)}
+    fmt = lambda k, v: k if v is None else f"{k} {v}"  # noqa: E731
+    lines: list[str] = []
+    for k in dict.fromkeys([*a, *b]):
+        if k in a and (k not in b or a[k] != b[k]):
+            lines.append("- " + fmt(k, a[k]))
+        if k in b and (k not in a or a[k] != b[k]):
+            lines.append("+ " + fmt(k, b[k]))
+    return lines

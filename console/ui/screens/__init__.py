@@ -1,0 +1,1 @@
+"""Modal screens: the flag form and the confirm dialog."""

@@ -1,0 +1,174 @@
+"""The selected session's own log: banner, ring buffer, highlighting, filter, wrap, follow.
+
+Lines are sanitised (no escapes or control characters) and cut to 2,000 characters before
+they are stored; the buffer keeps the last 10,000. Writes are batched by the caller.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+from rich.highlighter import Highlighter
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Input, Log, Static
+
+from console.ui.format import clean
+
+RING = 10_000
+ERROR = re.compile(r"Traceback|Error|error:|Not enough memory|out of memory|FAILED|Exception")
+READY = re.compile(r"The server is fired up and ready to roll|Application startup complete")
+
+
+class _LineHighlighter(Highlighter):
+    def __init__(self, log: SessionLog) -> None:
+        self.log = log
+
+    def highlight(self, text: Text) -> None:
+        plain = text.plain
+        if READY.search(plain):
+            text.stylize(self.log.get_component_rich_style("session-log--ready"))
+        elif ERROR.search(plain):
+            text.stylize(self.log.get_component_rich_style("session-log--error"))
+
+
+class SessionLog(Log):
+    """A ``Log`` that marks error lines and the ready line."""
+
+    COMPONENT_CLASSES = {"session-log--error", "session-log--ready"}
+
+    def __init__(self, **kw) -> None:
+        super().__init__(highlight=True, max_lines=RING, **kw)
+        self.highlighter = _LineHighlighter(self)
+
+
+class LogPane(Vertical):
+    """Shows exactly one session's log at a time."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.key: tuple[str, str] | None = None
+        self.lines: deque[str] = deque(maxlen=RING)
+        self.pattern = ""
+        self.wrap = False
+        self.unseen = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static("no session selected — focus a GPU panel (enter / tab)", classes="banner")
+        yield Input(placeholder="filter (enter to apply, esc to close)", classes="filter")
+        yield SessionLog(classes="log")
+        yield Static("", classes="new-lines")
+
+    @property
+    def log_widget(self) -> SessionLog:
+        return self.query_one(SessionLog)
+
+    def on_mount(self) -> None:
+        self.watch(self.log_widget, "scroll_y", self._scrolled, init=False)
+
+    # ---- session switching
+    def start(self, host: str, session_id: str, banner: str) -> None:
+        """Forget the previous session's lines and show ``banner`` for the new one."""
+        self.key = (host, session_id)
+        self.show_banner(banner)
+        self.lines.clear()
+        self.unseen = 0
+        self.log_widget.clear()
+        self._indicator()
+
+    def stop(self, message: str) -> None:
+        self.key = None
+        self.show_banner(message)
+        self.lines.clear()
+        self.log_widget.clear()
+        self.unseen = 0
+        self._indicator()
+
+    def show_banner(self, text: str) -> None:
+        self.query_one(".banner", Static).update(text)
+
+    # ---- lines
+    def add_lines(self, raw: list[str]) -> None:
+        """Append a batch with one write; follows the end unless the operator scrolled up."""
+        new = [clean(x) for x in raw]
+        self.lines.extend(new)
+        shown = self._view(new)
+        if not shown:
+            return
+        log = self.log_widget
+        at_end = log.scroll_y >= log.max_scroll_y
+        log.write_lines(shown, scroll_end=at_end)
+        if not at_end:
+            self.unseen += len(shown)
+            self._indicator()
+
+    def _view(self, lines: list[str]) -> list[str]:
+        if self.pattern:
+            p = self.pattern.lower()
+            lines = [x for x in lines if p in x.lower()]
+        if not self.wrap:
+            return lines
+        w = max(20, (self.log_widget.size.width or 100) - 2)
+        return [x[i : i + w] for x in lines for i in range(0, max(1, len(x)), w)]
+
+    def redraw(self) -> None:
+        log = self.log_widget
+        log.clear()
+        log.write_lines(self._view(list(self.lines)), scroll_end=True)
+        self.unseen = 0
+        self._indicator()
+
+    # ---- filter / wrap / follow
+    def open_filter(self) -> None:
+        box = self.query_one(".filter", Input)
+        box.add_class("-open")
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.set_filter(event.value)
+        self.log_widget.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.set_filter(event.value)
+
+    def key_escape(self) -> None:
+        box = self.query_one(".filter", Input)
+        if box.has_focus:
+            box.value = ""
+            box.remove_class("-open")
+            self.log_widget.focus()
+
+    def set_filter(self, pattern: str) -> None:
+        pattern = clean(pattern, 200)
+        if pattern != self.pattern:
+            self.pattern = pattern
+            self.query_one(".filter", Input).set_class(bool(pattern) or self.query_one(".filter").has_focus, "-open")
+            self.redraw()
+
+    def toggle_wrap(self) -> None:
+        self.wrap = not self.wrap
+        self.redraw()
+
+    def follow(self) -> None:
+        self.log_widget.scroll_end(animate=False)
+        self.unseen = 0
+        self._indicator()
+
+    def _scrolled(self, _y: float) -> None:
+        log = self.log_widget
+        if self.unseen and log.scroll_y >= log.max_scroll_y:
+            self.unseen = 0
+            self._indicator()
+
+    def _indicator(self) -> None:
+        ind = self.query_one(".new-lines", Static)
+        ind.update(f"↓ {self.unseen} new lines (end to follow)" if self.unseen else "")
+        ind.set_class(self.unseen > 0, "-shown")
+
+    def on_resize(self) -> None:
+        if self.wrap:
+            self.redraw()
