@@ -1,0 +1,132 @@
+"""Learn a host's server flags by running its ``--help`` there, with a per-version cache.
+
+``link`` is anything with ``async request(op, args)`` speaking the agent protocol's
+``run {argv, timeout}`` -> ``{rc, stdout, stderr}`` (see console/remote/protocol.py), and
+optionally a ``name`` (the host). Nothing runs through a shell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from console.errors import HostError
+from console.ops.flag_help import HelpParseError, parse_help
+from console.ops.flag_models import FlagSchema
+
+HELP_TIMEOUT_S = 120
+VERSION_TIMEOUT_S = 60
+VERSION_SNIPPET = "import importlib.metadata as m; print(m.version('sglang'))"
+_VERSION_RE = re.compile(r"^[0-9A-Za-z.+!_-]{1,64}$")
+
+
+class Link(Protocol):
+    """The one method this module needs from a host connection."""
+
+    async def request(self, op: str, args: dict) -> Any: ...
+
+
+class CachedSchema(BaseModel):
+    """A schema as cached on disk, with what it was learned from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    command: list[str]
+    version: str | None
+    learned_at: str
+    flag_schema: FlagSchema
+
+
+def version_command(command: list[str]) -> list[str] | None:
+    """``[python, "-c", snippet]`` when ``command`` is ``python… -m sglang…``, else None."""
+    if len(command) >= 3 and Path(command[0]).name.startswith("python") and command[1] == "-m" \
+            and command[2].split(".")[0] == "sglang":
+        return [command[0], "-c", VERSION_SNIPPET]
+    return None
+
+
+def cache_path(cache_dir: Path, host: str, command: list[str], version: str | None) -> Path:
+    """``cache_dir/<host>-<sha1(command + version)>.json`` (host made filename-safe)."""
+    digest = hashlib.sha1(json.dumps([list(command), version]).encode()).hexdigest()
+    safe_host = re.sub(r"[^A-Za-z0-9._@-]", "_", host)[:100] or "host"
+    return Path(cache_dir) / f"{safe_host}-{digest}.json"
+
+
+def _result(reply: Any, what: str) -> tuple[int, str, str]:
+    if not isinstance(reply, dict):
+        raise HostError(f"{what}: unexpected reply from the agent: {type(reply).__name__}")
+    rc = reply.get("rc")
+    return (rc if isinstance(rc, int) else -1), str(reply.get("stdout") or ""), str(reply.get("stderr") or "")
+
+
+async def server_version(link: Link, command: list[str]) -> str | None:
+    """The installed sglang version next to ``command``'s Python, or None when not knowable."""
+    argv = version_command(command)
+    if argv is None:
+        return None
+    rc, out, _ = _result(await link.request("run", {"argv": argv, "timeout": VERSION_TIMEOUT_S}), "version check")
+    lines = out.strip().splitlines()
+    if rc != 0 or not lines or not _VERSION_RE.match(lines[-1].strip()):
+        return None
+    return lines[-1].strip()
+
+
+def _read_cache(path: Path) -> FlagSchema | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return CachedSchema.model_validate(data).flag_schema
+    except (OSError, ValueError, ValidationError):
+        return None
+
+
+def _write_cache(path: Path, entry: CachedSchema) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(entry.model_dump_json(), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+async def learn_schema(link: Link, command: list[str], cache_dir: Path) -> FlagSchema:
+    """The flags of ``command`` on the host behind ``link``, learned from its ``--help``.
+
+    Asks for the server's version first (only for ``python -m sglang...``); with a known
+    version, a cached schema for the same host, command and version is reused. Otherwise
+    runs ``command + ["--help"]`` on the host, parses stdout (or stderr + stdout when the
+    help went to stderr), and caches the result when the version is known. Raises
+    :class:`HostError` when the help cannot be run or read.
+    """
+    command = [str(c) for c in command]
+    if not command:
+        raise HostError("no server command to learn flags from")
+    host = str(getattr(link, "name", None) or "host")
+    version = await server_version(link, command)
+    path = cache_path(Path(cache_dir), host, command, version)
+    if version is not None:
+        cached = _read_cache(path)
+        if cached is not None:
+            return cached
+    rc, out, err = _result(
+        await link.request("run", {"argv": [*command, "--help"], "timeout": HELP_TIMEOUT_S}), "--help")
+    text = out if "usage:" in out.lower() else err + "\n" + out
+    try:
+        schema = parse_help(text, version=version)
+    except HelpParseError as e:
+        tail = (err.strip() or out.strip())[-400:]
+        raise HostError(f"{host}: could not read the flags of {' '.join(command)} (--help exit code {rc}): "
+                        f"{e}" + (f"; it printed: {tail}" if tail else "")) from None
+    if version is not None:
+        entry = CachedSchema(host=host, command=command, version=version,
+                             learned_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), flag_schema=schema)
+        try:
+            _write_cache(path, entry)
+        except OSError:
+            pass  # a cache we cannot write only costs a --help run next time
+    return schema

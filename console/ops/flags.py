@@ -1,0 +1,59 @@
+"""Flag intelligence: learn a server's flags from its ``--help`` and check flag sets before launch.
+
+The public API in one place (implementation in the ``flag_*`` modules beside this one):
+
+- :func:`parse_help` (text -> :class:`FlagSchema`), :class:`HelpParseError`;
+- :func:`validate` (argv -> [:class:`Problem`]), :func:`resolve`, :func:`diff_flags`;
+- :func:`speculative_notes`, :func:`security_notes`, and :func:`check_all` (all of them);
+- :data:`KEY_FLAGS`, :func:`key_flags`, :func:`search`;
+- :func:`learn_schema` (run ``--help`` on a host through the agent, cached per version);
+- :data:`RENAMES`, :func:`find_rename`; :func:`split_launch_command`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from console.ops.flag_check import SECRET_FLAGS, diff_flags, redact, resolve, validate
+from console.ops.flag_help import HelpParseError, parse_help
+from console.ops.flag_learn import cache_path, learn_schema, server_version, version_command
+from console.ops.flag_models import Flag, FlagSchema, Problem
+from console.ops.flag_notes import security_notes, speculative_notes
+from console.ops.flag_renames import RENAMES, Rename, find_rename
+from console.ops.flag_search import KEY_FLAGS, key_flags, search
+
+__all__ = [
+    "Flag", "FlagSchema", "Problem", "HelpParseError", "parse_help", "validate", "resolve", "diff_flags",
+    "speculative_notes", "security_notes", "check_all", "KEY_FLAGS", "key_flags", "search", "learn_schema",
+    "server_version", "version_command", "cache_path", "RENAMES", "Rename", "find_rename", "SECRET_FLAGS",
+    "redact", "split_launch_command", "DEFAULT_COMMAND",
+]
+
+DEFAULT_COMMAND = ["python3", "-m", "sglang.launch_server"]
+"""The server command whose flags are learned when none is given."""
+
+
+def check_all(argv: list[str], schema: FlagSchema, *, version: str | None = None) -> list[Problem]:
+    """:func:`validate` + :func:`speculative_notes` + :func:`security_notes`, errors first."""
+    problems = validate(argv, schema, version=version)
+    problems += speculative_notes(argv, schema)
+    problems += security_notes(argv, schema)
+    return sorted(problems, key=lambda p: p.severity != "error")
+
+
+def split_launch_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split a pasted command line into (launcher, flags).
+
+    Recognises ``[env...] python… -m module`` and ``sglang serve``; anything else is taken
+    as flags only: ``(["python3", "-m", "sglang.launch_server"], ["--port", "1"])``.
+    """
+    argv = [str(a) for a in argv]
+    for i, a in enumerate(argv):
+        if a.startswith("-"):
+            break
+        base = Path(a).name
+        if base.startswith("python") and argv[i + 1:i + 2] == ["-m"] and len(argv) > i + 2:
+            return argv[: i + 3], argv[i + 3:]
+        if base == "sglang" and argv[i + 1:i + 2] == ["serve"]:
+            return argv[: i + 2], argv[i + 2:]
+    return [], argv
