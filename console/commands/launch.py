@@ -1,0 +1,91 @@
+"""`mtpconsole launch`: a fresh session, confirmed step by step."""
+
+from __future__ import annotations
+
+import shlex
+
+from console.commands._ops import emit_result, single_host, step_printer
+from console.errors import UserError
+from console.hostctx import connect_hosts, load_args_config
+from console.model import LaunchRequest
+from console.ops.lifecycle import host_env, launch
+
+HELP = "launch a server in a fresh session, confirmed step by step"
+
+
+def configure(p) -> None:
+    p.add_argument("--gpu", default=None, help="GPU index or list, e.g. 0 or 0,1 (default 0)")
+    p.add_argument("--port", type=int, default=None, help="server port (added as --port unless in the flags)")
+    p.add_argument("--profile", default=None, help="a launch profile from the config")
+    p.add_argument("--command", default=None,
+                   help="server command, split like a shell word list but never run by a shell "
+                        "(default: the host's server_command)")
+    p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment for the server (repeatable)")
+    p.add_argument("--wait", action="store_true", help="return at READY or FAILED with every step and its timing")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for READY (default 900)")
+    p.add_argument("--allow-busy", action="store_true", help="launch even if the GPUs hold other compute processes")
+    p.add_argument("flags", nargs="*", help="server flags, after --")
+
+
+def parse_gpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        gpus = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--gpu {text!r}: expected an index or a comma-separated list like 0,1") from None
+    if not gpus or any(g < 0 for g in gpus):
+        raise UserError(f"--gpu {text!r}: expected non-negative indices")
+    return gpus
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    env = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k.replace("_", "a").isalnum() or k[0].isdigit():
+            raise UserError(f"--env {k!r}: expected NAME=VALUE with a valid variable name")
+        if "\0" in v:
+            raise UserError(f"--env {k}: NUL bytes are not allowed")
+        env[k] = v
+    return env
+
+
+def build_request(args, host: str) -> LaunchRequest:
+    cfg = load_args_config(args) if not getattr(args, "demo", False) else None
+    hc = cfg.host(host) if cfg else None
+    command = list(hc.server_command) if hc else ["python3", "-m", "sglang.launch_server"]
+    flags, gpus, port, env, profile = [], [0], None, {}, None
+    if args.profile:
+        prof = (cfg.profiles if cfg else {}).get(args.profile)
+        if prof is None:
+            raise UserError(f"no profile {args.profile!r} in the config")
+        profile = args.profile
+        command = list(prof.command or command)
+        flags = (["--model-path", prof.model_path] if prof.model_path else []) + list(prof.flags)
+        gpus, port, env = list(prof.gpus), prof.port, dict(prof.env)
+    if args.command:
+        try:
+            command = shlex.split(args.command)
+        except ValueError as e:
+            raise UserError(f"--command: {e}") from None
+        if not command:
+            raise UserError("--command is empty")
+    flags += list(args.flags)
+    env.update(host_env(hc.env_names) if hc else {})
+    env.update(parse_env(args.env))
+    return LaunchRequest(host=host, command=command, flags=flags, gpus=parse_gpus(args.gpu) or gpus,
+                         port=args.port or port, env=env, profile=profile)
+
+
+async def run(args) -> int:
+    host = single_host(args)
+    if args.read_only:
+        raise UserError("read-only: launch is disabled")
+    async with connect_hosts(args) as links:
+        link = links[0]
+        req = build_request(args, link.name)
+        r = await launch(link, req, step_printer(args), wait=args.wait, timeout=args.timeout,
+                         allow_busy=args.allow_busy)
+    del host
+    return emit_result(args, r)

@@ -1,0 +1,89 @@
+"""`mtpconsole relaunch`: confirmed kill, then launch with the same or edited flags."""
+
+from __future__ import annotations
+
+from console.commands._ops import emit_result, single_host, step_printer
+from console.commands.launch import parse_env
+from console.errors import UserError
+from console.hostctx import connect_hosts, load_args_config
+from console.model import KillTarget
+from console.ops.lifecycle import _fresh, host_env, relaunch, request_from_argv
+
+HELP = "confirmed kill, then launch with the same or edited flags"
+
+
+def configure(p) -> None:
+    p.add_argument("session", nargs="?", help="session id to relaunch")
+    p.add_argument("--pid", type=int, default=None, help="relaunch a foreign server (by pid) as a managed session")
+    p.add_argument("--set", action="append", default=[], metavar="--FLAG=VALUE",
+                   help="change a flag (repeatable): --set --mem-fraction-static=0.85; --set --flag (boolean)")
+    p.add_argument("--unset", action="append", default=[], metavar="--FLAG", help="remove a flag (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--grace", type=float, default=20.0)
+
+
+def edit_flags(argv: list[str], sets: list[str], unsets: list[str]) -> list[str]:
+    """Apply --set/--unset edits to an argv: replace a flag's value in place, or append it."""
+    out = list(argv)
+
+    def remove(name: str) -> int | None:
+        for i, a in enumerate(out):
+            if a == name or a.startswith(name + "="):
+                takes = a == name and i + 1 < len(out) and not out[i + 1].startswith("--")
+                del out[i:i + (2 if takes else 1)]
+                return i
+        return None
+
+    for name in unsets:
+        if not name.startswith("--"):
+            raise UserError(f"--unset {name!r}: expected a flag like --max-running-requests")
+        while remove(name) is not None:
+            pass
+    for item in sets:
+        name, sep, value = item.partition("=")
+        if not name.startswith("--"):
+            raise UserError(f"--set {item!r}: expected --flag=value or --flag")
+        at = remove(name)
+        new = [name, value] if sep else [name]
+        out[at if at is not None else len(out):at if at is not None else len(out)] = new
+    return out
+
+
+async def run(args) -> int:
+    single_host(args)
+    if args.read_only:
+        raise UserError("read-only: relaunch is disabled")
+    if (args.session is None) == (args.pid is None):
+        raise UserError("give exactly one of SESSION or --pid PID")
+    async with connect_hosts(args) as links:
+        link = links[0]
+        snap = await _fresh(link)
+        env = {}
+        if not args.demo:
+            env = host_env(load_args_config(args).host(link.name).env_names)
+        env.update(parse_env(args.env))
+        if args.session:
+            s = next((x for x in snap.sessions if x.session_id == args.session), None)
+            if s is None or s.spec is None:
+                raise UserError(f"no session {args.session} on {link.name}", exit_code=1)
+            target = KillTarget(host=link.name, session_id=s.session_id)
+            argv, gpus, port = s.spec.argv, s.spec.gpus, s.spec.port
+            missing = [n for n in s.spec.env_names if n not in env]
+            if missing:
+                raise UserError("the session was launched with env " + ", ".join(missing)
+                                + ": give their values again with --env (values are never stored)")
+        else:
+            p = next((x for x in snap.servers if x.pid == args.pid), None)
+            if p is None:
+                raise UserError(f"no server process {args.pid} on {link.name}", exit_code=1)
+            target = KillTarget(host=link.name, pid=p.pid, start_ticks=p.start_ticks)
+            argv = p.argv
+            gpus = sorted(p.gpu_mem_mib) or [int(x) for x in (p.cuda_visible_devices or "0").split(",") if x.isdigit()]
+            port = None
+        new_argv = edit_flags(argv, args.set, args.unset)
+        req = request_from_argv(link.name, new_argv, list(gpus), port, env)
+        r = await relaunch(link, target, req, step_printer(args), wait=args.wait, timeout=args.timeout,
+                           grace=args.grace)
+    return emit_result(args, r)

@@ -1,0 +1,543 @@
+"""Launch, kill and relaunch, each step confirmed against the host — never assumed.
+
+Launch steps: spawned (pid + start time + argv), logging (this session's own log grows),
+listening (port accepts), healthy (GET /health 200; 503 = warming up), ready (the ready
+line in this session's log), on GPU (the driver attributes memory on the target GPUs to
+the session's processes). A server exit at any point fails the launch at once with the
+classified cause, the decisive line, a hint and the last lines of this session's log.
+
+Kill: SIGTERM to the recorded process group, a grace period, SIGKILL, then confirmed when
+no process of the group or session remains, no sglang worker of it survives, the driver no
+longer lists the pids and GPU memory is back near its baseline, and the port is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+import socket
+import time
+from typing import Callable
+
+from console import __version__
+from console.model import (
+    Classification, HostSnapshot, KillTarget, LaunchRequest, LaunchSpec, OperationResult, ServerProc, Step,
+)
+from console.ops.sessions import flag_value, has_flag, new_session_id, server_port
+from console.remote.link import HostLink, LinkDown, RequestError
+
+LAUNCH_STEPS = ["spawned", "logging", "listening", "healthy", "ready", "on GPU"]
+READY_LINE = "The server is fired up and ready to roll!"
+GPU_RELEASE_TOLERANCE_MIB = 1024
+
+
+class Stepper:
+    """Tracks a list of Steps and reports the whole list on every change."""
+
+    def __init__(self, names: list[str], on_steps: Callable[[list[Step]], None] | None):
+        self.steps = [Step(name=n) for n in names]
+        self.on_steps = on_steps or (lambda steps: None)
+        self._t0: dict[str, float] = {}
+
+    def _i(self, name: str) -> int:
+        return next(i for i, s in enumerate(self.steps) if s.name == name)
+
+    def _emit(self) -> None:
+        self.on_steps(list(self.steps))
+
+    def add(self, name: str) -> None:
+        if all(s.name != name for s in self.steps):
+            self.steps.append(Step(name=name))
+
+    def start(self, name: str, evidence: str | None = None) -> None:
+        self._t0[name] = time.monotonic()
+        i = self._i(name)
+        self.steps[i] = Step(name=name, state="running", started_at=time.time(), evidence=evidence)
+        self._emit()
+
+    def finish(self, name: str, state: str, evidence: str | None = None) -> None:
+        i = self._i(name)
+        t0 = self._t0.get(name, time.monotonic())
+        self.steps[i] = self.steps[i].model_copy(update={
+            "state": state, "elapsed_s": round(time.monotonic() - t0, 3), "evidence": evidence})
+        self._emit()
+
+    def passed(self) -> int:
+        return sum(1 for s in self.steps if s.state in ("ok", "skipped"))
+
+
+class LaunchFailed(Exception):
+    def __init__(self, step: str, message: str):
+        super().__init__(message)
+        self.step = step
+
+
+def build_spec(req: LaunchRequest, session_id: str, now: float) -> tuple[LaunchSpec, dict[str, str]]:
+    """argv = command + flags (+ --port unless present); env values are returned separately."""
+    for part in req.command + req.flags:
+        if "\0" in part:
+            raise ValueError("NUL byte in command or flags")
+    argv = list(req.command) + list(req.flags)
+    port = req.port
+    if port is not None and not has_flag(req.flags, "--port"):
+        argv += ["--port", str(port)]
+    elif port is None:
+        port = server_port(req.flags) or 30000
+    spec = LaunchSpec(
+        session_id=session_id, argv=argv, env_names=sorted(req.env), gpus=list(req.gpus), port=port,
+        launched_by=f"{getpass.getuser()}@{socket.gethostname()}", console_version=__version__,
+        created_at=now, profile=req.profile, replaces=req.replaces)
+    return spec, dict(req.env)
+
+
+def _classifier():
+    from console.ops.classify import LogClassifier
+
+    return LogClassifier()
+
+
+class _SessionWatch:
+    """Follows one session's log and exit while an operation runs."""
+
+    def __init__(self, link: HostLink, session_id: str):
+        self.link, self.sid = link, session_id
+        self.cls = _classifier()
+        self.lines: list[str] = []
+        self.log_bytes = 0
+        self.exited = asyncio.Event()
+        self.exit: dict | None = None
+        self.changed = asyncio.Event()
+        link.listeners.append(self._on)
+
+    def _on(self, kind: str, msg: dict) -> None:
+        if kind == "log" and msg.get("session_id") == self.sid:
+            data = msg.get("data", "")
+            self.log_bytes += len(data.encode("utf-8"))
+            self.cls.feed(data)
+            self.lines.extend(data.splitlines())
+            del self.lines[:-200]
+            self.changed.set()
+        elif kind == "event" and msg.get("session_id") == self.sid:
+            if msg.get("kind") == "session_ended":
+                self.exit = msg.get("exit") or {}
+                self.exited.set()
+            self.changed.set()
+        elif kind == "state":
+            self.changed.set()
+
+    def classification(self) -> Classification:
+        from console.model import ExitRecord
+
+        ex = ExitRecord.model_validate(self.exit) if self.exit and self.exit.get("ended_at") else None
+        return self.cls.result(ex)
+
+    def close(self) -> None:
+        if self._on in self.link.listeners:
+            self.link.listeners.remove(self._on)
+
+
+async def _wait_for(cond, watch: _SessionWatch, timeout: float, step: str, poll: float = 0.1):
+    """Poll ``cond()`` (async, returns evidence or None) until true; fail at once if the server exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if watch.exited.is_set():
+            raise LaunchFailed(step, "the server exited")
+        ev = await cond()
+        if ev:
+            return ev
+        if time.monotonic() > deadline:
+            raise LaunchFailed(step, f"not confirmed within {timeout:.0f} s")
+        watch.changed.clear()
+        try:
+            await asyncio.wait_for(watch.changed.wait(), poll)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: bool = True,
+                 timeout: float = 900.0, need_mib: int | None = None, allow_busy: bool = False,
+                 session_id: str | None = None) -> OperationResult:
+    """Start a server in a fresh session and confirm it step by step (see module doc)."""
+    now = time.time()
+    sid = session_id or new_session_id(req.gpus, now)
+    spec, env = build_spec(req, sid, now)
+    st = Stepper(["preflight"] + LAUNCH_STEPS, on_steps)
+    res = dict(op="launch", host=link.name, session_id=sid)
+    st.start("preflight")
+    watch = _SessionWatch(link, sid)
+    try:
+        try:
+            info = await link.request("launch", {"spec": spec.model_dump(mode="json"), "env": env,
+                                                 "preflight": {"need_mib": need_mib, "allow_busy": allow_busy}},
+                                      timeout=60)
+        except (RequestError, LinkDown, asyncio.TimeoutError) as e:
+            msg = str(e) or "launch request timed out"
+            st.finish("preflight", "failed", msg)
+            return OperationResult(**res, ok=False, state="failed", steps=st.steps, error=msg,
+                                   session_id=None if "preflight" in msg else sid)
+        pre = info.get("preflight") or []
+        st.finish("preflight", "ok", "; ".join(f"{c['name']}: {c['detail']}" for c in pre))
+        await link.follow_log(sid, 0)
+        rec = info.get("record")
+        ex = info.get("exit")
+
+        # 1. spawned
+        st.start("spawned")
+        if not rec:
+            raise LaunchFailed("spawned", (ex or {}).get("error") or "the supervisor did not start the server")
+        proc = await link.request("proc", {"pid": rec["pid"]})
+        if proc is None or proc.get("start_ticks") != rec["start_ticks"] or proc.get("state") in ("Z", "X"):
+            watch.exited.set()
+            raise LaunchFailed("spawned", f"pid {rec['pid']} is already gone")
+        if proc.get("argv") != spec.argv and not _exec_argv_matches(proc.get("argv") or [], spec.argv):
+            raise LaunchFailed("spawned", f"pid {rec['pid']} runs {proc.get('argv')}, not the expected argv")
+        st.finish("spawned", "ok", f"pid {rec['pid']} (pgid {rec['pgid']}, start {rec['start_ticks']}) argv matches")
+        if not wait:
+            return OperationResult(**res, ok=True, state="launching", steps=st.steps)
+
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(1.0, deadline - time.monotonic())
+
+        # 2. logging
+        st.start("logging")
+
+        async def logging():
+            return f"output.log of this session: {watch.log_bytes} bytes" if watch.log_bytes > 0 else None
+        st.finish("logging", "ok", await _wait_for(logging, watch, min(left(), 120), "logging"))
+
+        # 3. listening
+        port = spec.port
+        st.start("listening")
+
+        async def listening():
+            return f"127.0.0.1:{port} accepts connections" if await link.request(
+                "port_open", {"port": port}, audit=False) else None
+        st.finish("listening", "ok", await _wait_for(listening, watch, left(), "listening", poll=0.25))
+
+        # 4. healthy
+        st.start("healthy")
+        last = {"status": None}
+
+        async def healthy():
+            r = await link.request("http_get", {"port": port, "path": "/health", "timeout": 25}, audit=False,
+                                   timeout=30)
+            last["status"] = r.get("status")
+            return "GET /health → 200" if r.get("status") == 200 else None
+        st.finish("healthy", "ok", await _wait_for(healthy, watch, left(), "healthy", poll=0.25))
+
+        # 5. ready
+        st.start("ready")
+
+        async def ready():
+            c = watch.cls.result(None)
+            if c.state == "failed":
+                raise LaunchFailed("ready", "the log shows a failure")
+            return f"log: {READY_LINE}" if _saw_ready(watch) else None
+        st.finish("ready", "ok", await _wait_for(ready, watch, left(), "ready"))
+
+        # 6. on GPU
+        st.start("on GPU")
+        snap = link.snapshot()
+        if snap.gpu_source == "none":
+            st.finish("on GPU", "skipped", f"no GPU information on this host: {snap.gpu_error}")
+        else:
+            async def on_gpu():
+                s = await link.request("snapshot", audit=False)
+                pids = {p["pid"] for p in s.get("servers", []) if p.get("session_id") == sid}
+                got = []
+                for g in s.get("gpus", []):
+                    if g["index"] in spec.gpus:
+                        mib = sum(p.get("used_mib") or 0 for p in g.get("procs", []) if p["pid"] in pids)
+                        if mib > 0:
+                            got.append(f"GPU {g['index']}: {mib} MiB")
+                return ", ".join(got) + " held by this session's processes" if len(got) == len(spec.gpus) else None
+            st.finish("on GPU", "ok", await _wait_for(on_gpu, watch, min(left(), 60), "on GPU", poll=0.5))
+        return OperationResult(**res, ok=True, state="ready", steps=st.steps)
+    except LaunchFailed as e:
+        return await _failed(link, watch, st, res, e)
+    except (LinkDown, RequestError, asyncio.TimeoutError) as e:
+        return await _failed(link, watch, st, res, LaunchFailed(_running(st) or "spawned",
+                                                                 f"lost contact with the host: {e}"))
+    finally:
+        watch.close()
+
+
+def _running(st: Stepper) -> str | None:
+    return next((s.name for s in st.steps if s.state == "running"), None)
+
+
+def _exec_argv_matches(actual: list[str], expected: list[str]) -> bool:
+    # A script run through its interpreter shows as [python, script, ...] after exec of a shebang file.
+    return len(actual) >= len(expected) and actual[-len(expected) + 1:] == expected[1:]
+
+
+def _saw_ready(watch: _SessionWatch) -> bool:
+    c = watch.cls.result(None)
+    return c.state == "ready"
+
+
+async def _failed(link: HostLink, watch: _SessionWatch, st: Stepper, res: dict, e: LaunchFailed) -> OperationResult:
+    """Fail the running step with the classified cause and the tail of this session's log."""
+    if watch.exited.is_set() or not watch.exit:
+        try:  # give the supervisor a moment to write exit.json, then read the whole story
+            await asyncio.wait_for(watch.exited.wait(), 3.0 if watch.exited.is_set() else 0.5)
+        except asyncio.TimeoutError:
+            pass
+    tail: list[str] = []
+    try:
+        r = await link.request("read_log", {"session_id": res["session_id"], "tail_bytes": 256 * 1024})
+        watch.cls = _classifier()
+        watch.cls.feed(r["data"])
+        tail = r["data"].splitlines()[-30:]
+    except (LinkDown, RequestError, asyncio.TimeoutError):
+        tail = watch.lines[-30:]
+    c = watch.classification()
+    step = _running(st) or e.step
+    reason = str(e)
+    if c.state == "failed":
+        reason = f"{reason}: {c.cause}" + (f" — {c.line}" if c.line else "")
+    st.finish(step, "failed", reason)
+    for i, s in enumerate(st.steps):
+        if s.state == "pending":
+            st.steps[i] = s.model_copy(update={"state": "skipped"})
+    cause = c.cause if c.state == "failed" else ("signal_killed" if (watch.exit or {}).get("signal") else
+                                                  ("other" if watch.exited.is_set() else None))
+    return OperationResult(**res, ok=False, state="failed", steps=st.steps, cause=cause, line=c.line,
+                           hint=c.hint, error=reason, log_tail=tail)
+
+
+# ------------------------------------------------------------------ kill
+
+def _members(snap: HostSnapshot, target: KillTarget, pgid: int | None) -> list[ServerProc]:
+    """Every process that belongs to the target: its session, its group, its descendants."""
+    by_pid = {p.pid: p for p in snap.servers}
+    roots = set()
+    if target.pid:
+        roots.add(target.pid)
+    out = []
+    for p in snap.servers:
+        if p.role == "supervisor":
+            continue
+        if target.session_id and p.session_id == target.session_id:
+            out.append(p)
+        elif pgid is not None and p.pgid == pgid:
+            out.append(p)
+        elif p.pid in roots:
+            out.append(p)
+        else:
+            cur, n = p, 0
+            while cur is not None and n < 64:
+                if cur.ppid in roots:
+                    out.append(p)
+                    break
+                cur, n = by_pid.get(cur.ppid), n + 1
+    return out
+
+
+async def _fresh(link: HostLink) -> HostSnapshot:
+    link.sample = await link.request("snapshot", audit=False)
+    link.received_at, link._snapshot = time.time(), None
+    return link.snapshot()
+
+
+async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: float = 20.0,
+               release_timeout: float = 30.0) -> OperationResult:
+    """SIGTERM the group, escalate after ``grace``, and confirm everything is gone (see module doc)."""
+    st = Stepper(["target", "SIGTERM", "exited", "no orphans", "GPU released", "port closed"], on_steps)
+    res = dict(op="kill", host=link.name, session_id=target.session_id)
+    st.start("target")
+    try:
+        snap = await _fresh(link)
+    except (LinkDown, RequestError, asyncio.TimeoutError) as e:
+        st.finish("target", "failed", str(e))
+        return OperationResult(**res, ok=False, steps=st.steps, error=str(e))
+    pid, start, pgid, port, gpus = target.pid, target.start_ticks, None, None, []
+    if target.session_id:
+        s = next((x for x in snap.sessions if x.session_id == target.session_id), None)
+        if s is None:
+            err = f"no session {target.session_id} on {link.name}"
+            st.finish("target", "failed", err)
+            return OperationResult(**res, ok=False, steps=st.steps, error=err)
+        if s.record is None:
+            err = f"session {target.session_id} has no supervisor record (never started)"
+            st.finish("target", "failed", err)
+            return OperationResult(**res, ok=False, steps=st.steps, error=err)
+        pid, start, pgid = s.record.pid, s.record.start_ticks, s.record.pgid
+        port = s.spec.port if s.spec else None
+        gpus = list(s.spec.gpus) if s.spec else []
+    else:
+        p = next((x for x in snap.servers if x.pid == pid), None)
+        if p is None or (start is not None and p.start_ticks != start):
+            err = f"process {pid} is gone or is no longer the one targeted"
+            st.finish("target", "failed", err)
+            return OperationResult(**res, ok=False, steps=st.steps, error=err)
+        start = p.start_ticks
+        pgid = p.pgid if p.pgid == p.pid else None
+        port = server_port(p.argv) if p.role == "launcher" else None
+    members = _members(snap, target.model_copy(update={"pid": pid}), pgid)
+    for m in members:
+        gpus.extend(m.gpu_mem_mib)
+    gpus = sorted(set(gpus))
+    held = {g.index: sum(g2 for m in members for i, g2 in m.gpu_mem_mib.items() if i == g.index)
+            for g in snap.gpus if g.index in gpus}
+    baseline = {g.index: (g.mem_used_mib or 0) - held.get(g.index, 0) for g in snap.gpus if g.index in gpus}
+    ident = [[m.pid, m.start_ticks] for m in members]
+    st.finish("target", "ok", f"pid {pid} (start {start})" + (f", group {pgid}" if pgid else "")
+              + f"; {len(members)} process(es): " + ", ".join(str(m.pid) for m in members)
+              + (f"; GPUs {','.join(map(str, gpus))}" if gpus else ""))
+
+    async def signal_all(sig: int) -> list[int]:
+        args = {"pid": pid, "start_ticks": start, "signal": sig, "pids": ident}
+        if pgid:
+            args["pgid"] = pgid
+        if target.session_id:
+            args["session_id"] = target.session_id
+        try:
+            return (await link.request("kill", args))["signalled"]
+        except RequestError as e:
+            if "already gone" in str(e):
+                return []
+            raise
+
+    try:
+        st.start("SIGTERM")
+        done = await signal_all(15)
+        st.finish("SIGTERM", "ok", "signalled " + (", ".join(f"group {-d}" if d < 0 else f"pid {d}" for d in done)
+                                                  or "nothing: already gone"))
+        st.start("exited")
+        remaining = await _wait_gone(link, ident, grace)
+        if remaining:
+            st.add("SIGKILL")
+            st.finish("exited", "failed", f"still running after {grace:.0f} s grace: "
+                      + ", ".join(str(p) for p, _ in remaining))
+            st.start("SIGKILL")
+            await signal_all(9)
+            remaining = await _wait_gone(link, ident, 10.0)
+            st.finish("SIGKILL", "ok" if not remaining else "failed",
+                      "all gone" if not remaining else "still alive: " + ", ".join(str(p) for p, _ in remaining))
+        else:
+            st.finish("exited", "ok", f"all {len(ident)} process(es) exited")
+        st.start("no orphans")
+        snap = await _fresh(link)
+        alive_ids = {(p.pid, p.start_ticks) for p in snap.servers if p.alive}
+        orphans = [p for p in snap.servers if p.alive and p.role != "supervisor" and (
+            (p.pid, p.start_ticks) in {tuple(x) for x in ident}
+            or (target.session_id and p.session_id == target.session_id)
+            or (pgid is not None and p.pgid == pgid))]
+        left = [f"pid {p.pid} {p.title[:60]}" + (f" holding {sum(p.gpu_mem_mib.values())} MiB on GPU "
+                                                  f"{','.join(map(str, p.gpu_mem_mib))}" if p.gpu_mem_mib else "")
+                for p in orphans]
+        st.finish("no orphans", "ok" if not orphans else "failed",
+                  "no process of the target remains" if not orphans else "; ".join(left))
+        del alive_ids
+        st.start("GPU released")
+        if snap.gpu_source == "none" or not gpus:
+            st.finish("GPU released", "skipped", "no GPU information" if snap.gpu_source == "none"
+                      else "the target held no GPU memory")
+        else:
+            ok, ev = await _wait_released(link, {p for p, _ in ident}, baseline, release_timeout)
+            st.finish("GPU released", "ok" if ok else "failed", ev)
+            if not ok:
+                left.append(ev)
+        st.start("port closed")
+        if port is None:
+            st.finish("port closed", "skipped", "no port known")
+        else:
+            closed = await _wait_port_closed(link, port, 10.0)
+            st.finish("port closed", "ok" if closed else "failed",
+                      f"127.0.0.1:{port} refuses connections" if closed else f"port {port} still accepts connections")
+            if not closed:
+                left.append(f"port {port} still open")
+    except (LinkDown, RequestError, asyncio.TimeoutError) as e:
+        name = _running(st) or "SIGTERM"
+        st.finish(name, "failed", f"lost contact with the host: {e}")
+        return OperationResult(**res, ok=False, steps=st.steps, error=str(e), state="stopping")
+    ok = all(s.state in ("ok", "skipped") for s in st.steps if s.name != "exited")
+    return OperationResult(**res, ok=ok, steps=st.steps, state="stopped" if ok else "stopping",
+                           left=left, error=None if ok else "kill not confirmed: " + "; ".join(left))
+
+
+async def _wait_gone(link: HostLink, ident: list[list[int]], timeout: float) -> list[list[int]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = []
+        for pid, start in ident:
+            p = await link.request("proc", {"pid": pid}, audit=False)
+            if p and p.get("start_ticks") == start and p.get("state") not in ("Z", "X"):
+                remaining.append([pid, start])
+        if not remaining or time.monotonic() > deadline:
+            return remaining
+        await asyncio.sleep(0.1)
+
+
+async def _wait_released(link: HostLink, pids: set[int], baseline: dict[int, int], timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        s = await link.request("snapshot", audit=False)
+        listed, high = [], []
+        for g in s.get("gpus", []):
+            if g["index"] not in baseline:
+                continue
+            listed += [f"pid {p['pid']} on GPU {g['index']}" for p in g.get("procs", []) if p["pid"] in pids]
+            used = g.get("mem_used_mib")
+            if used is not None and used > baseline[g["index"]] + GPU_RELEASE_TOLERANCE_MIB:
+                high.append(f"GPU {g['index']} uses {used} MiB (baseline {baseline[g['index']]} MiB)")
+        if not listed and not high:
+            return True, "driver lists none of the pids; memory back to baseline (" + ", ".join(
+                f"GPU {i}: ≤{b + GPU_RELEASE_TOLERANCE_MIB} MiB" for i, b in baseline.items()) + ")"
+        if time.monotonic() > deadline:
+            return False, "; ".join(listed + high)
+        await asyncio.sleep(0.25)
+
+
+async def _wait_port_closed(link: HostLink, port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if not await link.request("port_open", {"port": port}, audit=False):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+
+
+async def relaunch(link: HostLink, target: KillTarget, req: LaunchRequest, on_steps=None, *,
+                   wait: bool = True, timeout: float = 900.0, grace: float = 20.0) -> OperationResult:
+    """Confirmed kill, then launch. Refuses to start while anything of the old target remains."""
+    collected: list[Step] = []
+
+    def kill_steps(steps: list[Step]) -> None:
+        collected[:] = [s.model_copy(update={"name": f"kill: {s.name}"}) for s in steps]
+        if on_steps:
+            on_steps(list(collected))
+
+    k = await kill(link, target, kill_steps, grace=grace)
+    if not k.ok:
+        return OperationResult(op="relaunch", host=link.name, ok=False, session_id=target.session_id,
+                               state=k.state, steps=collected, left=k.left,
+                               error="relaunch refused: the old server is not confirmed gone: " + (k.error or ""))
+    prefix = list(collected)
+
+    def launch_steps(steps: list[Step]) -> None:
+        if on_steps:
+            on_steps(prefix + steps)
+
+    req = req.model_copy(update={"replaces": target.session_id})
+    r = await launch(link, req, launch_steps, wait=wait, timeout=timeout)
+    return r.model_copy(update={"op": "relaunch", "steps": prefix + r.steps})
+
+
+def request_from_argv(host: str, argv: list[str], gpus: list[int], port: int | None,
+                      env: dict[str, str] | None = None) -> LaunchRequest:
+    """Split a server argv into command and flags (the flags start at the first ``--`` option)."""
+    i = next((k for k, a in enumerate(argv) if a.startswith("--")), len(argv))
+    return LaunchRequest(host=host, command=argv[:i], flags=argv[i:], gpus=gpus,
+                         port=port if port is not None else (int(flag_value(argv, "--port") or 0) or None),
+                         env=env or {})
+
+
+def host_env(names: list[str]) -> dict[str, str]:
+    """Values of the configured env names from the console's own environment (never logged)."""
+    return {n: os.environ[n] for n in names if n in os.environ}
