@@ -117,6 +117,7 @@ class GpuPanel(Widget, can_focus=True):
         yield Static("", classes="serving detail line")
 
     def on_mount(self) -> None:
+        self._ready = True
         if self._pending:
             self.apply(*self._pending)
 
@@ -130,7 +131,7 @@ class GpuPanel(Widget, can_focus=True):
         if snap.sampled_at != self._last_sample:
             self._last_sample = snap.sampled_at
             self.history.append(g.power_w or 0.0)
-        if not self.is_mounted or not self.children:
+        if not getattr(self, "_ready", False):
             self._pending = (g, s, snap, servers, now, interval)
             return
         self._pending = None
@@ -142,7 +143,9 @@ class GpuPanel(Widget, can_focus=True):
         stats.update(stats_line(g))
         procs.update(procs_text(g, servers))
         sess.update(session_line(s))
-        serving.update(detail_line(s))
+        detail = detail_line(s)
+        serving.update(detail)
+        serving.display = bool(detail.plain)
 
     def _parts(self) -> tuple:
         if not hasattr(self, "_cached"):

@@ -67,6 +67,9 @@ class LogPane(Vertical):
 
     def on_mount(self) -> None:
         self.watch(self.log_widget, "scroll_y", self._scrolled, init=False)
+        if self.app.animation_level == "none":  # reduced motion: no blinking cursors either
+            for box in self.query(Input):
+                box.cursor_blink = False
 
     # ---- session switching
     def start(self, host: str, session_id: str, banner: str) -> None:

@@ -1,0 +1,472 @@
+"""The console's Textual app: host sections with GPU panels, the session log, the steps of
+the action in progress and the audit pane. It talks to the data layer only through a
+:class:`console.backend.Backend`.
+
+Views and log lines may arrive at any rate (and from any thread): they are parked in plain
+containers and applied by timers, at most 10 times a second, one ``batch_update`` per tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterable
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from console.backend import Backend
+from console.model import AuditEntry, HostView, KillTarget, LaunchRequest, OperationResult, SessionView, Step
+from console.ui.flag_values import from_argv, split_argv
+from console.ui.format import clean, clock_text, gpu_list, short
+from console.ui.screens.confirm import ConfirmScreen
+from console.ui.screens.flag_form import FlagForm
+from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
+from console.ui.widgets.audit import AuditPane
+from console.ui.widgets.gpu_panel import GpuPanel
+from console.ui.widgets.host_section import HostSection
+from console.ui.widgets.log_pane import LogPane
+from console.ui.widgets.steps import StepsView
+
+DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
+KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
+
+
+class MainScreen(Screen):
+    """The default screen; ``tab`` moves between GPU panels rather than every widget."""
+
+    BINDINGS = [
+        Binding("tab", "app.next_panel(1)", "Next GPU", show=False),
+        Binding("shift+tab", "app.next_panel(-1)", "Previous GPU", show=False),
+    ]
+
+
+class MtpConsoleApp(App):
+    """The operator console. Build it with :func:`make_app`."""
+
+    TITLE = "mtpconsole"
+    CSS_PATH = css_paths()
+    BINDINGS = [
+        Binding("l", "launch", "Launch", tooltip="launch a server on the selected GPU (flag form)", id="launch"),
+        Binding("k", "kill", "Kill", tooltip="stop the selected session, confirmed", id="kill"),
+        Binding("r", "relaunch", "Relaunch", tooltip="confirmed kill, then launch with the same flags", id="relaunch"),
+        Binding("e", "edit", "Edit", tooltip="edit the flags and relaunch", id="edit"),
+        Binding("enter", "select_panel", "Select", show=False, tooltip="focus the selected GPU panel", id="select_panel"),
+        Binding("slash", "filter_log", "Filter", tooltip="filter the log (hide non-matching lines)", id="filter_log"),
+        Binding("w", "wrap_log", "Wrap", tooltip="toggle wrapping of long log lines", id="wrap_log"),
+        Binding("end", "follow_log", "Follow", show=False, tooltip="jump to the end of the log and follow it", id="follow_log"),
+        Binding("a", "audit", "Audit", tooltip="show or hide the remote commands run", id="audit"),
+        Binding("c", "compact", "Compact", tooltip="compact GPU panels", id="compact"),
+        Binding("t", "cycle_theme", "Theme", tooltip="dark → light → high contrast", id="cycle_theme"),
+        Binding("question_mark", "help", "Help", tooltip="show or hide the key help", id="help"),
+        Binding("q", "quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
+    ]
+
+    def __init__(self, backend: Backend, *, theme: str = "dark", read_only: bool = False,
+                 clock: Callable[[], float] = time.time, interval: float | None = None,
+                 keymap: dict[str, str] | None = None) -> None:
+        super().__init__()
+        if keymap:
+            self.set_keymap(keymap)  # action name -> key (config [ui] keymap)
+        if theme not in NAMES:
+            raise ValueError(f"unknown theme {theme!r} (choose from {', '.join(NAMES)})")
+        self.backend = backend
+        self.read_only = bool(read_only or getattr(backend, "read_only", False))
+        self.clock = clock
+        self.interval = float(interval or getattr(backend, "interval", None) or 1.0)
+        self.theme_name = theme
+        self.register_theme(HIGH_CONTRAST)
+        self.pending_views: dict[str, HostView] = {}
+        self.views: dict[str, HostView] = {}
+        self.log_queue: deque[tuple[str, str, list[str]]] = deque()
+        self.audit_queue: deque[AuditEntry] = deque()
+        self.selected: GpuPanel | None = None
+        self.following: tuple[str, str] | None = None
+        self.follow_busy = False
+        self.op_busy = False
+        self.form_memory: dict[tuple[str, int], dict[str, Any]] = {}
+        self.results: list[OperationResult] = []
+        self._loop_thread = threading.get_ident()
+
+    # ------------------------------------------------------------------ layout
+    def get_default_screen(self) -> Screen:
+        return MainScreen(id="_default")
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="body"):
+            with VerticalScroll(id="hosts"):
+                for h in self.backend.hosts:
+                    yield HostSection(h)
+            with Vertical(id="side"):
+                yield StepsView(self.clock, id="steps")
+                yield LogPane(id="log")
+                yield AuditPane(id="audit")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self.sub_title = "READ-ONLY" if self.read_only else f"{len(self.backend.hosts)} host(s)"
+        self.set_theme(self.theme_name)
+        self.set_interval(0.1, self.apply_views)
+        self.set_interval(0.075, self.flush_logs)
+        self.set_interval(1.0, self.refresh_ages)
+        self.set_interval(0.25, self._spin)
+        self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
+
+    async def _start_backend(self) -> None:
+        try:
+            await self.backend.start(self.on_view, self.on_log, self.on_audit)
+        except Exception as e:  # the UI stays up and says why
+            self.notify(f"backend failed to start: {short(clean(str(e)), 300)}", severity="error", timeout=30)
+
+    # ------------------------------------------------------------------ data in (any thread)
+    def on_view(self, view: HostView) -> None:
+        """Backend callback: keep only the latest view per host; applied by a timer."""
+        self.pending_views[view.snapshot.name] = view
+
+    def on_log(self, host: str, session_id: str, lines: list[str]) -> None:
+        self.log_queue.append((host, session_id, list(lines)))
+
+    def on_audit(self, entry: AuditEntry) -> None:
+        self.audit_queue.append(entry)
+
+    # ------------------------------------------------------------------ timers
+    def section(self, host: str) -> HostSection:
+        for s in self.query(HostSection):
+            if s.host == host:
+                return s
+        sec = HostSection(host)
+        self.query_one("#hosts").mount(sec)
+        return sec
+
+    def apply_views(self, force: bool = False) -> None:
+        pending, self.pending_views = self.pending_views, {}
+        if force:
+            pending = {**self.views, **pending}
+        if not pending:
+            return
+        now = self.clock()
+        with self.batch_update():
+            for host, view in pending.items():
+                self.views[host] = view
+                self.section(host).apply(view, now, self.interval)
+            self._selection_changed()
+
+    def refresh_ages(self) -> None:
+        self.apply_views(force=True)
+
+    def flush_logs(self) -> None:
+        if self.audit_queue:
+            audit = self.query_one(AuditPane)
+            while self.audit_queue:
+                audit.add_entry(self.audit_queue.popleft())
+        if self.follow_busy or not self.log_queue:
+            return
+        batch: list[str] = []
+        while self.log_queue:
+            host, sid, lines = self.log_queue.popleft()
+            if (host, sid) == self.following:
+                batch.extend(lines)
+        if batch:
+            self.query_one(LogPane).add_lines(batch)
+
+    def _spin(self) -> None:
+        if self.animation_level != "none":
+            self.query_one(StepsView).tick()
+
+    # ------------------------------------------------------------------ selection and log
+    def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
+        self.select(message.panel)
+
+    def select(self, panel: GpuPanel) -> None:
+        if self.selected is not None and self.selected is not panel:
+            self.selected.remove_class("selected")
+        self.selected = panel
+        panel.add_class("selected")
+        self._follow_session(panel.host, panel.session)
+
+    def _selection_changed(self) -> None:
+        p = self.selected
+        if p is None or not p.is_attached:
+            return
+        if self.following is None and p.session is not None and p.session.session_id:
+            self._follow_session(p.host, p.session)
+        elif self.following is not None:
+            s = self.find_session(*self.following)
+            if s is not None:
+                self.query_one(LogPane).show_banner(self.banner(s))
+
+    def find_session(self, host: str, sid: str) -> SessionView | None:
+        view = self.views.get(host)
+        return next((s for s in view.sessions if s.session_id == sid), None) if view else None
+
+    @staticmethod
+    def banner(s: SessionView) -> str:
+        argv = short(clean(" ".join(s.argv)), 400) or "N/A"
+        return (f"session {s.session_id} · {s.state.upper()} · {s.host} · GPUs {gpu_list(s.gpus)}\n"
+                f"started {clock_text(s.started_at)}\n$ {argv}")
+
+    def _follow_session(self, host: str, s: SessionView | None, sid: str | None = None) -> None:
+        sid = sid or (s.session_id if s else None)
+        key = (host, sid) if sid else None
+        if key == self.following:
+            return
+        pane = self.query_one(LogPane)
+        old, self.following = self.following, key
+        if key is None:
+            pane.stop(f"foreign server (pid {s.launcher_pid or 'N/A'}): no mtpconsole session log" if s
+                      else "no server on this GPU")
+        else:
+            pane.start(host, sid, self.banner(s) if s else f"session {sid} · {host}")
+        self.follow_busy = True
+        self.run_worker(self._switch_log(old, key), group="follow", exit_on_error=False)
+
+    async def _switch_log(self, old: tuple[str, str] | None, new: tuple[str, str] | None) -> None:
+        try:
+            if old is not None:
+                await self.backend.unfollow_log(*old)
+            if new is not None:
+                tail = await self.backend.follow_log(new[0], new[1], 500)
+                if self.following == new:
+                    self.query_one(LogPane).add_lines(tail)
+        except Exception as e:
+            self.notify(f"log: {short(clean(str(e)), 200)}", severity="warning")
+        finally:
+            self.follow_busy = False
+
+    def panels(self) -> list[GpuPanel]:
+        return list(self.query(GpuPanel))
+
+    def action_next_panel(self, step: int = 1) -> None:
+        panels = self.panels()
+        if not panels:
+            return
+        i = panels.index(self.selected) if self.selected in panels else -step if step > 0 else 0
+        panels[(i + step) % len(panels)].focus()
+
+    def action_select_panel(self) -> None:
+        p = self.selected
+        if p is None or not p.is_attached:
+            self.action_next_panel(1)
+            return
+        p.focus()
+        self._follow_session(p.host, p.session)  # explicit: switch to the session there now
+
+    def action_filter_log(self) -> None:
+        self.query_one(LogPane).open_filter()
+
+    def action_wrap_log(self) -> None:
+        self.query_one(LogPane).toggle_wrap()
+
+    def action_follow_log(self) -> None:
+        self.query_one(LogPane).follow()
+
+    def action_audit(self) -> None:
+        self.query_one(AuditPane).toggle_class("-shown")
+
+    def action_compact(self) -> None:
+        self.query_one("#hosts").toggle_class("-compact")
+
+    # ------------------------------------------------------------------ themes and help
+    def set_theme(self, name: str) -> None:
+        self.theme_name = name
+        self.theme = TEXTUAL_THEME[name]
+        for n in NAMES:
+            self.set_class(n == name, f"theme-{n}")
+
+    def action_cycle_theme(self) -> None:
+        self.set_theme(NAMES[(NAMES.index(self.theme_name) + 1) % len(NAMES)])
+
+    def action_help(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for b in self.BINDINGS:
+            if isinstance(b, Binding) and b.action != "quit" and self.check_action(b.action, ()):
+                yield SystemCommand(f"{b.description} ({b.key})", b.tooltip or b.description,
+                                    lambda a=b.action: self.run_action(a))
+
+    # ------------------------------------------------------------------ read-only
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in DESTRUCTIVE and self.read_only:
+            return None  # shown disabled in the footer; the key falls through to _refuse
+        return True
+
+    def _refuse(self, action: str) -> None:
+        if self.read_only and isinstance(self.screen, MainScreen):
+            self.notify(f"read-only: {DESTRUCTIVE[action]} disabled", severity="warning")
+
+    def key_l(self) -> None:
+        self._refuse("launch")
+
+    def key_k(self) -> None:
+        self._refuse("kill")
+
+    def key_r(self) -> None:
+        self._refuse("relaunch")
+
+    def key_e(self) -> None:
+        self._refuse("edit")
+
+    # ------------------------------------------------------------------ actions
+    def _target(self, need_session: bool) -> tuple[GpuPanel, SessionView | None] | None:
+        p = self.selected
+        if p is None or not p.is_attached:
+            self.notify("select a GPU panel first (tab / enter)", severity="warning")
+            return None
+        s = p.session
+        if need_session and (s is None or s.state in ("stopped", "idle") or not (s.session_id or s.pids)):
+            self.notify(f"no running server on {p.host} GPU {p.index}", severity="warning")
+            return None
+        return p, s
+
+    @staticmethod
+    def kill_target(s: SessionView) -> KillTarget:
+        if s.session_id:
+            return KillTarget(host=s.host, session_id=s.session_id)
+        pid = s.launcher_pid or (s.pids[0] if s.pids else None)
+        return KillTarget(host=s.host, pid=pid, start_ticks=s.launcher_start_ticks)
+
+    def _who(self, s: SessionView) -> list[str]:
+        return [
+            f"host:     {s.host}",
+            f"GPUs:     {gpu_list(s.gpus)}",
+            f"session:  {s.session_id or 'foreign (not launched by mtpconsole)'}",
+            f"pids:     {', '.join(map(str, s.pids)) or 'N/A'}",
+        ]
+
+    def action_launch(self) -> None:
+        t = self._target(need_session=False)
+        if t is None or self._busy():
+            return
+        p = t[0]
+        raw = self.form_memory.get((p.host, p.index))
+        if raw is None:
+            try:
+                tpl = self.backend.launch_template(p.host, p.index)
+                raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port)
+            except Exception as e:
+                self.notify(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
+                raw = {"gpus": str(p.index)}
+        form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(),
+                        remember=lambda r, key=(p.host, p.index): self.form_memory.__setitem__(key, r))
+        self.push_screen(form, callback=lambda req: req and self._run_op(
+            f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
+            lambda cb: self.backend.launch(req, cb), forget=(p.host, p.index), gpus=req.gpus))
+
+    def _checkers(self) -> dict[str, Any]:
+        return {"validator": getattr(self.backend, "validator", None),
+                "planner": getattr(self.backend, "planner", None)}
+
+    def action_kill(self) -> None:
+        t = self._target(need_session=True)
+        if t is None or self._busy():
+            return
+        s = t[1]
+        target = self.kill_target(s)  # captured now: a list shifting underneath cannot change it
+        lines = [*self._who(s), "", "then checks: " + KILL_CHECKS]
+        self.push_screen(ConfirmScreen(f"Kill {s.session_id or 'foreign server'}?", lines, "Kill"),
+                         callback=lambda ok: ok and self._run_op(
+                             f"kill · {s.host} · {s.session_id or 'pid ' + str(target.pid)}", "kill", s.host,
+                             lambda cb: self.backend.kill(target, cb)))
+
+    def _relaunch_request(self, s: SessionView) -> LaunchRequest:
+        command, flags = split_argv(s.argv)
+        return LaunchRequest(host=s.host, command=command or LaunchRequest.model_fields["command"].get_default(
+            call_default_factory=True), flags=flags, gpus=s.gpus or [0], port=s.port, replaces=s.session_id)
+
+    def action_relaunch(self) -> None:
+        t = self._target(need_session=True)
+        if t is None or self._busy():
+            return
+        s = t[1]
+        if not s.argv:
+            self.notify("the server's command line is unknown: use e to relaunch with edited flags", severity="warning")
+            return
+        target, req = self.kill_target(s), self._relaunch_request(s)
+        lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
+                 "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
+        self.push_screen(ConfirmScreen(f"Relaunch {s.session_id or 'foreign server'}?", lines, "Relaunch"),
+                         callback=lambda ok: ok and self._start_relaunch(target, req))
+
+    def action_edit(self) -> None:
+        t = self._target(need_session=True)
+        if t is None or self._busy():
+            return
+        p, s = t
+        target = self.kill_target(s)
+        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, replaces=s.session_id,
+                        title=f"Edit and relaunch {s.session_id or 'foreign server'} on {s.host} · GPUs {gpu_list(s.gpus)}",
+                        **self._checkers())
+        self.push_screen(form, callback=lambda req: req and self._start_relaunch(target, req))
+
+    def _start_relaunch(self, target: KillTarget, req: LaunchRequest) -> None:
+        self._run_op(f"relaunch · {req.host} · GPUs {gpu_list(req.gpus)}", "relaunch", req.host,
+                     lambda cb: self.backend.relaunch(target, req, cb), gpus=req.gpus)
+
+    def _busy(self) -> bool:
+        if self.op_busy:
+            self.notify("an action is already running; wait for its steps to finish", severity="warning")
+        return self.op_busy
+
+    def _run_op(self, title: str, op: str, host: str, call: Callable, *, forget: tuple[str, int] | None = None,
+                gpus: list[int] | None = None) -> None:
+        if self._busy():
+            return
+        self.op_busy = True
+        self.query_one(StepsView).begin(title)
+        self.run_worker(self._op(op, host, call, forget, gpus), group="op", exit_on_error=False)
+
+    def on_steps(self, steps: list[Step]) -> None:
+        """Backend callback for progress; safe from another thread."""
+        if threading.get_ident() == self._loop_thread:
+            self.query_one(StepsView).set_steps(steps)
+        else:
+            self.call_from_thread(self.query_one(StepsView).set_steps, steps)
+
+    async def _op(self, op: str, host: str, call: Callable, forget: tuple[str, int] | None,
+                  gpus: list[int] | None) -> None:
+        try:
+            result = await call(self.on_steps)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            result = OperationResult(op=op, host=host, ok=False, error=f"{type(e).__name__}: {e}")
+        finally:
+            self.op_busy = False
+        self.results.append(result)
+        self.query_one(StepsView).finish(result)
+        if result.ok:
+            self.notify(f"{op} confirmed" + (f": {result.state.upper()}" if result.state else ""))
+            if forget:
+                self.form_memory.pop(forget, None)
+        else:
+            why = result.cause or result.error or "failed"
+            self.notify(f"{op} FAILED: {short(clean(why), 200)}", severity="error", timeout=10)
+        p = self.selected
+        if result.session_id and p is not None and p.host == host and (gpus is None or p.index in gpus):
+            self._follow_session(host, self.find_session(host, result.session_id), result.session_id)
+
+    async def action_quit(self) -> None:
+        try:
+            await asyncio.wait_for(self.backend.stop(), 5)
+        except Exception:
+            pass
+        self.exit()
+
+
+def make_app(backend: Backend, *, theme: str = "dark", read_only: bool = False,
+             clock: Callable[[], float] = time.time, interval: float | None = None,
+             keymap: dict[str, str] | None = None) -> MtpConsoleApp:
+    """The app for ``backend``; shared by the CLI and the tests."""
+    return MtpConsoleApp(backend, theme=theme, read_only=read_only, clock=clock, interval=interval, keymap=keymap)

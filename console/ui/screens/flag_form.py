@@ -1,0 +1,180 @@
+"""The flag form: typed fields for the key SGLang flags, an extras field, inline errors,
+the backend's flag validator and memory planner, and a diff against the running flags.
+
+Launch is two presses: the first validates and shows the checks (and the diff), the second
+confirms. It dismisses with a :class:`LaunchRequest` (flags as an argv list) or ``None``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+from pydantic import ValidationError
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Select, Static, Switch
+
+from console.model import LaunchRequest
+from console.ui.flag_values import MAMBA_STRATEGIES, SPEC_ALGOS, FlagValues, field_errors, flag_diff
+from console.ui.format import clean, short
+
+Validator = Callable[[list[str]], Any]
+Planner = Callable[[list[str], list[int]], Any]
+
+# (field, label, placeholder or choices)
+FIELDS: list[tuple[str, str, Any]] = [
+    ("model_path", "model path", "/models/... or org/name"),
+    ("gpus", "GPUs", "0 or 0,1"),
+    ("tp_size", "tp size", "default: 1"),
+    ("port", "port", "default: 30000"),
+    ("spec_algo", "speculative algorithm", SPEC_ALGOS),
+    ("num_steps", "  num steps", "e.g. 3"),
+    ("eagle_topk", "  eagle topk", "e.g. 1"),
+    ("num_draft_tokens", "  num draft tokens", "e.g. 4"),
+    ("mem_fraction", "mem fraction static", "(0, 1], e.g. 0.85"),
+    ("max_running", "max running requests", "e.g. 48"),
+    ("context_length", "context length", "e.g. 32768"),
+    ("hicache", "hierarchical cache", bool),
+    ("hicache_size", "  hicache size (GB)", "e.g. 200"),
+    ("mamba_strategy", "mamba cache strategy", MAMBA_STRATEGIES),
+    ("extras", "other flags", "--flag value ... (split like a shell, never run by one)"),
+]
+
+
+class FlagForm(ModalScreen[LaunchRequest | None]):
+    """Edit the flags of one launch on one host."""
+
+    BINDINGS = [("escape", "cancel", "Cancel")]
+
+    def __init__(self, host: str, raw: dict[str, Any], *, title: str, running_argv: list[str] | None = None,
+                 validator: Validator | None = None, planner: Planner | None = None,
+                 remember: Callable[[dict[str, Any]], None] | None = None, replaces: str | None = None) -> None:
+        super().__init__(classes="dialog-screen")
+        self.host, self.raw, self.title_text = host, dict(raw), title
+        self.running_argv, self.validator, self.planner = running_argv, validator, planner
+        self.remember, self.replaces = remember, replaces
+        self.armed: list[str] | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog form"):
+            yield Static(Content.from_markup("[b]$t[/b]", t=self.title_text), classes="dialog-title")
+            with VerticalScroll(classes="fields"):
+                for name, label, kind in FIELDS:
+                    with Horizontal(classes="field"):
+                        yield Label(label, classes="field-label")
+                        yield self._widget(name, kind)
+                    yield Static("", id=f"err-{name}", classes="field-error")
+                yield Static("", id="err-", classes="field-error")
+                yield Static("", id="diff", classes="diff").set_styles("display: none;")
+                yield Static("", id="checks", classes="checks").set_styles("display: none;")
+            with Horizontal(classes="buttons"):
+                yield Button("Cancel", id="cancel")
+                yield Button("Check", id="check")
+                yield Button("Launch", id="launch", variant="primary")
+
+    def _widget(self, name: str, kind: Any):
+        v = self.raw.get(name)
+        if kind is bool:
+            return Switch(value=bool(v), id=f"f-{name}")
+        if isinstance(kind, tuple):
+            return Select([(c, c) for c in kind], value=v if v in kind else kind[0], allow_blank=False, id=f"f-{name}")
+        return Input("" if v is None else str(v), placeholder=kind, id=f"f-{name}")
+
+    def on_mount(self) -> None:
+        self.query_one("#f-model_path", Input).focus()
+        if self.app.animation_level == "none":  # reduced motion: no blinking cursors either
+            for box in self.query(Input):
+                box.cursor_blink = False
+
+    # ---- values
+    def values(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"command": self.raw.get("command") or None}
+        for name, _, _ in FIELDS:
+            out[name] = self.query_one(f"#f-{name}").value
+        return {k: v for k, v in out.items() if v is not None}
+
+    def parse(self) -> FlagValues | None:
+        """Validate the fields; shows inline errors, returns the values when valid."""
+        raw = self.values()
+        self.raw = raw
+        errors: dict[str, str] = {}
+        result = None
+        try:
+            result = FlagValues(**raw)
+        except ValidationError as e:
+            errors = field_errors(e)
+        for name in [n for n, _, _ in FIELDS] + [""]:
+            box = self.query_one(f"#err-{name}", Static)
+            box.update(errors.get(name, ""))
+            box.set_class(name in errors, "-shown")
+        return result
+
+    async def checks(self, v: FlagValues) -> bool:
+        """Run the backend's validator and planner; returns False when they found an error."""
+        flags, lines, ok = v.to_flags(), [], True
+        for fn, args in ((self.validator, (flags,)), (self.planner, (flags, v.gpus))):
+            if fn is None:
+                continue
+            try:
+                res = fn(*args)
+                if inspect.isawaitable(res):
+                    res = await res
+            except Exception as e:  # a broken checker must not take the form down
+                res = [("warning", f"check could not run: {e}")] if fn is self.validator else f"plan: {e}"
+            if fn is self.planner:
+                res = [("plan", res)] if res else []
+            for sev, msg in res or []:
+                ok = ok and sev != "error"
+                style = {"error": "$text-error", "warning": "$text-warning"}.get(sev, "$text-muted")
+                lines.append(Content.from_markup(f"[{style}]$s[/] $m", s=f"{sev}:", m=short(clean(str(msg)), 400)))
+        if not lines:
+            lines.append(Content("no flag validator or memory planner available" if not (self.validator or self.planner)
+                                 else "checks: nothing to report"))
+        self._show("#checks", Content("\n").join(lines))
+        if self.running_argv is not None:
+            diff = flag_diff(self.running_argv, flags) or ["(no change)"]
+            self._show("#diff", Content("changes against the running server:\n" + "\n".join(diff)))
+        return ok
+
+    def _show(self, sel: str, content: Content) -> None:
+        box = self.query_one(sel, Static)
+        box.update(content)
+        box.display = True
+
+    # ---- buttons
+    async def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "cancel":
+            self.dismiss(None)
+            return
+        v = self.parse()
+        if v is None:
+            self._disarm()
+            return
+        ok = await self.checks(v)
+        if event.button.id == "check" or not ok:
+            self._disarm()
+            return
+        flags = v.to_flags()
+        if self.armed != flags:
+            self.armed = flags
+            self.query_one("#launch", Button).label = "Confirm launch"
+            return
+        if self.remember:
+            self.remember(self.raw)
+        self.dismiss(LaunchRequest(host=self.host, command=v.command, flags=flags, gpus=v.gpus, port=v.port,
+                                   replaces=self.replaces))
+
+    def _disarm(self) -> None:
+        self.armed = None
+        self.query_one("#launch", Button).label = "Launch"
+
+    def on_input_changed(self) -> None:
+        if self.armed is not None:
+            self._disarm()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
