@@ -7,7 +7,9 @@ optionally a ``name`` (the host). Nothing runs through a shell.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -17,7 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from console.errors import HostError
+from console.errors import HostError, UserError
 from console.ops.flag_help import HelpParseError, parse_help
 from console.ops.flag_models import FlagSchema
 
@@ -60,6 +62,28 @@ def cache_path(cache_dir: Path, host: str, command: list[str], version: str | No
     return Path(cache_dir) / f"{safe_host}-{digest}.json"
 
 
+async def _run(link: Link, argv: list[str], timeout: int, what: str) -> tuple[int, str, str]:
+    """``run`` on the host; the link's own reply timeout (when it has one) covers the command's."""
+    args = {"argv": argv, "timeout": timeout}
+    kwargs: dict[str, Any] = {}
+    try:
+        params = inspect.signature(link.request).parameters
+        if "timeout" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            kwargs["timeout"] = timeout + 15
+    except (TypeError, ValueError):
+        pass
+    host = getattr(link, "name", None) or "host"
+    try:
+        reply = await link.request("run", args, **kwargs)
+    except UserError:
+        raise
+    except asyncio.TimeoutError:
+        raise HostError(f"{host}: {what} timed out after {timeout} s") from None
+    except Exception as e:  # the link's own errors (connection lost, agent refused)
+        raise HostError(f"{host}: {what} failed: {e}") from None
+    return _result(reply, what)
+
+
 def _result(reply: Any, what: str) -> tuple[int, str, str]:
     if not isinstance(reply, dict):
         raise HostError(f"{what}: unexpected reply from the agent: {type(reply).__name__}")
@@ -72,7 +96,10 @@ async def server_version(link: Link, command: list[str]) -> str | None:
     argv = version_command(command)
     if argv is None:
         return None
-    rc, out, _ = _result(await link.request("run", {"argv": argv, "timeout": VERSION_TIMEOUT_S}), "version check")
+    try:
+        rc, out, _ = await _run(link, argv, VERSION_TIMEOUT_S, "the sglang version check")
+    except HostError:
+        return None  # unknown version: no cache reuse; the --help run reports a dead link itself
     lines = out.strip().splitlines()
     if rc != 0 or not lines or not _VERSION_RE.match(lines[-1].strip()):
         return None
@@ -113,8 +140,7 @@ async def learn_schema(link: Link, command: list[str], cache_dir: Path) -> FlagS
         cached = _read_cache(path)
         if cached is not None:
             return cached
-    rc, out, err = _result(
-        await link.request("run", {"argv": [*command, "--help"], "timeout": HELP_TIMEOUT_S}), "--help")
+    rc, out, err = await _run(link, [*command, "--help"], HELP_TIMEOUT_S, f"{' '.join(command)} --help")
     text = out if "usage:" in out.lower() else err + "\n" + out
     try:
         schema = parse_help(text, version=version)

@@ -1,0 +1,76 @@
+"""`mtpconsole check`: validate a flag set against the host's server, before launching it.
+
+    mtpconsole check --host H [--command CMD] [--json] -- --model-path M --port 30000 ...
+    mtpconsole check --help-file FILE -- python3 -m sglang.launch_server --model-path M ...
+
+Reports what the server's argparse would reject (unknown, ambiguous, renamed, bad values),
+SGLang's speculative-decoding rules and security warnings. Exit 0 when clean, 1 when any
+problem is listed (0 with --warn-ok when there are only warnings), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from console.commands.flags import add_source_options, command_of, load_schema
+from console.ops.flags import check_all, split_launch_command
+
+HELP = "validate a flag set against the host's server"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_source_options(p)
+    p.add_argument("--warn-ok", action="store_true", help="exit 0 when there are only warnings")
+    p.add_argument("server_flags", nargs="*", metavar="FLAG",
+                   help="the server flags after '--' (a whole 'python -m sglang.launch_server ...' line is fine)")
+    # The top-level parser swallows a '--' that directly follows the subcommand
+    # ("check -- --port 1" arrives here as ["--port", "1"]). Put it back before the first
+    # token that is not one of this subcommand's own options, so server flags stay flags.
+    original = p.parse_args
+
+    def parse_args(args=None, namespace=None):
+        return original(_restore_separator(p, list(args or [])), namespace)
+
+    p.parse_args = parse_args  # type: ignore[method-assign]
+
+
+def _restore_separator(p: argparse.ArgumentParser, tokens: list[str]) -> list[str]:
+    own = p._option_string_actions  # noqa: SLF001 - argparse has no public lookup
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "--":
+            return tokens
+        name = tok.split("=", 1)[0]
+        action = own.get(name)
+        if action is None:
+            return tokens[:i] + ["--"] + tokens[i:]
+        i += 1 if ("=" in tok or action.nargs == 0) else 2
+    return tokens
+
+
+async def run(args) -> int:
+    tokens = list(args.server_flags or [])
+    if tokens and tokens[0] == "--":
+        tokens = tokens[1:]
+    launcher, flags = split_launch_command(tokens)
+    schema = await load_schema(args, command_of(args, launcher or None))
+    problems = check_all(flags, schema, version=schema.version)
+    errors = sum(p.severity == "error" for p in problems)
+    warnings = len(problems) - errors
+    if args.json:
+        print(json.dumps([p.model_dump() for p in problems], indent=1))
+    else:
+        where = f"{schema.prog or 'server'} {schema.version or ''}".rstrip()
+        if not problems:
+            print(f"ok: {len(flags)} arguments, no problems ({where})")
+        for p in problems:
+            print(f"{p.severity:<7} {p.kind:<16} {p.message}")
+            if p.suggestion:
+                print(f"{'':<24} fix: {p.suggestion}")
+        if problems:
+            print(f"{errors} error(s), {warnings} warning(s) ({where})")
+    if errors or (warnings and not args.warn_ok):
+        return 1
+    return 0

@@ -1,0 +1,129 @@
+"""`mtpconsole flags`: the server's flags as its own ``--help`` describes them.
+
+    mtpconsole flags --host H [--command "python3 -m sglang.launch_server"] [--search WORDS] [--json]
+    mtpconsole flags --help-file FILE [--json]          # offline, from a saved --help text
+
+Learned schemas are cached per host, command and server version under
+``$XDG_CACHE_HOME/mtpconsole/flags``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+from pathlib import Path
+
+from console.errors import UserError
+from console.ops.flags import DEFAULT_COMMAND, Flag, FlagSchema, key_flags, learn_schema, parse_help, search
+from console.ops.flag_help import MAX_HELP_CHARS
+
+HELP = "the host's server flags, learned from its --help"
+
+
+def add_source_options(p: argparse.ArgumentParser) -> None:
+    """Options shared with `check`: where the flag schema comes from."""
+    p.add_argument("--command", metavar="CMD", default=None,
+                   help=f"the server command on the host (default: '{' '.join(DEFAULT_COMMAND)}')")
+    p.add_argument("--help-file", metavar="FILE", default=None,
+                   help="read a saved '--help' text instead of asking a host (offline)")
+    p.add_argument("--server-version", metavar="V", default=None,
+                   help="the server version, for messages (with --help-file)")
+    p.add_argument("--cache-dir", metavar="DIR", default=None,
+                   help="where learned schemas are cached (default $XDG_CACHE_HOME/mtpconsole/flags)")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_source_options(p)
+    p.add_argument("--search", metavar="WORDS", default=None, help="only flags matching these words")
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mtpconsole" / "flags"
+
+
+def command_of(args, fallback: list[str] | None = None) -> list[str]:
+    """The server command from ``--command`` (split like a shell would, never run by one)."""
+    if getattr(args, "command", None):
+        try:
+            cmd = shlex.split(args.command)
+        except ValueError as e:
+            raise UserError(f"--command: {e}") from None
+        if not cmd:
+            raise UserError("--command is empty")
+        return cmd
+    return list(fallback or DEFAULT_COMMAND)
+
+
+def read_help_file(path: str) -> str:
+    """A saved help text; invalid UTF-8 is replaced, not fatal."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_HELP_CHARS + 1)
+    except OSError as e:
+        raise UserError(f"--help-file {path}: {e.strerror or e}") from None
+    return data.decode("utf-8", errors="replace")
+
+
+async def load_schema(args, command: list[str]) -> FlagSchema:
+    """The schema from ``--help-file``, or learned from the first ``--host`` through its agent."""
+    if getattr(args, "help_file", None):
+        return parse_help(read_help_file(args.help_file), version=getattr(args, "server_version", None))
+    if not getattr(args, "hosts", None) and not getattr(args, "demo", False):
+        raise UserError("give --host HOST to ask a host's server, or --help-file FILE to read a saved --help")
+    try:
+        from console.hostctx import connect_hosts
+    except ImportError as e:
+        raise UserError(f"asking a host is not available in this build ({e}); use --help-file FILE") from None
+    cache_dir = Path(args.cache_dir) if getattr(args, "cache_dir", None) else default_cache_dir()
+    async with connect_hosts(args) as links:
+        if not links:
+            raise UserError("no host to ask")
+        schema = await learn_schema(links[0], command, cache_dir)
+    if getattr(args, "server_version", None) and schema.version is None:
+        schema = schema.with_version(args.server_version)
+    return schema
+
+
+def _describe(f: Flag) -> str:
+    names = ", ".join(f.option_strings)
+    if f.choices:
+        arg = "{" + ",".join(f.choices) + "}"
+    else:
+        arg = f.metavar or ""
+    if f.takes_value and f.nargs not in (None,):
+        arg = f"{arg} (nargs {f.nargs})"
+    marks = [m for m, on in (("required", f.required), ("deprecated", f.deprecated)) if on]
+    head = f"{names} {arg}".rstrip()
+    extra = []
+    if f.type:
+        extra.append(f.type)
+    if f.default is not None:
+        extra.append(f"default {f.default}")
+    extra += marks
+    line = head + (f"  [{'; '.join(extra)}]" if extra else "")
+    first = f.help.split(". ")[0].strip()
+    return line + (f"\n      {first}" if first else "")
+
+
+async def run(args) -> int:
+    schema = await load_schema(args, command_of(args))
+    flags = search(schema, args.search) if args.search else list(schema.flags)
+    if args.json:
+        print(json.dumps({"version": schema.version, "prog": schema.prog,
+                          "flags": [f.model_dump() for f in flags]}, indent=1))
+        return 0
+    print(f"{schema.prog or 'server'} {schema.version or '(version unknown)'}: {len(schema.flags)} flags"
+          + (f", {len(flags)} matching {args.search!r}" if args.search else ""))
+    if not args.search:
+        keys = key_flags(schema)
+        if keys:
+            print("\nkey flags:")
+            for f in keys:
+                print("  " + _describe(f))
+        print("\nall flags:")
+    for f in flags:
+        print("  " + _describe(f))
+    return 0
