@@ -174,8 +174,8 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
         except (RequestError, LinkDown, asyncio.TimeoutError) as e:
             msg = str(e) or "launch request timed out"
             st.finish("preflight", "failed", msg)
-            return OperationResult(**res, ok=False, state="failed", steps=st.steps, error=msg,
-                                   session_id=None if "preflight" in msg else sid)
+            return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps,
+                                   error=msg)
         pre = info.get("preflight") or []
         st.finish("preflight", "ok", "; ".join(f"{c['name']}: {c['detail']}" for c in pre))
         await link.follow_log(sid, 0)
@@ -422,7 +422,12 @@ async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: floa
             st.finish("exited", "ok", f"all {len(ident)} process(es) exited")
         st.start("no orphans")
         snap = await _fresh(link)
-        alive_ids = {(p.pid, p.start_ticks) for p in snap.servers if p.alive}
+        if target.session_id:  # the supervisor records the exit after it cleaned up the group
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and not any(
+                    x.session_id == target.session_id and x.exit for x in snap.sessions):
+                await asyncio.sleep(0.1)
+                snap = await _fresh(link)
         orphans = [p for p in snap.servers if p.alive and p.role != "supervisor" and (
             (p.pid, p.start_ticks) in {tuple(x) for x in ident}
             or (target.session_id and p.session_id == target.session_id)
@@ -432,7 +437,6 @@ async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: floa
                 for p in orphans]
         st.finish("no orphans", "ok" if not orphans else "failed",
                   "no process of the target remains" if not orphans else "; ".join(left))
-        del alive_ids
         st.start("GPU released")
         if snap.gpu_source == "none" or not gpus:
             st.finish("GPU released", "skipped", "no GPU information" if snap.gpu_source == "none"
