@@ -220,3 +220,32 @@ def frozen_app(backend: FakeBackend | None = None, **kw):
     app = make_app(backend or FakeBackend(), clock=lambda: NOW, **kw)
     app.animation_level = "none"
     return app
+
+
+def harness(factory: Callable, *, theme: str = "dark", on_ready: Callable | None = None):
+    """A tiny app that mounts ``factory()`` with the console's CSS, for one-widget snapshots."""
+    from textual.app import App
+
+    from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
+
+    class Harness(App):
+        CSS_PATH = css_paths()
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_theme(HIGH_CONTRAST)
+            self.animation_level = "none"
+
+        def compose(self):
+            yield from factory()
+
+        def on_mount(self) -> None:
+            self.theme = TEXTUAL_THEME[theme]
+            for n in NAMES:
+                self.set_class(n == theme, f"theme-{n}")
+            if on_ready:
+                on_ready(self)
+
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    return Harness()

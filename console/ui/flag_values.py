@@ -58,7 +58,7 @@ class FlagValues(BaseModel):
     mamba_strategy: Literal["default", "auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"] = "default"
     tp_size: int | None = None
     port: int | None = None
-    extras: str = ""
+    extras: str | None = None
     command: list[str] = DEFAULT_COMMAND
 
     @field_validator("*", mode="before")
@@ -120,13 +120,11 @@ class FlagValues(BaseModel):
             raise ValueError("must be 1–65535")
         return v
 
-    @field_validator("extras", mode="before")
+    @field_validator("extras")
     @classmethod
-    def _extras(cls, v: object) -> object:
-        if v is None:
-            return ""
+    def _extras(cls, v: str | None) -> str | None:
         try:
-            shlex.split(v)  # type: ignore[arg-type]
+            shlex.split(v or "")
         except ValueError as e:
             raise ValueError(f"cannot split: {e}") from None
         return v
@@ -138,7 +136,7 @@ class FlagValues(BaseModel):
         return self
 
     def extra_args(self) -> list[str]:
-        return shlex.split(self.extras)
+        return shlex.split(self.extras or "")
 
     def to_flags(self) -> list[str]:
         """The server flags as an argv list, in a stable order."""

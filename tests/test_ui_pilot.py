@@ -1,0 +1,341 @@
+"""Pilot tests of the console UI against the fake backend (no hosts, no SSH)."""
+
+from __future__ import annotations
+
+from textual.widgets import Button, Input, Static
+
+from console.model import KillTarget
+from console.ui.flag_values import split_argv
+from console.ui.screens.confirm import ConfirmScreen
+from console.ui.screens.flag_form import FlagForm
+from console.ui.widgets.badge import Badge
+from console.ui.widgets.gpu_panel import GpuPanel
+from console.ui.widgets.log_pane import LogPane
+from console.ui.widgets.steps import StepsView
+from ui_fakes import ARGV, FAILED_LOG, NOW, FakeBackend, frozen_app, view_a, view_idle
+
+SIZE = (140, 60)
+
+
+async def settle(pilot, n: int = 3) -> None:
+    for _ in range(n):
+        await pilot.pause(0.12)
+
+
+def panel(app, host: str, idx: int) -> GpuPanel:
+    return next(p for p in app.query(GpuPanel) if p.host == host and p.index == idx)
+
+
+def badge(app, host: str, idx: int) -> str:
+    return panel(app, host, idx).query_one(Badge).label
+
+
+def last(be: FakeBackend, op: str) -> tuple:
+    return [c for c in be.calls if c[0] == op][-1]
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def focus_gpu(app, pilot, idx: int, host: str = "host-a") -> None:
+    panel(app, host, idx).focus()
+    await settle(pilot)
+
+
+async def submit_form(app, pilot) -> None:
+    """Launch (shows checks), then Confirm launch."""
+    assert isinstance(app.screen, FlagForm)
+    await pilot.click("#launch")
+    await settle(pilot, 2)
+    assert str(app.screen.query_one("#launch", Button).label) == "Confirm launch"
+    await pilot.click("#launch")
+    await settle(pilot)
+
+
+async def test_launch_steps_to_ready():
+    be = FakeBackend([view_idle()])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("tab")
+        await settle(pilot)
+        assert app.selected is panel(app, "host-a", 0) and badge(app, "host-a", 0) == "IDLE"
+        await pilot.press("l")
+        await settle(pilot)
+        assert app.screen.query_one("#f-model_path", Input).value == "/models/demo-27b"
+        await submit_form(app, pilot)
+        assert not isinstance(app.screen, FlagForm)
+        req = last(be, "launch")[1]
+        assert req.gpus == [0] and req.port == 30000
+        assert req.flags[:2] == ["--model-path", "/models/demo-27b"] and "--mem-fraction-static" in req.flags
+        await settle(pilot)
+        assert badge(app, "host-a", 0) == "READY"
+        steps = app.query_one(StepsView)
+        assert [s.state for s in steps.steps] == ["ok"] * 6 and steps.result.ok
+        assert app.following == ("host-a", "s-new-1")  # the new session's own log, nothing else
+        assert list(app.query_one(LogPane).lines) == ["fresh session line 1", "fresh session line 2"]
+
+
+async def test_launch_failed_shows_cause_and_keeps_form_values():
+    be = FakeBackend([view_idle()], outcome="failed")
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 1)
+        await pilot.press("l")
+        await settle(pilot)
+        app.screen.query_one("#f-mem_fraction", Input).value = "0.7"
+        await submit_form(app, pilot)
+        await settle(pilot)
+        assert badge(app, "host-a", 1) == "FAILED: gpu_oom"
+        text = str(panel(app, "host-a", 1).query_one(".serving", Static).render())
+        assert "Not enough memory" in text
+        steps = app.query_one(StepsView)
+        assert steps.result is not None and not steps.result.ok
+        assert [s.state for s in steps.steps][4:] == ["failed", "skipped"]
+        assert any("launch FAILED: gpu_oom" in n for n in notes(app))
+        await pilot.press("l")  # the next try starts from what was typed
+        await settle(pilot)
+        assert app.screen.query_one("#f-mem_fraction", Input).value == "0.7"
+
+
+async def test_form_inline_errors_block_launch():
+    be = FakeBackend([view_idle()])
+    be.validator = lambda flags: [("error", "unrecognized arguments: --bogus")] if "--bogus" in flags else []
+    be.planner = lambda flags, gpus: f"fits on GPUs {gpus}"
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 0)
+        await pilot.press("l")
+        await settle(pilot)
+        form = app.screen
+        form.query_one("#f-mem_fraction", Input).value = "1.5"
+        form.query_one("#f-port", Input).value = "70000"
+        form.query_one("#f-extras", Input).value = "--a 'unterminated"
+        await pilot.click("#launch")
+        await settle(pilot, 2)
+        errs = {w.id: str(w.render()) for w in form.query(".field-error.-shown")}
+        assert errs == {"err-mem_fraction": "must be in (0, 1]", "err-port": "must be 1–65535",
+                        "err-extras": "cannot split: No closing quotation"}
+        form.query_one("#f-mem_fraction", Input).value = "0.8"
+        form.query_one("#f-port", Input).value = "30001"
+        form.query_one("#f-extras", Input).value = "--bogus 1"
+        await pilot.click("#launch")
+        await settle(pilot, 2)
+        checks = str(form.query_one("#checks", Static).render())
+        assert "unrecognized arguments: --bogus" in checks and "fits on GPUs [0]" in checks
+        assert str(form.query_one("#launch", Button).label) == "Launch"  # errors: not armed
+        assert not any(c[0] == "launch" for c in be.calls)
+        form.query_one("#f-extras", Input).value = "\x00"
+        await pilot.click("#launch")
+        await settle(pilot, 2)
+        assert "NUL" in str(form.query_one("#err-extras", Static).render())
+
+
+async def test_kill_cancel_is_default_then_confirm_uses_captured_target():
+    be = FakeBackend()
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 0)
+        await pilot.press("k")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.focused.id == "cancel"
+        body = str(app.screen.query_one(".dialog-body", Static).render())
+        assert "host-a" in body and "0,1" in body and "s-ready" in body and "4200" in body
+        assert "GPU memory released" in body and "port closed" in body
+        await pilot.press("enter")
+        await settle(pilot)
+        assert not isinstance(app.screen, ConfirmScreen) and not any(c[0] == "kill" for c in be.calls)
+
+        await pilot.press("k")
+        await settle(pilot)
+        # the list shifts under the dialog: another session now sits on GPU 0
+        v = view_a()
+        be.push(v.model_copy(update={"sessions": [s.model_copy(update={"session_id": "s-other"})
+                                                  if s.session_id == "s-ready" else s for s in v.sessions]}))
+        await settle(pilot)
+        await pilot.press("tab", "enter")
+        await settle(pilot)
+        kills = [c for c in be.calls if c[0] == "kill"]
+        assert kills == [("kill", KillTarget(host="host-a", session_id="s-ready"))]
+
+
+async def test_kill_foreign_targets_pid_and_start_ticks():
+    be = FakeBackend()
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 3)
+        await pilot.press("k")
+        await settle(pilot)
+        assert "foreign" in str(app.screen.query_one(".dialog-body", Static).render())
+        await pilot.click("#confirm")
+        await settle(pilot)
+        assert ("kill", KillTarget(host="host-a", pid=5150, start_ticks=5203)) in be.calls
+
+
+async def test_relaunch_same_flags_and_edited_flag():
+    be = FakeBackend()
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 0)
+        await pilot.press("r")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen) and app.screen.focused.id == "cancel"
+        await pilot.click("#confirm")
+        await settle(pilot)
+        op, target, req = last(be, "relaunch")
+        assert target.session_id == "s-ready"
+        assert req.flags == split_argv(ARGV)[1] and req.gpus == [0, 1] and req.replaces == "s-ready"
+
+        be.push(view_a())  # back to the fixed view (s-ready on GPUs 0,1)
+        await settle(pilot)
+        await focus_gpu(app, pilot, 1)
+        await pilot.press("e")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, FlagForm)
+        assert form.query_one("#f-mem_fraction", Input).value == "0.85"
+        assert form.query_one("#f-spec_algo").value == "EAGLE"
+        form.query_one("#f-mem_fraction", Input).value = "0.8"
+        await pilot.click("#launch")
+        await settle(pilot, 2)
+        diff = str(form.query_one("#diff", Static).render())
+        assert "- --mem-fraction-static 0.85" in diff and "+ --mem-fraction-static 0.8" in diff
+        await pilot.click("#launch")
+        await settle(pilot)
+        op, target, req = last(be, "relaunch")
+        assert target == KillTarget(host="host-a", session_id="s-ready")
+        i = req.flags.index("--mem-fraction-static")
+        assert req.flags[i + 1] == "0.8" and "0.85" not in req.flags
+        assert "--speculative-algorithm" in req.flags and req.command == split_argv(ARGV)[0]
+
+
+async def test_read_only_refuses_destructive_keys():
+    be = FakeBackend()
+    app = frozen_app(be, read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 0)
+        for key in "klre":
+            await pilot.press(key)
+            await settle(pilot, 1)
+            assert not isinstance(app.screen, (ConfirmScreen, FlagForm))
+        assert notes(app) == ["read-only: kill disabled", "read-only: launch disabled",
+                              "read-only: relaunch disabled", "read-only: edit and relaunch disabled"]
+        assert app.check_action("kill", ()) is None and app.sub_title == "READ-ONLY"
+        assert not any(c[0] in ("kill", "launch", "relaunch") for c in be.calls)
+    assert frozen_app(FakeBackend(read_only=True)).read_only
+
+
+async def test_host_unreachable_ui_stays_responsive():
+    be = FakeBackend(hold=True)  # the kill below blocks until the gate opens
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert badge(app, "host-a", 0) == "READY"
+        await focus_gpu(app, pilot, 2)
+        await pilot.press("k")
+        await settle(pilot)
+        await pilot.click("#confirm")
+        await settle(pilot)
+        assert app.op_busy
+        v = view_a(state="unreachable", error="connection lost: timeout")
+        be.push(v)
+        await settle(pilot)
+        assert {badge(app, "host-a", i) for i in range(4)} == {"UNREACHABLE"}
+        assert "stale-red" in app.query_one(".host-header").classes
+        await pilot.press("a")  # keys are still handled while the operation waits
+        await settle(pilot, 1)
+        assert "-shown" in app.query_one("#audit").classes
+        await pilot.press("c")
+        await settle(pilot, 1)
+        assert "-compact" in app.query_one("#hosts").classes
+        be.gate.set()
+        await settle(pilot)
+        assert not app.op_busy and app.query_one(StepsView).result.ok
+
+
+async def test_stale_sample_turns_ready_into_stale():
+    app = frozen_app(FakeBackend([view_a(age=5.0)]))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert badge(app, "host-a", 0) == "STALE" and badge(app, "host-a", 2) == "FAILED: gpu_oom"
+        assert "stale-amber" in app.query_one(".host-header").classes
+
+
+async def test_log_switching_filter_and_follow():
+    be = FakeBackend()
+    app = frozen_app(be)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 0)
+        pane = app.query_one(LogPane)
+        assert app.following == ("host-a", "s-ready") and len(pane.lines) == 7
+        assert pane.lines[-1] == "coloured line with a bell and a  title change"  # no escapes survive
+        await focus_gpu(app, pilot, 2)
+        assert app.following == ("host-a", "s-failed")
+        assert ("unfollow_log", "host-a", "s-ready") in be.calls
+        be.on_log("host-a", "s-ready", ["must not show"])
+        be.on_log("host-a", "s-failed", ["x" * 5000])
+        await settle(pilot)
+        assert list(pane.lines)[:3] == FAILED_LOG and "must not show" not in pane.lines
+        assert pane.lines[-1].endswith("… [+3000 chars]") and len(pane.lines[-1]) < 2100
+
+        await pilot.press("slash")
+        await settle(pilot, 1)
+        await pilot.press(*"Error", "enter")
+        await settle(pilot, 1)
+        assert list(pane.log_widget.lines) == [FAILED_LOG[2]]
+        pane.set_filter("")
+        await settle(pilot, 1)
+        be.on_log("host-a", "s-failed", [f"line {i}" for i in range(100)])
+        await settle(pilot)
+        log = pane.log_widget
+        assert log.scroll_y == log.max_scroll_y  # following
+        log.scroll_to(y=0, animate=False)
+        await settle(pilot, 1)
+        be.on_log("host-a", "s-failed", ["a", "b", "c"])
+        await settle(pilot)
+        assert pane.unseen == 3 and log.scroll_y == 0
+        assert "3 new lines" in str(pane.query_one(".new-lines", Static).render())
+        await pilot.press("end")
+        await settle(pilot)
+        assert pane.unseen == 0 and log.scroll_y == log.max_scroll_y
+        await pilot.press("w")
+        await settle(pilot, 1)
+        assert pane.wrap and len(log.lines) > len(pane.lines)
+
+        await focus_gpu(app, pilot, 3)  # a foreign server has no session log
+        assert app.following is None and len(pane.lines) == 0
+        assert "foreign server (pid 5150)" in str(pane.query_one(".banner", Static).render())
+
+
+async def test_view_coalescing_and_theme_cycle():
+    be = FakeBackend([view_idle()])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for i in range(200):  # a burst: only the latest view is applied
+            be.push(view_idle(n=2 + (i % 2)))
+        assert len(app.pending_views) == 1
+        await settle(pilot)
+        assert len(app.query(GpuPanel)) == 3 and not app.pending_views
+        assert app.theme == "textual-dark" and "theme-dark" in app.classes
+        await pilot.press("t")
+        assert app.theme == "textual-light" and "theme-light" in app.classes
+        await pilot.press("t")
+        assert app.theme == "mtp-high-contrast" and "theme-high-contrast" in app.classes
+        await pilot.press("question_mark")
+        await settle(pilot, 1)
+        assert app.screen.query("HelpPanel")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Kill (k)" in titles and "Launch (l)" in titles
+        await pilot.press("q")
+        await settle(pilot, 1)
+    assert ("stop",) in be.calls
