@@ -96,8 +96,12 @@ def _classify(token: str, schema: FlagSchema, negative_like: bool) -> _Tok:
     return _Tok(token, "O", None, None, typed, explicit)
 
 
+_SECRET_NAME = re.compile(r"key|token|passw|secret", re.IGNORECASE)
+
+
 def _shown(value: str, flag: str | None) -> str:
-    if flag in SECRET_FLAGS:
+    """``value`` as a message may show it: hidden entirely for secret-looking flags."""
+    if flag in SECRET_FLAGS or (flag and _SECRET_NAME.search(flag)):
         return "***"
     return redact(value)
 
@@ -256,10 +260,13 @@ def _is_float(v: str) -> bool:
 
 
 def _ambiguous(tok: _Tok, rename: Rename | None) -> Problem:
-    msg = f"ambiguous option: {redact(tok.text)} could match {', '.join(tok.matches)}"
+    shown = tok.text
+    if tok.explicit is not None and any(_shown("x", m) == "***" for m in tok.matches):
+        shown = f"{tok.typed}=***"
+    msg = f"ambiguous option: {redact(shown)} could match {', '.join(tok.matches)}"
     if rename is not None:
         msg += f" ({tok.typed} was renamed {rename.replacement} in sglang {rename.new_since})"
-    return Problem(kind="ambiguous", flag=tok.typed, message=msg,
+    return Problem(kind="ambiguous", flag=redact(tok.typed or tok.text), message=msg,
                    suggestion=rename.replacement if rename else None, candidates=list(tok.matches))
 
 
@@ -274,9 +281,9 @@ def _renamed(tok: _Tok, rename: Rename, where: str) -> Problem:
 def _unknown(tok: _Tok, following: list[str], schema: FlagSchema) -> Problem:
     typed = tok.typed or tok.text
     close = difflib.get_close_matches(typed, schema.option_strings(), n=3, cutoff=0.6)
-    rest = (" " + " ".join(redact(v) for v in following)) if following else ""
+    rest = (" " + " ".join(_shown(v, typed) for v in following)) if following else ""
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    return Problem(kind="unknown", flag=typed, suggestion=close[0] if close else None, candidates=close,
+    return Problem(kind="unknown", flag=redact(typed), suggestion=close[0] if close else None, candidates=close,
                    message=f"unrecognized argument: {redact(typed)}{rest}{hint}")
 
 

@@ -223,11 +223,11 @@ def _parse_args_format(tokens: list[str]) -> tuple[bool, str | int | None, str |
     first = tokens[0].strip("[]")
     if text == "...":
         nargs: str | int | None = "..."
-    elif text.startswith("[") and text.endswith("...]"):  # [X ...] or py<3.9 [X [X ...]]
+    elif text.startswith("[") and "..." in text:  # [X ...] or py<3.9 [X [X ...]]
         nargs = "*"
     elif text.startswith("[") and text.endswith("]"):
         nargs = "?"
-    elif len(tokens) >= 2 and text.endswith("...]"):  # X [X ...]
+    elif len(tokens) >= 2 and "..." in text:  # X [X ...]
         nargs = "+"
     elif len(tokens) >= 2:
         nargs = len(tokens)
