@@ -1,0 +1,754 @@
+"""A stand-in for SGLang 0.5.23's server (``python -m console.sim.sglang <sglang flags>``).
+
+It parses SGLang's command line for the flags it models (argparse ``prog="sglang serve"``,
+abbreviations on, so unknown and ambiguous flags fail exactly like SGLang with exit code 2),
+writes SGLang's startup log in order with scaled timings, sizes GPU memory with the mtpconsole
+planner against a simulated GPU, starts real worker processes titled ``sglang::scheduler_TP<n>``
+and ``sglang::detokenizer``, and serves SGLang's HTTP endpoints with simulated token rates.
+
+Simulation knobs, environment only (never flags):
+
+``MTPCONSOLE_SIM_DIR``         simulated GPUs (``gpus.json``) and allocations (``alloc/<pid>.json``), see simgpu
+``MTPCONSOLE_SIM_SPEED``       time scale; default 5 (a full start takes ~3.5 s, an OOM fails after ~2 s)
+``MTPCONSOLE_SIM_FAULT``       ``orphan`` (scheduler TP0 escapes with setsid and keeps its GPU memory after
+                               the launcher dies) or ``ignore_sigterm``
+``MTPCONSOLE_SIM_WEIGHTS_GB``  size of the whole model's weights, instead of the config.json estimate
+
+Exit behaviour: bad flags exit 2 (argparse); a missing model or config error exits 1 with a
+traceback; a memory failure prints the scheduler's traceback ending in
+``RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.`` then the
+launcher logs ``Received sigquit from a child process. It usually means the child failed.`` and
+kills its tree and itself with SIGKILL (exit status -9 / 137), like SGLang's kill_process_tree.
+SIGTERM while loading: the default action (immediate death). SIGTERM once serving: drain, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+VERSION = "0.5.23"
+SPEC_BUILTINS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+DEFAULT_GPU = {"index": 0, "uuid": None, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+               "mem_total_mib": 97887, "power_limit_w": 600.0}
+SITE = "/usr/local/lib/python3.12/dist-packages/sglang"
+GIB = 1 << 30
+MIB = 1 << 20
+
+# timeline in simulated seconds (divided by MTPCONSOLE_SIM_SPEED)
+T_INIT = 1.0
+T_LOAD = 8.0
+T_POOL = 0.5
+T_GRAPH = 5.0
+T_WARMUP = 2.0
+T_DRAIN_MAX = 10.0
+
+
+def human_int(s: str) -> int:
+    """SGLang's human_readable_int: 32768, 32k, 1M."""
+    t = s.strip().lower()
+    mul = 1
+    if t.endswith("k"):
+        mul, t = 1000, t[:-1]
+    elif t.endswith("m"):
+        mul, t = 1000 * 1000, t[:-1]
+    try:
+        return int(float(t) * mul) if mul > 1 else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid human readable int value: '{s}'") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The subset of SGLang 0.5.23's flags that the stand-in models (same names, types, defaults)."""
+    p = argparse.ArgumentParser(prog="sglang serve", allow_abbrev=True)
+    a = p.add_argument
+    a("--model-path", "--model", dest="model_path", required=True, help="model directory")
+    a("--tokenizer-path", default=None)
+    a("--trust-remote-code", action="store_true")
+    a("--context-length", type=human_int, default=None)
+    a("--dtype", default="auto", choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
+    a("--kv-cache-dtype", default="auto")
+    a("--mem-fraction-static", type=float, default=None)
+    a("--max-running-requests", type=int, default=None)
+    a("--max-total-tokens", type=human_int, default=None)
+    a("--chunked-prefill-size", type=int, default=None)
+    a("--max-prefill-tokens", type=human_int, default=16384)
+    a("--page-size", type=int, default=None)
+    a("--disable-radix-cache", action="store_true")
+    a("--disable-overlap-schedule", action="store_true")
+    a("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    a("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
+    a("--base-gpu-id", type=int, default=0)
+    a("--random-seed", type=int, default=None)
+    a("--watchdog-timeout", type=float, default=300)
+    a("--host", default="127.0.0.1")
+    a("--port", type=int, default=30000)
+    a("--skip-server-warmup", action="store_true")
+    a("--api-key", default=None)
+    a("--served-model-name", default=None)
+    a("--log-level", default="info")
+    a("--enable-metrics", action="store_true")
+    a("--decode-log-interval", type=int, default=40)
+    a("--attention-backend", default=None)
+    a("--cuda-graph-max-bs-decode", type=int, default=None)
+    a("--cuda-graph-max-bs-prefill", type=int, default=None)
+    a("--disable-cuda-graph", action="store_true")
+    a("--speculative-algorithm", default=None)
+    a("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", default=None)
+    a("--speculative-num-steps", type=int, default=None)
+    a("--speculative-eagle-topk", type=int, default=None)
+    a("--speculative-num-draft-tokens", type=int, default=None)
+    a("--max-mamba-cache-size", type=int, default=None)
+    a("--mamba-ssm-dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    a("--mamba-radix-cache-strategy", default="auto", choices=["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"])
+    a("--mamba-track-interval", type=int, default=256)
+    a("--enable-hierarchical-cache", "--enable-hicache", dest="enable_hierarchical_cache", action="store_true")
+    a("--hicache-ratio", type=float, default=None)
+    a("--hicache-size", type=int, default=0)
+    a("--reasoning-parser", default=None)
+    a("--tool-call-parser", default=None)
+    return p
+
+
+def ts(prefix: str = "") -> str:
+    return "[%s%s]" % (time.strftime("%Y-%m-%d %H:%M:%S"), prefix)
+
+
+def log(msg: str, prefix: str = "") -> None:
+    """One SGLang log line on stderr (where SGLang's logging goes)."""
+    try:
+        os.write(2, ("%s %s\n" % (ts(prefix), msg)).encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def raw(text: str) -> None:
+    try:
+        os.write(2, (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def traceback_text(frames: list[tuple[str, int, str, str]], exc: str) -> str:
+    lines = ["Traceback (most recent call last):"]
+    for f, n, fn, code in frames:
+        lines.append('  File "%s/%s", line %d, in %s' % (SITE, f, n, fn))
+        lines.append("    " + code)
+    lines.append(exc)
+    return "\n".join(lines)
+
+
+def fail(exc: str, frames: list[tuple[str, int, str, str]] | None = None, code: int = 1) -> None:
+    raw(traceback_text(frames or [("launch_server.py", 32, "<module>", "server_args = prepare_server_args(sys.argv[1:])"),
+                                  ("srt/server_args.py", 6120, "prepare_server_args", "return ServerArgs.from_cli_args(raw_args)"),
+                                  ("srt/server_args.py", 1080, "__post_init__", "self._handle_model_specific_adjustments()")],
+                        exc))
+    sys.exit(code)
+
+
+def speed() -> float:
+    try:
+        s = float(os.environ.get("MTPCONSOLE_SIM_SPEED", "5") or 5)
+    except ValueError:
+        s = 5.0
+    return min(10000.0, max(0.01, s))
+
+
+def load_config(model_path: str) -> dict[str, Any]:
+    """The model's config.json, failing like transformers/SGLang when it is missing or unreadable."""
+    p = Path(model_path)
+    cfg_file = p / "config.json" if p.is_dir() else p
+    hint = ("OSError: Can't load the configuration of '%s'. If you were trying to load it from "
+            "'https://huggingface.co/models', make sure you don't have a local directory with the same name. "
+            "Otherwise, make sure '%s' is the correct path to a directory containing a config.json file" % (model_path, model_path))
+    frames = [("srt/server_args.py", 1080, "__post_init__", "self._handle_model_specific_adjustments()"),
+              ("srt/utils/hf_transformers_utils.py", 412, "get_config", "config = AutoConfig.from_pretrained(")]
+    if not cfg_file.is_file():
+        fail(hint, frames)
+    try:
+        data = json.loads(cfg_file.read_bytes()[: 4 * MIB].decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        fail("OSError: It looks like the config file at '%s' is not a valid JSON file. (%s)" % (cfg_file, e), frames)
+    return data
+
+
+class Launcher:
+    """The main process: args, startup sequence, worker processes, HTTP serving, signals."""
+
+    def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
+        self.args = args
+        self.argv = argv
+        self.speed = speed()
+        self.fault = os.environ.get("MTPCONSOLE_SIM_FAULT", "").strip()
+        self.sim_dir = os.environ.get("MTPCONSOLE_SIM_DIR") or None
+        self.children: list[subprocess.Popen] = []
+        self.cmd_fds: list[int] = []
+        self.events_r = -1
+        self.phase = "loading"
+        self.draining = False
+        self.ready = False
+        self.httpd = None
+        self.engine = None
+        self.shutdown = threading.Event()
+        self.send_lock = threading.Lock()
+        self.internal: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ helpers
+    def sleep(self, sim_s: float) -> None:
+        time.sleep(max(0.0, sim_s / self.speed))
+
+    def access(self, line: str) -> None:
+        try:
+            os.write(1, ("%s INFO:     %s\n" % (ts(), line)).encode())
+        except OSError:
+            pass
+
+    def send_all(self, msg: dict) -> None:
+        """To every scheduler; a 'log' only to TP0 (which prints decode/prefill lines)."""
+        with self.send_lock:
+            for i, fd in enumerate(self.cmd_fds):
+                m = msg if i == 0 else {k: v for k, v in msg.items() if k != "log"}
+                if not m:
+                    continue
+                try:
+                    os.write(fd, (json.dumps(m) + "\n").encode())
+                except OSError:
+                    pass
+
+    def healthy(self) -> bool:
+        return self.ready and not self.draining
+
+    def accepting(self) -> bool:
+        return self.phase in ("warmup", "serving") and not self.draining
+
+    # ------------------------------------------------------------ startup
+    def run(self) -> int:
+        a = self.args
+        if self.fault == "ignore_sigterm":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raw("%s/launch_server.py:28: UserWarning: 'python -m sglang.launch_server' is deprecated and will be "
+            "removed in a future release. Please use 'sglang serve' instead.\n  warnings.warn(" % SITE)
+        cfg = load_config(a.model_path)
+        from console.ops.model_config import ModelConfigError, parse_model_config
+        try:
+            self.shape = parse_model_config(cfg)
+        except ModelConfigError as e:
+            fail("ValueError: Unsupported model config: %s" % e)
+        self.arch = self.shape.architecture or "LlamaForCausalLM"
+        if a.attention_backend is None:
+            log("Attention backend not specified. Use flashinfer backend by default.")
+            a.attention_backend = "flashinfer"
+        self.resolve_spec()
+        if a.tp_size < 1:
+            fail("ValueError: tp_size must be >= 1, got %d" % a.tp_size)
+        self.served_name = a.served_model_name or a.model_path
+        self.context_len = a.context_length or self.shape.max_position_embeddings or 32768
+        log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in self.args_items()))
+        plans = self.plan_ranks()
+        self.install_signals()
+        self.spawn(plans)
+        ok = self.wait_schedulers()
+        if not ok:
+            return 1
+        self.serve()
+        return 0
+
+    def resolve_spec(self) -> None:
+        a = self.args
+        algo = a.speculative_algorithm
+        self.spec = False
+        self.accept_len = 1.0
+        if algo is None or str(algo).upper() == "NONE":
+            a.speculative_algorithm = None
+            if a.speculative_eagle_topk is not None or a.speculative_num_draft_tokens is not None \
+                    or a.speculative_num_steps is not None:
+                pass  # ignored without an algorithm, as in SGLang
+            return
+        name = str(algo).upper()
+        if name not in SPEC_BUILTINS:
+            fail("ValueError: Unknown speculative algorithm: %s. Built-in algorithms: %s"
+                 % (algo, ", ".join(SPEC_BUILTINS)),
+                 [("srt/server_args.py", 1080, "__post_init__", "self._handle_speculative_decoding()"),
+                  ("srt/speculative/spec_info.py", 88, "from_string", "raise ValueError(")])
+        a.speculative_algorithm = "EAGLE" if name == "NEXTN" else name
+        if a.speculative_num_steps is None and (a.speculative_eagle_topk is not None
+                                                or a.speculative_num_draft_tokens is not None):
+            fail("AssertionError: speculative_num_steps must be set when speculative_eagle_topk or "
+                 "speculative_num_draft_tokens is set",
+                 [("srt/server_args.py", 1080, "__post_init__", "self._handle_speculative_decoding()"),
+                  ("srt/server_args.py", 2890, "_handle_speculative_decoding", "assert (")])
+        if a.speculative_algorithm in ("EAGLE", "EAGLE3", "STANDALONE") and not a.speculative_draft_model_path \
+                and not self.shape.mtp_layers:
+            fail("ValueError: --speculative-draft-model-path is required for %s: %s has no MTP layers"
+                 % (a.speculative_algorithm, self.arch))
+        if a.max_running_requests is None:
+            a.max_running_requests = 48
+            log("Max running requests is reset to 48 for speculative decoding. You can override this by "
+                "explicitly setting --max-running-requests.")
+        if a.speculative_num_steps is None:
+            a.speculative_num_steps, a.speculative_eagle_topk, a.speculative_num_draft_tokens = 3, 1, 4
+        a.speculative_eagle_topk = a.speculative_eagle_topk or 1
+        if a.speculative_eagle_topk == 1 and a.speculative_num_draft_tokens != a.speculative_num_steps + 1:
+            if a.speculative_num_draft_tokens is not None:
+                log("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                    "speculative_eagle_topk == 1")
+            a.speculative_num_draft_tokens = a.speculative_num_steps + 1
+        if self.shape.hybrid and a.mamba_radix_cache_strategy in ("auto", "extra_buffer") \
+                and a.mamba_track_interval < a.speculative_num_draft_tokens:
+            fail("ValueError: --mamba-track-interval (%d) must be >= speculative_num_draft_tokens (%d) with the "
+                 "extra_buffer strategy" % (a.mamba_track_interval, a.speculative_num_draft_tokens))
+        self.spec = True
+        steps = a.speculative_num_steps
+        if a.speculative_algorithm == "NGRAM":
+            self.accept_len = 1.3
+        else:
+            self.accept_len = min(float(a.speculative_num_draft_tokens), 1.0 + 0.67 * steps)
+
+    def args_items(self) -> list[tuple[str, Any]]:
+        a = vars(self.args)
+        order = ["model_path", "tokenizer_path", "trust_remote_code", "context_length", "dtype", "kv_cache_dtype",
+                 "served_model_name", "host", "port", "skip_server_warmup", "mem_fraction_static",
+                 "max_running_requests", "max_total_tokens", "chunked_prefill_size", "max_prefill_tokens",
+                 "page_size", "tp_size", "dp_size", "base_gpu_id", "random_seed", "log_level", "enable_metrics",
+                 "decode_log_interval", "api_key", "reasoning_parser", "tool_call_parser", "attention_backend",
+                 "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+                 "speculative_eagle_topk", "speculative_num_draft_tokens", "mamba_ssm_dtype",
+                 "max_mamba_cache_size", "mamba_radix_cache_strategy", "mamba_track_interval",
+                 "disable_radix_cache", "disable_overlap_schedule", "cuda_graph_max_bs_decode",
+                 "cuda_graph_max_bs_prefill", "disable_cuda_graph", "enable_hierarchical_cache",
+                 "hicache_ratio", "hicache_size", "watchdog_timeout"]
+        out = []
+        for k in order:
+            v = a.get(k)
+            if k == "tokenizer_path" and v is None:
+                v = a["model_path"]
+            if k == "served_model_name" and v is None:
+                v = a["model_path"]
+            if k == "api_key" and v:
+                v = "***"
+            out.append((k, v))
+        return out
+
+    # ------------------------------------------------------------ memory
+    def gpus(self) -> list[dict]:
+        if not self.sim_dir:
+            return []
+        from console.sim import simgpu
+        try:
+            return simgpu.read_gpus(self.sim_dir)
+        except ValueError:
+            return []
+
+    def plan_ranks(self) -> list[dict]:
+        """Per rank: the physical GPU, free memory, the planner's numbers and the scheduler script."""
+        from console.ops.planner import auto_mem_fraction_static, plan
+        from console.sim import simgpu
+        a = self.args
+        gpus = self.gpus()
+        weights_env = os.environ.get("MTPCONSOLE_SIM_WEIGHTS_GB")
+        weights = None
+        if weights_env:
+            try:
+                weights = int(float(weights_env) * GIB)
+            except ValueError:
+                weights = None
+        out = []
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        for rank in range(a.tp_size):
+            try:
+                phys = simgpu.physical_gpu(rank, visible, gpus, a.base_gpu_id)
+            except ValueError as e:
+                fail("RuntimeError: CUDA error: invalid device ordinal (%s)" % e)
+            g = next((x for x in gpus if x.get("index") == phys), None)
+            if gpus and g is None:
+                fail("RuntimeError: CUDA error: invalid device ordinal (no GPU %d)" % phys)
+            g = g or dict(DEFAULT_GPU, index=phys)
+            total = int(g["mem_total_mib"]) * MIB
+            others = simgpu.used_by_others_mib(self.sim_dir, phys) * MIB if self.sim_dir else 0
+            free = max(0, total - others)
+            frac = a.mem_fraction_static
+            if frac is None:
+                frac = auto_mem_fraction_static(total, tp_size=a.tp_size, chunked_prefill_size=a.chunked_prefill_size,
+                                                cuda_graph_max_bs=a.cuda_graph_max_bs_decode, speculative=self.spec)
+                if rank == 0:
+                    a.mem_fraction_static = frac
+            flags = {
+                "mem-fraction-static": frac, "max-running-requests": a.max_running_requests,
+                "context-length": self.context_len, "tp-size": a.tp_size, "kv-cache-dtype": a.kv_cache_dtype,
+                "speculative-algorithm": a.speculative_algorithm, "speculative-num-steps": a.speculative_num_steps,
+                "speculative-eagle-topk": a.speculative_eagle_topk,
+                "speculative-num-draft-tokens": a.speculative_num_draft_tokens,
+                "speculative-draft-model-path": a.speculative_draft_model_path,
+                "mamba-radix-cache-strategy": ("extra_buffer" if a.mamba_radix_cache_strategy == "auto"
+                                               else a.mamba_radix_cache_strategy),
+                "chunked-prefill-size": a.chunked_prefill_size, "cuda-graph-max-bs-decode": a.cuda_graph_max_bs_decode,
+                "disable-radix-cache": a.disable_radix_cache,
+            }
+            p = plan(self.shape, flags, free, n_gpus=a.tp_size, weights_bytes=weights)
+            out.append({"rank": rank, "gpu": phys if self.sim_dir else None, "total": total, "free": free,
+                        "plan": p, "frac": frac})
+        return out
+
+    def script(self, r: dict) -> dict:
+        """The scheduler's log lines, memory steps and outcome for one rank."""
+        a = self.args
+        p = r["plan"]
+        rank = r["rank"]
+        prefix = " TP%d" % rank if a.tp_size > 1 else ""
+        ctx = 512 * MIB + 100 * MIB * (a.tp_size - 1)
+        usable = r["free"] - ctx
+        steps: list[dict] = []
+        gb = lambda b: b / GIB  # noqa: E731
+        steps.append({"delay": 0.2, "log": "Init torch distributed begin.", "mem_mib": ctx // MIB})
+        steps.append({"delay": T_INIT, "log": "Init torch distributed ends. elapsed=%.2f s, mem usage=%.2f GB"
+                      % (T_INIT, (100 * MIB * (a.tp_size - 1)) / GIB)})
+        steps.append({"delay": 0.1, "log": "Load weight begin. avail mem=%.2f GB" % gb(usable)})
+        weights = p.weights_bytes
+        failure = None
+        if weights > usable:
+            # torch's own OOM while loading
+            n = 4
+            for i in range(1, n):
+                steps.append({"delay": T_LOAD / n, "mem_mib": (ctx + min(usable, weights * i // n)) // MIB})
+            failure = [
+                "%%TS%% Scheduler hit an exception: %s" % (traceback_text([
+                    ("srt/managers/scheduler.py", 3412, "run_scheduler_process", "scheduler = Scheduler("),
+                    ("srt/model_executor/model_runner.py", 901, "load_model", "self.model = self.loader.load_model("),
+                    ("srt/model_loader/loader.py", 640, "load_model", "model = _initialize_model("),
+                ], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU %d has a total "
+                   "capacity of %.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process has "
+                   "%.2f GiB memory in use." % (rank, gb(r["total"]), 0.2, gb(usable)))),
+            ]
+            return {"prefix": prefix, "steps": steps, "outcome": "fail", "failure": failure}
+        steps.append({"delay": T_LOAD / 2, "mem_mib": (ctx + weights // 2) // MIB})
+        steps.append({"delay": T_LOAD / 2, "mem_mib": (ctx + weights) // MIB,
+                      "log": "Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, mem usage=%.2f GB."
+                      % (T_LOAD, self.arch, gb(usable - weights), gb(weights))})
+        used = ctx + weights
+        if p.draft_weights_bytes:
+            used += p.draft_weights_bytes
+            steps.append({"delay": 0.3, "mem_mib": used // MIB,
+                          "log": "Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, mem usage=%.2f GB."
+                          % (0.3, self.arch + ("MTP" if self.shape.mtp_layers and not a.speculative_draft_model_path
+                                               else "Eagle"), gb(usable - weights - p.draft_weights_bytes),
+                             gb(p.draft_weights_bytes))})
+        budget = p.static_budget_bytes
+        if budget - weights - p.draft_weights_bytes <= 0:
+            failure = ["%%TS%% Scheduler hit an exception: %s" % (traceback_text([
+                ("srt/managers/scheduler.py", 3412, "run_scheduler_process", "scheduler = Scheduler("),
+                ("srt/model_executor/model_runner.py", 560, "initialize", "self.init_memory_pool(min_per_gpu_memory)"),
+                ("srt/model_executor/model_runner_kv_cache_mixin.py", 205, "profile_max_num_token", "raise ValueError("),
+            ], "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=%s. "
+               "Raise --mem-fraction-static above %.4f or use more GPUs (--tp-size)."
+               % (r["frac"], (weights + p.draft_weights_bytes) / max(1, usable) + 0.005)))]
+            return {"prefix": prefix, "steps": steps, "outcome": "fail", "failure": failure}
+        if p.kv_pool_bytes <= 0 or p.kv_tokens <= 0:
+            failure = ["%%TS%% Scheduler hit an exception: %s" % (traceback_text([
+                ("srt/managers/scheduler.py", 3412, "run_scheduler_process", "scheduler = Scheduler("),
+                ("srt/managers/scheduler.py", 402, "__init__", "self.init_model_worker()"),
+                ("srt/managers/tp_worker.py", 263, "__init__", "self._model_runner = ModelRunner("),
+                ("srt/model_executor/model_runner.py", 560, "initialize", "self.init_memory_pool(min_per_gpu_memory)"),
+                ("srt/model_executor/model_runner_kv_cache_mixin.py", 431, "init_memory_pool", "raise RuntimeError("),
+            ], "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."))]
+            steps.append({"delay": T_POOL})
+            return {"prefix": prefix, "steps": steps, "outcome": "fail", "failure": failure}
+        kv_bytes = p.kv_tokens * p.kv_bytes_per_token
+        used += kv_bytes
+        dtype = "torch.bfloat16" if p.kv_dtype_bytes == 2 else "torch.float8_e4m3fn"
+        steps.append({"delay": T_POOL, "mem_mib": used // MIB,
+                      "log": "KV Cache is allocated. dtype: %s, #tokens: %d, K size: %.2f GB, V size: %.2f GB"
+                      % (dtype, p.kv_tokens, gb(kv_bytes / 2), gb(kv_bytes / 2))})
+        if p.mamba_bytes:
+            used += p.mamba_bytes
+            lin = self.shape.linear
+            conv_share = ((lin.conv_dim * (lin.conv_kernel - 1) * lin.conv_dtype_bytes) /
+                          max(1, lin.conv_dim * (lin.conv_kernel - 1) * lin.conv_dtype_bytes
+                              + lin.num_heads * lin.key_head_dim * lin.value_head_dim * lin.ssm_dtype_bytes))
+            steps.append({"delay": 0.1, "mem_mib": used // MIB,
+                          "log": "Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: %.2fGB, "
+                                 "ssm_state size: %.2fGB " % (p.mamba_slots, gb(p.mamba_bytes * conv_share),
+                                                               gb(p.mamba_bytes * (1 - conv_share)))})
+        if p.kv_tokens < self.context_len:
+            steps.append({"delay": 0.0, "log": "KV pool holds %d tokens, fewer than --context-length %d."
+                          % (p.kv_tokens, self.context_len)})
+        steps.append({"delay": 0.05, "log": "Memory pool end. avail mem=%.2f GB" % gb(usable - (used - ctx))})
+        graph_bs = a.cuda_graph_max_bs_decode or (256 if r["total"] > 80 * GIB else 160)
+        bss = [1, 2, 4, 8] + list(range(16, graph_bs + 1, 16))
+        graph_mem = min(p.activation_reserve_bytes // 2, 256 * MIB + 4 * MIB * graph_bs)
+        if not a.disable_cuda_graph:
+            steps.append({"delay": 0.05, "log": "Capture cuda graph begin. This can take up to several minutes. "
+                                                "avail mem=%.2f GB" % gb(usable - (used - ctx))})
+            parts = [("target", "decode")] + ([("draft", "decode"), ("target", "verify")] if self.spec else [])
+            for tgt, kind in parts:
+                used += graph_mem // len(parts)
+                steps.append({"delay": T_GRAPH / len(parts), "mem_mib": used // MIB,
+                              "log": "Capture %s %s CUDA graph end. bs=%s, elapsed=%.2f s, mem usage=%.2f GB, "
+                                     "avail mem=%.2f GB." % (tgt, kind, bss, T_GRAPH / len(parts),
+                                                             gb(graph_mem / len(parts)), gb(usable - (used - ctx)))})
+        if rank == 0:
+            mr = p.max_running_requests or min(2048, max(1, p.kv_tokens // 2))
+            self.internal = {"max_total_num_tokens": p.kv_tokens, "max_running_requests": mr,
+                             "weights_gb": gb(weights), "kv_gb": gb(kv_bytes), "mamba_gb": gb(p.mamba_bytes),
+                             "graph_gb": gb(graph_mem), "mamba_slots": p.mamba_slots}
+            chunk = a.chunked_prefill_size or (8192 if r["total"] > 60 * GIB else 2048)
+            steps.append({"delay": 0.05, "log": "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
+                                                "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"
+                          % (p.kv_tokens, chunk, a.max_prefill_tokens, mr, self.context_len,
+                             gb(usable - (used - ctx)))})
+        return {"prefix": prefix, "steps": steps, "outcome": "ready"}
+
+    # ------------------------------------------------------------ processes
+    def spawn(self, plans: list[dict]) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        ev_r, ev_w = os.pipe()
+        self.events_r = ev_r
+        scripts = [self.script(r) for r in plans]
+        for r, sc in zip(plans, scripts):
+            cmd_r, cmd_w = os.pipe()
+            cfg = {"role": "scheduler", "rank": r["rank"], "parent_pid": os.getpid(), "sim_dir": self.sim_dir,
+                   "gpu": r["gpu"], "spec": self.spec, "fault": self.fault, "events_fd": ev_w, "cmd_fd": cmd_r, **sc}
+            env["MTPCONSOLE_SIM_WORKER"] = json.dumps(cfg)
+            # scale the script's delays here so the worker stays dumb
+            for st in cfg["steps"]:
+                st["delay"] = st.get("delay", 0.0) / self.speed
+            env["MTPCONSOLE_SIM_WORKER"] = json.dumps(cfg)
+            title = "sglang::scheduler_TP%d" % r["rank"]
+            self.children.append(subprocess.Popen([title, "-m", "console.sim.sglang_worker"], executable=sys.executable,
+                                                  env=env, pass_fds=(ev_w, cmd_r), stdin=subprocess.DEVNULL,
+                                                  close_fds=True))
+            os.close(cmd_r)
+            self.cmd_fds.append(cmd_w)
+        env["MTPCONSOLE_SIM_WORKER"] = json.dumps({"role": "detokenizer", "parent_pid": os.getpid(),
+                                                   "fault": self.fault})
+        self.children.append(subprocess.Popen(["sglang::detokenizer", "-m", "console.sim.sglang_worker"],
+                                              executable=sys.executable, env=env, stdin=subprocess.DEVNULL,
+                                              close_fds=True))
+        os.close(ev_w)
+
+    def wait_schedulers(self) -> bool:
+        """Wait for every scheduler's ready event (a failing one SIGQUITs us instead)."""
+        n = self.args.tp_size
+        ready = 0
+        buf = b""
+        deadline = time.monotonic() + 600.0
+        while ready < n and time.monotonic() < deadline:
+            try:
+                r, _, _ = select.select([self.events_r], [], [], 0.2)
+            except InterruptedError:
+                continue
+            if not r:
+                for c in self.children[:n]:
+                    if c.poll() is not None and c.returncode != 0:
+                        # died without SIGQUIT (killed): SGLang reports the crash and cleans up
+                        log("Rank %d scheduler died during initialization (exit code: %d). If exit code is -9 "
+                            "(SIGKILL), a common cause is the OS OOM killer." % (self.children.index(c), c.returncode))
+                        self.kill_tree_and_die()
+                continue
+            chunk = os.read(self.events_r, 65536)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if b'"ready"' in line:
+                    ready += 1
+        return ready >= n
+
+    def kill_tree_and_die(self) -> None:
+        for c in self.children:
+            try:
+                c.kill()
+            except OSError:
+                pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    # ------------------------------------------------------------ signals
+    def install_signals(self) -> None:
+        def on_sigquit(signum: int, frame: Any) -> None:
+            log("Received sigquit from a child process. It usually means the child failed.")
+            self.kill_tree_and_die()
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if self.phase == "loading":
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            if not self.draining:
+                log("SIGTERM received. signum=%d, frame=%s. Draining requests and shutting down..." % (signum, None))
+                self.draining = True
+                threading.Thread(target=self.drain, name="drain", daemon=True).start()
+
+        signal.signal(signal.SIGQUIT, on_sigquit)
+        if self.fault != "ignore_sigterm":
+            signal.signal(signal.SIGTERM, on_sigterm)
+            signal.signal(signal.SIGINT, on_sigterm)
+
+    def drain(self) -> None:
+        deadline = time.monotonic() + min(2.0, T_DRAIN_MAX / self.speed)
+        while time.monotonic() < deadline and self.engine is not None and not self.engine.idle():
+            time.sleep(0.05)
+        self.shutdown.set()
+
+    # ------------------------------------------------------------ serving
+    def serve(self) -> None:
+        from console.sim.sglang_http import Engine, SimServer
+        a = self.args
+        info = self.internal
+        self.engine = Engine(max_running=info.get("max_running_requests", 48), accept_len=self.accept_len,
+                             spec=self.spec, hybrid=self.shape.hybrid,
+                             max_total_tokens=info.get("max_total_num_tokens", 1),
+                             mamba_slots=info.get("mamba_slots", 1), send=self.send_all)
+        try:
+            self.httpd = SimServer((a.host, a.port), self)
+        except OSError as e:
+            raw("%s ERROR:    [Errno %d] error while attempting to bind on address ('%s', %d): %s"
+                % (ts(), e.errno or 98, a.host, a.port, (e.strerror or str(e)).lower()))
+            for c in self.children:
+                c.kill()
+            return self.exit(1)
+        self.access("Started server process [%d]" % os.getpid())
+        self.access("Waiting for application startup.")
+        self.access("Application startup complete.")
+        self.access("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (a.host, a.port))
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="http",
+                         daemon=True).start()
+        self.engine.start()
+        self.phase = "warmup"
+        if not a.skip_server_warmup:
+            self.sleep(T_WARMUP / 2)
+            self.access('127.0.0.1:%d - "GET /model_info HTTP/1.1" 200 OK' % (a.port + 1000))
+            self.send_all({"log": "Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, %s, #running-req: 0, "
+                                  "#queue-req: 0" % ("full token usage: 0.00, mamba usage: 0.00" if self.shape.hybrid
+                                                     else "token usage: 0.00")})
+            self.sleep(T_WARMUP / 2)
+            self.access('127.0.0.1:%d - "POST /generate HTTP/1.1" 200 OK' % (a.port + 1001))
+        self.ready = True
+        self.phase = "serving"
+        log("The server is fired up and ready to roll!")
+        while not self.shutdown.wait(0.5):
+            if any(c.poll() is not None for c in self.children[: a.tp_size]) and not self.draining:
+                dead = next(c for c in self.children[: a.tp_size] if c.poll() is not None)
+                log("Subprocess scheduler (pid=%d) crashed with exit code %s. Triggering SIGQUIT for cleanup..."
+                    % (dead.pid, dead.returncode))
+                log("SIGQUIT received. signum=3, frame=None. It usually means one child failed.")
+                self.kill_tree_and_die()
+        self.exit(0)
+
+    def exit(self, code: int) -> None:
+        if self.engine is not None:
+            self.engine.stop.set()
+        self.send_all({"exit": True})
+        for c in self.children[self.args.tp_size:]:
+            c.kill()  # the detokenizer: killed with the tree, as kill_process_tree does
+        deadline = time.monotonic() + 2.0
+        for c in self.children:
+            try:
+                c.wait(timeout=max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                c.kill()
+        if self.httpd is not None:
+            threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+        os._exit(code)
+
+    # ------------------------------------------------------------ endpoints' data
+    def model_info(self) -> dict:
+        return {"model_path": self.args.model_path, "tokenizer_path": self.args.tokenizer_path or self.args.model_path,
+                "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": self.shape.model_type, "architectures": [self.arch],
+                "served_model_name": self.served_name}
+
+    def server_info(self) -> dict:
+        info = dict(self.args_items())
+        running, queued, tokens = self.engine.counts() if self.engine else (0, 0, 0)
+        info.update({
+            "version": VERSION, "launch_command": " ".join(["python3", "-m", "sglang.launch_server"] + self.redacted_argv()),
+            "max_total_num_tokens": self.internal.get("max_total_num_tokens"),
+            "internal_states": [{
+                "last_gen_throughput": round(self.engine.last_gen_throughput, 2) if self.engine else 0.0,
+                "memory_usage": {"weight": round(self.internal.get("weights_gb", 0), 2),
+                                 "kvcache": round(self.internal.get("kv_gb", 0) + self.internal.get("mamba_gb", 0), 2),
+                                 "token_capacity": self.internal.get("max_total_num_tokens"),
+                                 "graph": round(self.internal.get("graph_gb", 0), 2)},
+                "avg_spec_accept_length": round(self.accept_len, 2) if self.spec else None,
+                "num_running_reqs": running, "num_queue_reqs": queued,
+                "effective_max_running_requests_per_dp": self.internal.get("max_running_requests"),
+            }],
+        })
+        return info
+
+    def redacted_argv(self) -> list[str]:
+        out, hide = [], False
+        for t in self.argv:
+            if hide:
+                out.append("***")
+                hide = False
+                continue
+            if t.startswith("--api-key"):
+                if "=" in t:
+                    out.append("--api-key=***")
+                else:
+                    out.append(t)
+                    hide = True
+                continue
+            out.append(t)
+        return out
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": self.served_name, "object": "model", "created": int(time.time()),
+                                            "owned_by": "sglang", "root": self.served_name,
+                                            "max_model_len": self.context_len}]}
+
+    def metrics_text(self) -> str:
+        running, queued, tokens = self.engine.counts()
+        total = max(1, self.internal.get("max_total_num_tokens") or 1)
+        labels = 'engine_type="unified",model_name="%s",moe_ep_rank="0",pp_rank="0",tp_rank="0"' % self.served_name
+        tlabels = 'engine_type="unified",is_streaming="false",model_name="%s"' % self.served_name
+        gauges = [
+            ("sglang:num_running_reqs", "The number of running requests.", running),
+            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", queued),
+            ("sglang:gen_throughput", "The generation throughput (token/s).", round(self.engine.last_gen_throughput, 2)),
+            ("sglang:token_usage", "The token usage.", round(tokens / total, 4)),
+            ("sglang:cache_hit_rate", "The prefix cache hit rate.", 0.0),
+            ("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", total),
+        ]
+        if self.shape.hybrid:
+            gauges.append(("sglang:full_token_usage", "The token usage for full attention layers.", round(tokens / total, 4)))
+        if self.spec:
+            gauges.append(("sglang:spec_accept_length", "Mean acceptance length of speculative decoding (accepted "
+                           "drafts + bonus token per forward).", round(self.accept_len, 2)))
+            gauges.append(("sglang:spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed "
+                           "drafts` in batch).", round((self.accept_len - 1) / max(1.0, self.accept_len), 2)))
+        lines = []
+        for name, help_, val in gauges:
+            lines += ["# HELP %s %s" % (name, help_), "# TYPE %s gauge" % name, "%s{%s} %s" % (name, labels, float(val))]
+        for name, help_, val in [
+            ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", self.engine.prompt_tokens_total),
+            ("sglang:generation_tokens_total", "Number of generation tokens processed.", self.engine.generation_tokens_total),
+            ("sglang:num_requests_total", "Number of requests processed.", self.engine.requests_total),
+        ]:
+            lines += ["# HELP %s %s" % (name, help_), "# TYPE %s counter" % name, "%s{%s} %s" % (name, tlabels, float(val))]
+        return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)  # exits 2 with argparse's message on bad flags
+    return Launcher(args, argv).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
