@@ -55,6 +55,10 @@ class HostConfig(Strict):
     gpu_source: Literal["auto", "nvml", "nvidia-smi", "sim", "none"] = "auto"
     sim_dir: str | None = None
     connect_timeout: float = 10.0
+    transport: Literal["auto", "local", "ssh"] = "auto"
+    """auto: 'local' runs as a subprocess, anything else over SSH; local forces a subprocess."""
+    launch_env: dict[str, str] = Field(default_factory=dict)
+    """Fixed, non-secret environment added to every launch on this host (secrets: env_names)."""
 
     @field_validator("python", "runs_dir")
     @classmethod

@@ -14,11 +14,13 @@ from console.audit import Audit, default_audit_path
 from console.config import Config, HostConfig, load_config
 from console.errors import UserError
 from console.remote.link import HostLink
-from console.remote.ssh import default_ssh_config, parse_host_spec
+from console.remote.ssh import HostSpec, default_ssh_config, parse_host_spec
 
 
 def load_args_config(args) -> Config:
-    return load_config(getattr(args, "config", None))
+    """The config in force: the demo's when staged, else the operator's file."""
+    cfg = getattr(args, "loaded_config", None)
+    return cfg if cfg is not None else load_config(getattr(args, "config", None))
 
 
 def host_names(args, cfg: Config) -> list[str]:
@@ -40,8 +42,8 @@ def make_links(args, cfg: Config, names: list[str], audit: Audit | None) -> list
     interval = getattr(args, "interval", None) or cfg.ui.interval
     links = []
     for n in names:
-        spec = parse_host_spec(n)
         hc: HostConfig = cfg.hosts.get(n) or HostConfig()
+        spec = HostSpec(name=n, local=True) if hc.transport == "local" else parse_host_spec(n)
         links.append(HostLink(spec, hc, ssh_config=ssh_config, interval=interval, audit=audit))
     return links
 
@@ -58,9 +60,11 @@ async def demo_or_config(args) -> AsyncIterator[tuple[Config, list[str]]]:
         from console.sim.demo import demo_environment
 
         async with demo_environment(args) as (cfg, names):
+            args.loaded_config = cfg
             yield cfg, names
         return
     cfg = load_args_config(args)
+    args.loaded_config = cfg
     yield cfg, host_names(args, cfg)
 
 

@@ -52,7 +52,7 @@ def parse_env(items: list[str]) -> dict[str, str]:
 
 
 def build_request(args, host: str) -> LaunchRequest:
-    cfg = load_args_config(args) if not getattr(args, "demo", False) else None
+    cfg = load_args_config(args)
     hc = cfg.host(host) if cfg else None
     command = list(hc.server_command) if hc else ["python3", "-m", "sglang.launch_server"]
     flags, gpus, port, env, profile = [], [0], None, {}, None

@@ -60,9 +60,7 @@ async def run(args) -> int:
     async with connect_hosts(args) as links:
         link = links[0]
         snap = await _fresh(link)
-        env = {}
-        if not args.demo:
-            env = host_env(load_args_config(args).host(link.name).env_names)
+        env = host_env(load_args_config(args).host(link.name).env_names)
         env.update(parse_env(args.env))
         if args.session:
             s = next((x for x in snap.sessions if x.session_id == args.session), None)

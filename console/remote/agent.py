@@ -464,6 +464,7 @@ class Agent(object):
         self.interval = float(cfg.get("interval") or 1.0)
         self.runs_dir = os.path.expanduser(cfg.get("runs_dir") or "~/.mtpconsole/runs")
         self.supervisor_src = cfg.get("supervisor_src") or ""
+        self.launch_env = dict(cfg.get("launch_env") or {})
         self.gpu = open_gpu_source(cfg.get("gpu_source") or "auto", cfg.get("sim_dir"))
         self.inbox = queue.Queue()
         self.sel = selectors.DefaultSelector()
@@ -966,7 +967,7 @@ class Agent(object):
         one sees the first's live session and is told who holds it.
         """
         preflight = preflight or {}
-        env = env or {}
+        env = dict(self.launch_env, **(env or {}))
         sid = spec.get("session_id") or ""
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", sid):
             raise OpError("bad session id %r" % sid)

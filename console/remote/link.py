@@ -143,6 +143,7 @@ class HostLink:
         agent_cfg = {
             "interval": self.interval, "runs_dir": self.cfg.runs_dir, "gpu_source": self.cfg.gpu_source,
             "sim_dir": self.cfg.sim_dir, "supervisor_src": _source("supervisor.py"),
+            "launch_env": self.cfg.launch_env,
         }
         try:
             await chan.write_line(_source("agent.py"))

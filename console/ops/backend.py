@@ -1,0 +1,100 @@
+"""LiveBackend: the real Backend for the TUI — links, trackers and lifecycle operations."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from console.audit import Audit
+from console.backend import OnAudit, OnLog, OnSteps, OnView
+from console.config import Config
+from console.hostctx import demo_or_config, host_names, load_args_config, make_audit, make_links
+from console.model import KillTarget, LaunchRequest, OperationResult
+from console.ops import lifecycle
+from console.ops.tracker import HostTracker
+from console.remote.link import HostLink
+
+
+class LiveBackend:
+    """Connects every host in the background; one slow or dead host never blocks another."""
+
+    def __init__(self, args, *, clock=time.time):
+        self.args = args
+        self.clock = clock
+        self.demo = bool(getattr(args, "demo", False))
+        self.cfg: Config | None = None if self.demo else load_args_config(args)
+        self.hosts: list[str] = ["demo"] if self.demo else host_names(args, self.cfg)
+        self.read_only = bool(getattr(args, "read_only", False) or (self.cfg and self.cfg.ui.read_only))
+        self.interval = float(getattr(args, "interval", None) or (self.cfg.ui.interval if self.cfg else 1.0))
+        self.links: dict[str, HostLink] = {}
+        self.trackers: dict[str, HostTracker] = {}
+        self.audit: Audit | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self, on_view: OnView, on_log: OnLog, on_audit: OnAudit) -> None:
+        self.audit = make_audit(self.args)
+        self.audit.listeners.append(on_audit)
+        cfg, names = await self._stack.enter_async_context(demo_or_config(self.args))
+        self.cfg, self.hosts = cfg, names
+        for link in make_links(self.args, cfg, names, self.audit):
+            self.links[link.name] = link
+            self.trackers[link.name] = HostTracker(link, interval=self.interval, on_view=on_view, on_log=on_log,
+                                                   clock=self.clock)
+            self._tasks.append(asyncio.create_task(link.run()))
+
+    async def stop(self) -> None:
+        for link in self.links.values():
+            await link.close()
+        for t in self._tasks:
+            t.cancel()
+        await self._stack.aclose()
+        if self.audit:
+            self.audit.close()
+
+    def _launch_steps(self, host: str, on_steps: OnSteps):
+        tr = self.trackers[host]
+
+        def cb(steps):
+            on_steps(steps)
+            sid = getattr(cb, "sid", None)
+            if sid:
+                tr.launching[sid] = sum(1 for s in steps if s.state in ("ok", "skipped") and s.name != "preflight")
+        return cb
+
+    async def launch(self, req: LaunchRequest, on_steps: OnSteps) -> OperationResult:
+        link = self.links[req.host]
+        hc = self.cfg.host(req.host) if self.cfg else None
+        env = {**lifecycle.host_env(hc.env_names if hc else []), **req.env}
+        sid = lifecycle.new_session_id(req.gpus, self.clock())
+        cb = self._launch_steps(req.host, on_steps)
+        cb.sid = sid
+        try:
+            return await lifecycle.launch(link, req.model_copy(update={"env": env}), cb, session_id=sid)
+        finally:
+            self.trackers[req.host].launching.pop(sid, None)
+
+    async def kill(self, target: KillTarget, on_steps: OnSteps) -> OperationResult:
+        return await lifecycle.kill(self.links[target.host], target, on_steps)
+
+    async def relaunch(self, target: KillTarget, req: LaunchRequest, on_steps: OnSteps) -> OperationResult:
+        return await lifecycle.relaunch(self.links[target.host], target, req, on_steps)
+
+    async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
+        return await self.trackers[host].follow(session_id, tail_lines)
+
+    async def unfollow_log(self, host: str, session_id: str) -> None:
+        self.trackers[host].unfollow(session_id)
+
+    def launch_template(self, host: str, gpu: int) -> LaunchRequest:
+        cfg = self.cfg or Config()
+        hc = cfg.host(host)
+        for name, prof in cfg.profiles.items():
+            if (prof.host in (None, host)) and gpu in prof.gpus:
+                return LaunchRequest(host=host, command=list(prof.command or hc.server_command),
+                                     flags=(["--model-path", prof.model_path] if prof.model_path else [])
+                                     + list(prof.flags), gpus=[gpu], port=prof.port, env=dict(prof.env),
+                                     profile=name)
+        return LaunchRequest(host=host, command=list(hc.server_command), gpus=[gpu], port=30000 + gpu)
+

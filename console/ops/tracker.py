@@ -1,0 +1,139 @@
+"""HostTracker: turns one link's stream (samples, events, logs) into HostViews.
+
+Follows every live session's log once (from a bounded tail, then by byte offset) to
+classify it incrementally and keep a ring buffer for the UI; classifies ended sessions
+once from the tail of their own log; probes /health of READY sessions so a green badge is
+verified now. No UI imports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Callable
+
+from console.model import Classification, ExitRecord, HostView
+from console.ops.classify import LogClassifier, classify
+from console.ops.sessions import derive_views
+from console.remote.link import HostLink, LinkDown, RequestError
+
+TAIL_BYTES = 256 * 1024
+RING_LINES = 5000
+HEALTH_EVERY_S = 5.0
+
+
+class HostTracker:
+    def __init__(self, link: HostLink, *, interval: float, on_view: Callable[[HostView], None],
+                 on_log: Callable[[str, str, list[str]], None], clock: Callable[[], float] = time.time):
+        self.link, self.interval, self.on_view, self.on_log, self.clock = link, interval, on_view, on_log, clock
+        self.classifiers: dict[str, LogClassifier] = {}
+        self.classes: dict[str, Classification] = {}
+        self.rings: dict[str, deque[str]] = {}
+        self.ui_follows: set[str] = set()
+        self.health: dict[str, bool] = {}
+        self.health_at: dict[str, float] = {}
+        self.launching: dict[str, int] = {}
+        self._busy: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
+        link.listeners.append(self._on)
+
+    # -------------------------------------------------------------- stream
+    def _on(self, kind: str, msg: dict) -> None:
+        if kind == "log":
+            self._log(msg["session_id"], msg.get("data", ""))
+        elif kind == "event" and msg.get("kind") == "session_ended":
+            sid = msg["session_id"]
+            c = self.classifiers.get(sid)
+            if c is not None and msg.get("exit"):
+                try:
+                    self.classes[sid] = c.result(ExitRecord.model_validate(msg["exit"]))
+                except Exception:
+                    pass
+            self._spawn(f"unfollow:{sid}", self._unfollow_ended(sid))
+        elif kind in ("sample", "state"):
+            self.emit()
+
+    def _log(self, sid: str, data: str) -> None:
+        c = self.classifiers.get(sid)
+        if c is None:
+            return
+        c.feed(data)
+        self.classes[sid] = c.result(None)
+        lines = data.splitlines()
+        self.rings.setdefault(sid, deque(maxlen=RING_LINES)).extend(lines)
+        if sid in self.ui_follows and lines:
+            self.on_log(self.link.name, sid, lines)
+
+    def _spawn(self, key: str, coro) -> None:
+        if key in self._busy:
+            coro.close()
+            return
+        self._busy.add(key)
+
+        async def wrap():
+            try:
+                await coro
+            except (LinkDown, RequestError, asyncio.TimeoutError):
+                pass
+            finally:
+                self._busy.discard(key)
+        t = asyncio.get_running_loop().create_task(wrap())
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # -------------------------------------------------------------- views
+    def emit(self) -> None:
+        snap = self.link.snapshot()
+        if snap.connection.state == "connected":
+            now = self.clock()
+            for s in snap.sessions:
+                sid = s.session_id
+                if s.exit is None and sid not in self.classifiers:
+                    self._spawn(f"follow:{sid}", self._start_follow(sid))
+                elif s.exit is not None and sid not in self.classes:
+                    self._spawn(f"classify:{sid}", self._classify_ended(sid, s.exit))
+                c = self.classes.get(sid)
+                if (s.exit is None and c is not None and c.state == "ready"
+                        and now - self.health_at.get(sid, 0) > HEALTH_EVERY_S and s.spec and s.spec.port):
+                    self.health_at[sid] = now
+                    self._spawn(f"health:{sid}", self._probe(sid, s.spec.port))
+        views = derive_views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
+                             launching=self.launching)
+        self.on_view(HostView(snapshot=snap, sessions=views))
+
+    async def _start_follow(self, sid: str) -> None:
+        r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
+        c = LogClassifier()
+        self.classifiers[sid] = c
+        self.rings[sid] = deque(maxlen=RING_LINES)
+        self._log(sid, r["data"])
+        await self.link.follow_log(sid, r["end"])
+
+    async def _unfollow_ended(self, sid: str) -> None:
+        await asyncio.sleep(1.0)  # let the last lines arrive
+        if sid not in self.ui_follows:
+            await self.link.unfollow_log(sid)
+
+    async def _classify_ended(self, sid: str, ex: ExitRecord) -> None:
+        r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
+        self.classes[sid] = classify(r["data"], ex)
+        self.rings[sid] = deque(r["data"].splitlines(), maxlen=RING_LINES)
+        self.emit()
+
+    async def _probe(self, sid: str, port: int) -> None:
+        r = await self.link.request("http_get", {"port": port, "path": "/health", "timeout": 5}, audit=False,
+                                    timeout=10)
+        self.health[sid] = r.get("status") == 200
+
+    # -------------------------------------------------------------- UI log
+    async def follow(self, sid: str, tail_lines: int) -> list[str]:
+        """Start showing a session's lines to the UI: its ring buffer now, new lines via on_log."""
+        self.ui_follows.add(sid)
+        if sid not in self.rings:
+            r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES})
+            self.rings[sid] = deque(r["data"].splitlines(), maxlen=RING_LINES)
+        return list(self.rings[sid])[-tail_lines:]
+
+    def unfollow(self, sid: str) -> None:
+        self.ui_follows.discard(sid)

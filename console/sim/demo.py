@@ -1,0 +1,167 @@
+"""The built-in demo host: the incident staged on simulated GPUs, through the real code paths.
+
+``demo_environment(args)`` creates a temporary directory with 4 simulated RTX PRO 6000
+Blackwell GPUs, a hybrid 27B model's config.json, a runs directory, and a server started
+"by hand" on GPU 0 (FOREIGN: no speculative decoding, ~400 W, its log in a legacy file),
+and yields a config whose ``demo`` host is local, samples the simulated GPUs and launches
+the SGLang stand-in — the same agent, supervisor and lifecycle code as a real host. Two
+profiles are ready for the relaunch: the incident's flags (does not fit) and a fixed one.
+Everything is removed on exit, Ctrl-C included, and no process is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
+from console.config import Config, HostConfig, Profile
+
+GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+N_GPUS = 4
+DEMO_PORT = 30000
+
+# A Qwen3.6-27B-like hybrid (3 of 4 layers linear attention, one MTP layer): our own numbers.
+MODEL_CONFIG = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "qwen3_5_text", "hidden_size": 5120, "num_hidden_layers": 64, "full_attention_interval": 4,
+        "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 18944,
+        "vocab_size": 248320, "max_position_embeddings": 262144, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4, "mtp_num_hidden_layers": 1,
+    },
+}
+
+INCIDENT_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+                  "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+                  "--mem-fraction-static", "0.90", "--enable-hierarchical-cache", "--hicache-size", "200",
+                  "--max-running-requests", "512", "--cuda-graph-max-bs-decode", "512",
+                  "--mamba-radix-cache-strategy", "extra_buffer", "--context-length", "32768",
+                  "--enable-metrics"]
+FIXED_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+               "--mem-fraction-static", "0.90", "--max-running-requests", "16",
+               "--mamba-radix-cache-strategy", "extra_buffer", "--context-length", "32768", "--enable-metrics"]
+FOREIGN_FLAGS = ["--mem-fraction-static", "0.85", "--max-running-requests", "32", "--context-length", "32768"]
+
+
+def stage(root: Path, *, speed: float = 5.0) -> tuple[Config, subprocess.Popen]:
+    """Create the demo's files and start the hand-launched server; return the config and it."""
+    sim, runs, model, logs = root / "sim", root / "runs", root / "models" / "Qwen3.6-27B", root / "logs"
+    for d in (sim / "alloc", runs, model, logs):
+        d.mkdir(parents=True, exist_ok=True)
+    (sim / "gpus.json").write_text(json.dumps([
+        {"index": i, "uuid": f"GPU-demo-{i:04d}", "name": GPU_NAME, "mem_total_mib": 97887, "power_limit_w": 600.0}
+        for i in range(N_GPUS)]))
+    (model / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=1))
+    env = {"MTPCONSOLE_SIM_DIR": str(sim), "MTPCONSOLE_SIM_SPEED": str(speed)}
+    command = [sys.executable, "-m", "console.sim.sglang"]
+    host = HostConfig(transport="local", python=sys.executable, runs_dir=str(runs), gpu_source="sim",
+                      sim_dir=str(sim), server_command=command, launch_env=env)
+    common = dict(host="demo", model_path=str(model), gpus=[0], port=DEMO_PORT + 1)
+    cfg = Config(hosts={"demo": host}, profiles={
+        "incident": Profile(**common, flags=INCIDENT_FLAGS,
+                            description="the incident's relaunch: EAGLE 3/1/4, 512 running, 0.90 — does not fit"),
+        "fixed": Profile(**common, flags=FIXED_FLAGS,
+                         description="EAGLE 3/1/4 with 16 running requests: fits"),
+    })
+    # The server started "by hand" with nohup, as in the incident: no session, a legacy log.
+    log = open(logs / "sglang_gpu0.log", "ab")
+    src_root = str(Path(__file__).resolve().parents[2])
+    foreign = subprocess.Popen(
+        command + ["--model-path", str(model), "--port", str(DEMO_PORT), *FOREIGN_FLAGS],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(root),
+        env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0",
+             "PYTHONPATH": os.pathsep.join(filter(None, [src_root, os.environ.get("PYTHONPATH")]))})
+    log.close()
+    return cfg, foreign
+
+
+def teardown(root: Path, foreign: subprocess.Popen | None) -> None:
+    """Kill everything the demo started (by recorded process groups and sim holders), remove its files."""
+    groups = set()
+    if foreign is not None:
+        groups.add(foreign.pid)
+    for rec in (root / "runs").glob("*/record.json"):
+        try:
+            r = json.loads(rec.read_text())
+            groups.add(int(r["pgid"]))
+            groups.add(int(r["supervisor_pid"]))
+        except (OSError, ValueError, KeyError):
+            pass
+    for alloc in (root / "sim" / "alloc").glob("*.json"):
+        try:
+            groups.add(int(json.loads(alloc.read_text())["pid"]))
+        except (OSError, ValueError, KeyError):
+            pass
+    for g in groups:
+        for fn in (os.killpg, os.kill):
+            try:
+                fn(g, signal.SIGKILL)
+            except OSError:
+                pass
+    if foreign is not None:
+        try:
+            foreign.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+    _kill_env_marked(str(root))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _kill_env_marked(root: str) -> None:
+    """Any process whose environment points at this demo's sim dir (orphans included)."""
+    marker = f"MTPCONSOLE_SIM_DIR={root}/sim".encode()
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if marker in f.read():
+                    os.kill(int(name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
+@contextlib.asynccontextmanager
+async def demo_environment(args=None) -> AsyncIterator[tuple[Config, list[str]]]:
+    root = Path(tempfile.mkdtemp(prefix="mtpconsole-demo-"))
+    foreign = None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        cfg, foreign = stage(root)
+        await _wait_loaded(root, foreign, timeout=15)
+        yield cfg, ["demo"]
+    finally:
+        teardown(root, foreign)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+async def _wait_loaded(root: Path, foreign: subprocess.Popen, timeout: float) -> None:
+    """Wait until the hand-launched server holds GPU memory (its scheduler wrote an allocation)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and foreign.poll() is None:
+        if any((root / "sim" / "alloc").glob("*.json")):
+            return
+        await asyncio.sleep(0.1)
