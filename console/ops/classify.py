@@ -768,7 +768,7 @@ def _hint(cause: FailureCause, c: _Cand | None, exit: ExitRecord | None, st: _St
         if exit is not None and exit.oom_kill_before is not None and exit.oom_kill_after is not None:
             counts = f" ({exit.oom_kill_before} -> {exit.oom_kill_after})"
         return (f"the host's OOM killer ended the server: /proc/vmstat oom_kill rose{counts}; host RAM ran out "
-                "— lower --hicache-size/--hicache-ratio, run fewer servers per host, check dmesg")
+                "- lower --hicache-size/--hicache-ratio, run fewer servers per host, check dmesg")
     if cause == "port_in_use":
         port = f" {detail}" if detail else ""
         return (f"port{port} is already taken (another server or an orphaned sglang:: process): "
@@ -869,19 +869,29 @@ def classify_file(path: str | os.PathLike[str], exit: ExitRecord | None = None, 
 
 
 def _scan_for_ready(f: BinaryIO, limit: int) -> bytes | None:
-    """The first ready line in the first ``limit`` bytes, found by byte search."""
+    """The ready line in the first ``limit`` bytes, found by byte search.
+
+    SGLang's own ready line wins; uvicorn's ``Application startup complete`` (vLLM's ready
+    line, but only a step on SGLang's way) is returned only when there is none.
+    """
     block = 1 << 20
     overlap = max(len(m) for m in _MARKERS)
     offset = 0
+    fallback: bytes | None = None
     while offset < limit:
         data = _read_at(f, offset, min(block + overlap, limit - offset))
         if not data:
             break
-        hits = [i for i in (data.find(m) for m in _MARKERS) if i >= 0]
-        if hits:
-            i = min(hits)
+        for marker in _MARKERS:
+            i = data.find(marker)
+            if i < 0:
+                continue
             start = data.rfind(b"\n", 0, i) + 1
             end = data.find(b"\n", i)
-            return data[start: end if end >= 0 else len(data)][:MAX_RETURNED_LINE * 4]
+            line = data[start: end if end >= 0 else len(data)][: MAX_RETURNED_LINE * 4]
+            if marker is _MARKERS[0]:
+                return line
+            if fallback is None:
+                fallback = line
         offset += block
-    return None
+    return fallback
