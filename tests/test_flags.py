@@ -169,6 +169,18 @@ def test_old_style_validation(old_schema):
     assert kinds(probs) == [("bad_choice", "--speculative-algorithm", "error")]
 
 
+def test_python_313_style_invocation_and_short_options():
+    text = ("usage: p [-h] -o OUT [--x | --no-x] [-v]\n\noptions:\n  -h, --help         show this help\n"
+            "  -o, --output OUT   where\n  --x, --no-x        toggle\n  -v                 verbose\n")
+    s = parse_help(text)
+    out = s.get("--output")
+    assert out.name == "-o" and out.aliases == ["--output"] and out.metavar == "OUT" and out.required
+    assert s.get("--x").negatable and not s.get("-v").takes_value
+    assert resolve(["-o", "f", "--no-x", "-v"], s) == {"-o": "f", "--x": False, "-v": True}
+    assert kinds(validate(["-o"], s)) == [("missing_value", "-o", "error")]
+    assert kinds(validate(["-v"], s)) == [("missing_required", "-o", "error")]
+
+
 # ------------------------------------------------------------------ parser, garbage
 
 

@@ -310,6 +310,8 @@ def _guess_type(
     if nargs is None and (lowered.startswith("json") or "json-formatted" in lowered or "as a json" in lowered):
         return "json"
     mv = (metavar or "").upper()
+    if "-per-" in name:  # --mamba-max-states-per-path is a count
+        return None
     if name.endswith(("-path", "-dir", "-file", "-folder")) or mv.endswith(("_PATH", "_DIR", "_FILE")):
         return "path"
     return None
