@@ -476,3 +476,27 @@ def test_classify_file_big_uses_tail_and_head_scan(tmp_path):
 def test_classify_file_unreadable_raises_oserror(tmp_path):
     with pytest.raises(OSError):
         classify_file(tmp_path / "missing.log")
+
+
+def test_sigterm_from_elsewhere_hint_does_not_blame_oom():
+    c = classify(log("signal_killed_loading.log"), ex(signal=15))
+    assert c.cause == "signal_killed" and "SIGTERM" in c.hint and "OOM" not in c.hint
+
+
+def test_operator_stop_noise_does_not_turn_handled_errors_into_a_crash():
+    text = (log("sglang_healthy_scary_warnings.log")
+            + "[2026-10-30 15:00:00] SIGQUIT received. signum=None, frame=None. It usually means one child failed.\n")
+    assert classify(text).state == "failed"
+    assert classify(text, ex(signal=15, stopped_by_operator=True)).state == "ready"
+
+
+def test_classify_file_big_vllm_ready_from_head(tmp_path):
+    p = tmp_path / "vllm.log"
+    filler = "(APIServer pid=2211) INFO 10-30 12:12:07 [logger.py:43] Received request chatcmpl-1: prompt\n"
+    with open(p, "w") as f:
+        f.write(log("vllm_loading.log"))
+        f.write(filler * 1000)
+        f.write("(APIServer pid=2211) INFO:     Application startup complete.\n")
+        f.write(filler * 20_000)
+    c = classify_file(p, tail_bytes=128 * 1024, head_scan_bytes=1024 * 1024)
+    assert c.state == "ready" and "Application startup complete" in c.line

@@ -88,7 +88,7 @@ _BENIGN = ("Ignore import error",)
 
 _READY = "fired up and ready to roll"
 _APP_STARTUP = "Application startup complete"
-_HTTP = re.compile(r'"(POST|GET) (\S{1,2000}) HTTP/[\d.]+" (\d{3})')
+_HTTP = re.compile(r'"(POST|GET) (\S{1,300}) HTTP/[\d.]+" (\d{3})')
 _BATCH = re.compile(r"\b(Decode|Prefill) batch[.,]")
 _PROGRESS = re.compile(
     r"Load weight (?:begin|end)|Cache is allocated|Memory pool end|Capture cuda graph (?:begin|end)"
@@ -171,7 +171,7 @@ _RULES: tuple[_Rule, ...] = (
         r"|LocalEntryNotFoundError|Revision Not Found|RevisionNotFoundError|Incorrect path_or_model_id"
         r"|Can't load (?:the )?(?:tokenizer|config|configuration|model) for")),
     _Rule("model_file", "model_not_found", 80, _r(
-        r"(?:FileNotFoundError|No such file or directory).*(?:config\.json|tokenizer|\.safetensors)"),
+        r"(?:FileNotFoundError|No such file or directory).{0,500}?(?:config\.json|tokenizer|\.safetensors)"),
         exception_only=True),
     _Rule("driver", "cuda_driver", 82, _r(
         r"CUDA driver version is insufficient|no CUDA-capable device is detected|Found no NVIDIA driver"
@@ -185,7 +185,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule("nccl", "nccl_error", 75, _r(
         r"NCCL error|nccl(?:Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error"
         r"|DistBackendError|Watchdog caught collective operation timeout|NCCL communicator was aborted"
-        r"|ProcessGroupNCCL.*(?:[Tt]imeout|[Ee]rror)|DistNetworkError|DistStoreError"), crash=True),
+        r"|ProcessGroupNCCL.{0,300}?(?:[Tt]imeout|[Ee]rror)|DistNetworkError|DistStoreError"), crash=True),
     _Rule("nccl_warn", "nccl_error", 40, _r(r"NCCL WARN")),
     _Rule("import", "import_error", 80, _r(
         r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b|undefined symbol: |cannot open shared object file"),
@@ -201,7 +201,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule("vllm_engine", "other", 12, _r(
         r"EngineCore failed to start|Engine core initialization failed|EngineDeadError"
         r"|Engine process failed to start"), terminal=True),
-    _Rule("hit_exception", "other", 15, _r(r"\b\w+ hit an exception"), terminal=True),
+    _Rule("hit_exception", "other", 15, _r(r"hit an exception"), terminal=True),
     _Rule("native_crash", "other", 12, _r(
         r"Fatal Python error|Segmentation fault|core dumped|terminate called after throwing|^Aborted\b"),
         terminal=True),
@@ -579,7 +579,7 @@ def _match_fatal(st: _State, raw: str, body: str, in_tb: bool) -> None:
         raw = st.prev_src  # a bare ``AssertionError``: the source line above says more
     if best is not None:
         cand = _Cand(best.cause, best.score, seq, raw, best.name, best.stop_induced, _detail(best, body))
-        _add(st, cand, crash=best.crash or best.terminal, terminal=best.terminal)
+        _add(st, cand, crash=best.crash or (best.terminal and not best.stop_induced), terminal=best.terminal)
         return
     if exc_name:
         # A bare exception ending a traceback: the cause is unknown but the line is the best we have.
@@ -804,14 +804,19 @@ def _hint(cause: FailureCause, c: _Cand | None, exit: ExitRecord | None, st: _St
                 "--speculative-num-steps with --speculative-eagle-topk / --speculative-num-draft-tokens, the "
                 "draft model path, and that this model supports the algorithm")
     if cause == "signal_killed":
-        sig = _signal_of(exit) if exit is not None else None
-        if sig is None and detail and detail.lstrip("-").isdigit():
-            sig = abs(int(detail))
+        sig = None
+        if c is not None and c.rule == "child_signal" and detail and detail.lstrip("-").isdigit():
+            sig = abs(int(detail))  # the scheduler's own signal, not the launcher's exit
+        elif exit is not None:
+            sig = _signal_of(exit)
         what = _signame(sig) if sig else "a signal"
+        if sig not in (None, _signal.SIGKILL):
+            return (f"ended by {what} with no cause in the log: something outside mtpconsole sent it "
+                    "(another operator, a job scheduler, systemd)")
         if exit is not None and exit.oom_kill_before is not None and exit.oom_kill_after is not None:
             oom = "/proc/vmstat oom_kill did not rise, so not the host OOM killer"
         else:
-            oom = "it may be the host OOM killer (compare /proc/vmstat oom_kill, check dmesg)"
+            oom = "often the host OOM killer (compare /proc/vmstat oom_kill, check dmesg)"
         return f"killed by {what} with no cause in the log: {oom}; otherwise someone or a watchdog killed it"
     if rule == "warmup":
         return ("the warmup request failed: often an HTTP proxy intercepting 127.0.0.1 - set "
