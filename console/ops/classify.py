@@ -338,7 +338,7 @@ class LogClassifier:
 
     @property
     def lines_seen(self) -> int:
-        """Complete lines processed so far."""
+        """Complete non-empty lines processed so far."""
         return self._st.seq
 
     def result(self, exit: ExitRecord | None = None) -> Classification:
