@@ -1,0 +1,114 @@
+"""Run the benchmarks and write BENCHMARKS.md.
+
+    python -m bench                 # every benchmark at full size, rewrites BENCHMARKS.md
+    python -m bench --quick         # tiny sizes (smoke test); writes nothing unless --out
+    python -m bench --only refresh --only fleet --out /tmp/b.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/run.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.procstat import machine_busy
+from bench.report import Section, machine, render
+from bench.sshd import Sshd, start_sshd
+
+REPO = Path(__file__).resolve().parents[1]
+
+# key -> (module, title)
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "refresh": ("bench.b_refresh", "Cost of one host refresh: agent vs a fresh ssh per tick"),
+    "detect": ("bench.b_detect", "Failure and ready detection"),
+    "fleet": ("bench.b_fleet", "Fleet: 1 to 64 hosts at 1 Hz"),
+    "ui": ("bench.b_ui", "UI: 64 panels, keypress latency, a 10,000 lines/s log"),
+    "startup": ("bench.b_startup", "Start-up"),
+    "biglog": ("bench.b_biglog", "Opening the tail of a 1 GB log"),
+}
+
+
+class Ctx:
+    """What every benchmark gets: size mode, a private temp dir, a lazily started sshd."""
+
+    def __init__(self, quick: bool, tmp: Path):
+        self.quick, self.tmp = quick, tmp
+        self._sshd: Sshd | None = None
+
+    def n(self, full, quick):
+        return quick if self.quick else full
+
+    def sshd(self) -> Sshd:
+        if self._sshd is None:
+            self._sshd = start_sshd(self.tmp / "sshd")
+        return self._sshd
+
+    def close(self) -> None:
+        if self._sshd is not None:
+            self._sshd.stop()
+
+
+def run_one(key: str, ctx: Ctx) -> Section:
+    mod_name, title = BENCHMARKS[key]
+    t0 = time.monotonic()
+    sec = Section(key=key, title=title, how=f"python -m bench --only {key}")
+    try:
+        mod = importlib.import_module(mod_name)
+        result = mod.run(ctx, sec)
+        if asyncio.iscoroutine(result):
+            asyncio.run(result)
+    except Exception:
+        sec.error = traceback.format_exc()[-3000:]
+    sec.seconds = time.monotonic() - t0
+    return sec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description="mtpconsole performance benchmarks")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, a smoke test; writes no file unless --out")
+    ap.add_argument("--only", action="append", choices=list(BENCHMARKS), help="run only this benchmark (repeatable)")
+    ap.add_argument("--out", metavar="PATH", help="where to write the report (default BENCHMARKS.md, full runs only)")
+    args = ap.parse_args(argv)
+    keys = args.only or list(BENCHMARKS)
+    out = Path(args.out) if args.out else (None if args.quick else REPO / "BENCHMARKS.md")
+    started = time.time()
+    mach = machine()
+    b0 = machine_busy()
+    tmp = Path(tempfile.mkdtemp(prefix="mtpbench-"))
+    ctx = Ctx(args.quick, tmp)
+    sections: list[Section] = []
+    try:
+        for key in keys:
+            print(f"[bench] {key} ...", file=sys.stderr, flush=True)
+            sec = run_one(key, ctx)
+            status = "ERROR" if sec.error else (sec.verdict or "done")
+            print(f"[bench] {key}: {status} ({sec.seconds:.1f} s)", file=sys.stderr, flush=True)
+            if sec.error:
+                print(sec.error, file=sys.stderr)
+            sections.append(sec)
+    finally:
+        ctx.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    b1 = machine_busy()
+    busy = (b1[0] - b0[0]) / (b1[1] - b0[1]) if b1[1] > b0[1] else None
+    text = render(sections, mach, quick=args.quick, started=started, busy_share=busy, total_s=time.time() - started)
+    if out is not None:
+        out.write_text(text)
+        print(f"[bench] wrote {out}", file=sys.stderr)
+    else:
+        print(text)
+    return 1 if any(s.error for s in sections) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
