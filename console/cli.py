@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import importlib
 import inspect
+import os
 import sys
 
 from console import __version__
@@ -65,6 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+VALUE_OPTIONS = {"--host", "--ssh-config", "--config", "--interval", "--audit-log", "--theme"}
+
+
+def split_at_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """Split at the subcommand so everything after it (a ``--`` included) reaches it verbatim."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return argv, None
+        if a in VALUE_OPTIONS:
+            i += 2
+            continue
+        if not a.startswith("-"):
+            return argv[:i], argv[i:]
+        i += 1
+    return argv, None
+
+
 def _run(fn, args) -> int:
     result = fn(args)
     if inspect.iscoroutine(result):
@@ -75,7 +95,10 @@ def _run(fn, args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    args = parser.parse_args(argv)
+    head, rest = split_at_command(argv)
+    args = parser.parse_args(head)
+    if rest is not None:
+        args.command, args.rest = rest[0], rest[1:]
     from console.errors import UserError
 
     try:
@@ -106,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `mtpconsole ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

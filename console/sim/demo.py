@@ -12,11 +12,13 @@ Everything is removed on exit, Ctrl-C included, and no process is left behind.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +30,6 @@ from console.config import Config, HostConfig, Profile
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 N_GPUS = 4
-DEMO_PORT = 30000
 
 # A Qwen3.6-27B-like hybrid (3 of 4 layers linear attention, one MTP layer): our own numbers.
 MODEL_CONFIG = {
@@ -56,8 +57,14 @@ FIXED_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3
 FOREIGN_FLAGS = ["--mem-fraction-static", "0.85", "--max-running-requests", "32", "--context-length", "32768"]
 
 
-def stage(root: Path, *, speed: float = 5.0) -> tuple[Config, subprocess.Popen]:
-    """Create the demo's files and start the hand-launched server; return the config and it."""
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stage(root: Path, *, speed: float = 5.0, port: int = 30000) -> tuple[Config, subprocess.Popen]:
+    """Create the demo's files and start the hand-launched server on ``port``; return the config and it."""
     sim, runs, model, logs = root / "sim", root / "runs", root / "models" / "Qwen3.6-27B", root / "logs"
     for d in (sim / "alloc", runs, model, logs):
         d.mkdir(parents=True, exist_ok=True)
@@ -69,7 +76,7 @@ def stage(root: Path, *, speed: float = 5.0) -> tuple[Config, subprocess.Popen]:
     command = [sys.executable, "-m", "console.sim.sglang"]
     host = HostConfig(transport="local", python=sys.executable, runs_dir=str(runs), gpu_source="sim",
                       sim_dir=str(sim), server_command=command, launch_env=env)
-    common = dict(host="demo", model_path=str(model), gpus=[0], port=DEMO_PORT + 1)
+    common = dict(host="demo", model_path=str(model), gpus=[0], port=free_port())
     cfg = Config(hosts={"demo": host}, profiles={
         "incident": Profile(**common, flags=INCIDENT_FLAGS,
                             description="the incident's relaunch: EAGLE 3/1/4, 512 running, 0.90 — does not fit"),
@@ -80,7 +87,7 @@ def stage(root: Path, *, speed: float = 5.0) -> tuple[Config, subprocess.Popen]:
     log = open(logs / "sglang_gpu0.log", "ab")
     src_root = str(Path(__file__).resolve().parents[2])
     foreign = subprocess.Popen(
-        command + ["--model-path", str(model), "--port", str(DEMO_PORT), *FOREIGN_FLAGS],
+        command + ["--model-path", str(model), "--port", str(port), *FOREIGN_FLAGS],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(root),
         env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0",
              "PYTHONPATH": os.pathsep.join(filter(None, [src_root, os.environ.get("PYTHONPATH")]))})
@@ -135,33 +142,80 @@ def _kill_env_marked(root: str) -> None:
             continue
 
 
+def start_load(root: Path, port: int) -> subprocess.Popen:
+    """Keep the hand-launched server busy (bounded, 127.0.0.1 only) so its power and throughput move."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "console", "load", "--port", str(port), "--concurrency", "8",
+         "--duration", "3600", "--max-tokens", "512"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=str(root), env={**os.environ, "MTPCONSOLE_SIM_DIR": str(root / "sim")})
+
+
 @contextlib.asynccontextmanager
 async def demo_environment(args=None) -> AsyncIterator[tuple[Config, list[str]]]:
+    """Stage the demo, yield (config, ["demo"]), and always tear it down (signals included)."""
     root = Path(tempfile.mkdtemp(prefix="mtpconsole-demo-"))
-    foreign = None
-    previous = signal.getsignal(signal.SIGTERM)
+    procs: list[subprocess.Popen] = []
+    done = {"torn": False}
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
+    def cleanup() -> None:
+        if not done["torn"]:
+            done["torn"] = True
+            for p in procs[1:]:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            teardown(root, procs[0] if procs else None)
 
+    def on_signal(signum, frame):  # terminal closed or killed: leave nothing behind, then go
+        cleanup()
+        os._exit(128 + signum)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread
+            pass
+    atexit.register(cleanup)
     try:
-        signal.signal(signal.SIGTERM, on_term)
-    except ValueError:  # not the main thread
-        previous = None
-    try:
-        cfg, foreign = stage(root)
-        await _wait_loaded(root, foreign, timeout=15)
+        port = 30000 if _port_free(30000) else free_port()  # two demos may run side by side
+        cfg, foreign = stage(root, port=port)
+        procs.append(foreign)
+        await _wait_serving(foreign, port, timeout=30)
+        if not getattr(args, "no_load", False):
+            procs.append(start_load(root, port))
         yield cfg, ["demo"]
     finally:
-        teardown(root, foreign)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        cleanup()
+        atexit.unregister(cleanup)
+        for sig, prev in previous.items():
+            signal.signal(sig, prev)
 
 
-async def _wait_loaded(root: Path, foreign: subprocess.Popen, timeout: float) -> None:
-    """Wait until the hand-launched server holds GPU memory (its scheduler wrote an allocation)."""
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+async def _wait_serving(foreign: subprocess.Popen, port: int, timeout: float) -> None:
+    """Wait until the hand-launched server answers /health with 200 (it then holds its GPU memory)."""
+    import http.client
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and foreign.poll() is None:
-        if any((root / "sim" / "alloc").glob("*.json")):
-            return
-        await asyncio.sleep(0.1)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        try:
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        await asyncio.sleep(0.2)
