@@ -209,7 +209,7 @@ class MtpConsoleApp(App):
     @staticmethod
     def banner(s: SessionView) -> str:
         argv = short(clean(" ".join(s.argv)), 400) or "N/A"
-        return (f"session {s.session_id} · {s.state.upper()} · {s.host} · GPUs {gpu_list(s.gpus)}\n"
+        return (f"session {clean(s.session_id or '', 80)} · {s.state.upper()} · {s.host} · GPUs {gpu_list(s.gpus)}\n"
                 f"started {clock_text(s.started_at)}\n$ {argv}")
 
     def _follow_session(self, host: str, s: SessionView | None, sid: str | None = None) -> None:
@@ -341,7 +341,7 @@ class MtpConsoleApp(App):
         return [
             f"host:     {s.host}",
             f"GPUs:     {gpu_list(s.gpus)}",
-            f"session:  {s.session_id or 'foreign (not launched by mtpconsole)'}",
+            f"session:  {clean(s.session_id or 'foreign (not launched by mtpconsole)', 80)}",
             f"pids:     {', '.join(map(str, s.pids)) or 'N/A'}",
         ]
 
@@ -375,7 +375,7 @@ class MtpConsoleApp(App):
         s = t[1]
         target = self.kill_target(s)  # captured now: a list shifting underneath cannot change it
         lines = [*self._who(s), "", "then checks: " + KILL_CHECKS]
-        self.push_screen(ConfirmScreen(f"Kill {s.session_id or 'foreign server'}?", lines, "Kill"),
+        self.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
                          callback=lambda ok: ok and self._run_op(
                              f"kill · {s.host} · {s.session_id or 'pid ' + str(target.pid)}", "kill", s.host,
                              lambda cb: self.backend.kill(target, cb)))
@@ -396,7 +396,7 @@ class MtpConsoleApp(App):
         target, req = self.kill_target(s), self._relaunch_request(s)
         lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
-        self.push_screen(ConfirmScreen(f"Relaunch {s.session_id or 'foreign server'}?", lines, "Relaunch"),
+        self.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines, "Relaunch"),
                          callback=lambda ok: ok and self._start_relaunch(target, req))
 
     def action_edit(self) -> None:
@@ -406,7 +406,7 @@ class MtpConsoleApp(App):
         p, s = t
         target = self.kill_target(s)
         form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, replaces=s.session_id,
-                        title=f"Edit and relaunch {s.session_id or 'foreign server'} on {s.host} · GPUs {gpu_list(s.gpus)}",
+                        title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host} · GPUs {gpu_list(s.gpus)}",
                         **self._checkers())
         self.push_screen(form, callback=lambda req: req and self._start_relaunch(target, req))
 

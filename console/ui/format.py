@@ -13,17 +13,17 @@ _ANSI = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
     r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
-    r"|\x1b[@-Z\\-_]?"
+    r"|\x1b[ -/]*[0-~]?"
     r"|\x9b[0-?]*[ -/]*[@-~]"
 )
-_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CTRL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def clean(text: str, limit: int = MAX_LINE) -> str:
     """Make remote text safe to draw: no escapes or control characters, one line, bounded."""
     if "\r" in text:
         text = text.rstrip("\r").rsplit("\r", 1)[-1]  # progress bars: keep the last redraw
-    text = _CTRL.sub("", _ANSI.sub("", text.replace("\t", "    ")))
+    text = _CTRL.sub("", _ANSI.sub("", text.replace("\t", "    ").replace("\n", " ")))
     if len(text) > limit:
         text = f"{text[:limit]}… [+{len(text) - limit} chars]"
     return text

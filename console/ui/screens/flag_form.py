@@ -110,6 +110,11 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
             box = self.query_one(f"#err-{name}", Static)
             box.update(errors.get(name, ""))
             box.set_class(name in errors, "-shown")
+        first = next((n for n, _, _ in FIELDS if n in errors), None)
+        if first is not None:
+            self.query_one(f"#f-{first}").focus()
+        elif "" in errors:
+            self.query_one("#err-", Static).scroll_visible(animate=False)
         return result
 
     async def checks(self, v: FlagValues) -> bool:
@@ -137,6 +142,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         if self.running_argv is not None:
             diff = flag_diff(self.running_argv, flags) or ["(no change)"]
             self._show("#diff", Content("changes against the running server:\n" + "\n".join(diff)))
+        self.query_one("#checks", Static).scroll_visible(animate=False)
         return ok
 
     def _show(self, sel: str, content: Content) -> None:

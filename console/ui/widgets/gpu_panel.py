@@ -60,7 +60,7 @@ def procs_text(g: GpuSample, servers: dict[int, ServerProc], limit: int = 3) -> 
 def session_line(s: SessionView | None) -> str:
     if s is None:
         return "no server"
-    who = s.session_id or f"foreign pid {na(s.launcher_pid or (s.pids[0] if s.pids else None))}"
+    who = clean(s.session_id, 80) if s.session_id else f"foreign pid {na(s.launcher_pid or (s.pids[0] if s.pids else None))}"
     parts = [who, f"tp {max(1, len(s.gpus))}", f"GPUs {gpu_list(s.gpus)}"]
     if s.port:
         parts.append(f":{s.port}")
@@ -137,7 +137,9 @@ class GpuPanel(Widget, can_focus=True):
         self._pending = None
         title, badge, power, spark, stats, procs, sess, serving = self._parts()
         title.update(Content(f"GPU {g.index} · {clean(g.name or NA, 60)}"))
-        badge.set(*badge_for(s, snap, now, interval))
+        label, kind = badge_for(s, snap, now, interval)
+        badge.set(label, kind)
+        self.set_class(kind in ("stale", "unreachable"), "-stale")  # old data looks old
         power.update(power_bar(g.power_w, g.power_limit_w))
         spark.data = list(self.history)
         stats.update(stats_line(g))
@@ -145,7 +147,7 @@ class GpuPanel(Widget, can_focus=True):
         sess.update(session_line(s))
         detail = detail_line(s)
         serving.update(detail)
-        serving.display = bool(detail.plain)
+        serving.set_class(not detail.plain, "-empty")
 
     def _parts(self) -> tuple:
         if not hasattr(self, "_cached"):
