@@ -73,7 +73,7 @@ def render(plan, shape) -> str:  # type: ignore[no-untyped-def]
         f"model        {shape.architecture or shape.model_type or '?'}: {shape.num_params / 1e9:.1f}B params "
         f"({shape.params_source}), {shape.dtype}, {shape.num_layers} layers"
         + (f" ({shape.num_attention_layers} attention, {shape.linear.num_layers} linear)" if shape.linear else "")
-        + (f", MLA" if shape.mla else "") + (f", {shape.mtp_layers} MTP" if shape.mtp_layers else ""),
+        + (", MLA" if shape.mla else "") + (f", {shape.mtp_layers} MTP" if shape.mtp_layers else ""),
         f"gpu          {_fmt_gb(plan.gpu_mem_bytes)} × tp {plan.tp_size} (usable {_fmt_gb(plan.usable_bytes)})",
         f"fraction     --mem-fraction-static {plan.mem_fraction_static} ({plan.mem_fraction_source})"
         f" → static budget {_fmt_gb(plan.static_budget_bytes)}",
