@@ -41,10 +41,14 @@ def test_status_demo_shows_the_staged_incident_and_cleans_up():
     assert launchers and all(p["session_id"] is None for p in launchers)  # FOREIGN: started by hand
     titles = {p["argv"][0] for p in h["servers"] if p["role"] == "worker"}
     assert "sglang::scheduler_TP0" in titles and "sglang::detokenizer" in titles
-    assert h["gpus"][0]["mem_used_mib"] > 1000 and h["gpus"][0]["procs"]
+    gpu0 = [p["pid"] for p in h["gpus"][0]["procs"]]
+    assert h["gpus"][0]["mem_used_mib"] > 1000 and gpu0
+    model = next(a for a in launchers[0]["argv"] if "mtpconsole-demo-" in a)
+    root = Path(model).parents[1]  # <root>/models/<name>
     time.sleep(0.5)
-    assert set(_demo_procs()) - before == set()
-    assert set(Path("/tmp").glob("mtpconsole-demo-*")) - dirs_before == set()
+    marker = f"MTPCONSOLE_SIM_DIR={root}/sim".encode()
+    assert [pid for pid in _demo_procs() if marker in Path(f"/proc/{pid}/environ").read_bytes()] == []
+    assert not root.exists()
 
 
 def test_demo_incident_profile_fails_gpu_oom_and_fixed_one_is_ready():
