@@ -215,15 +215,15 @@ class MtpConsoleApp(App):
     def _follow_session(self, host: str, s: SessionView | None, sid: str | None = None) -> None:
         sid = sid or (s.session_id if s else None)
         key = (host, sid) if sid else None
-        if key == self.following:
-            return
         pane = self.query_one(LogPane)
-        old, self.following = self.following, key
-        if key is None:
+        if key is None:  # nothing to follow here: say why, even if nothing was followed before
             pane.stop(f"foreign server (pid {s.launcher_pid or 'N/A'}): no mtpconsole session log" if s
                       else "no server on this GPU")
-        else:
-            pane.start(host, sid, self.banner(s) if s else f"session {sid} · {host}")
+        if key == self.following:
+            return
+        old, self.following = self.following, key
+        if key is not None:
+            pane.start(host, sid, self.banner(s) if s else f"session {clean(sid, 80)} · {host}")
         self.follow_busy = True
         self.run_worker(self._switch_log(old, key), group="follow", exit_on_error=False)
 
@@ -350,15 +350,15 @@ class MtpConsoleApp(App):
         if t is None or self._busy():
             return
         p = t[0]
+        tpl: LaunchRequest | None = None
+        try:
+            tpl = self.backend.launch_template(p.host, p.index)
+        except Exception as e:
+            self.notify(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
         raw = self.form_memory.get((p.host, p.index))
         if raw is None:
-            try:
-                tpl = self.backend.launch_template(p.host, p.index)
-                raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port)
-            except Exception as e:
-                self.notify(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
-                raw = {"gpus": str(p.index)}
-        form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(),
+            raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port) if tpl else {"gpus": str(p.index)}
+        form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(), template=tpl,
                         remember=lambda r, key=(p.host, p.index): self.form_memory.__setitem__(key, r))
         self.push_screen(form, callback=lambda req: req and self._run_op(
             f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,

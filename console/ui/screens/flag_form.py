@@ -51,11 +51,14 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
 
     def __init__(self, host: str, raw: dict[str, Any], *, title: str, running_argv: list[str] | None = None,
                  validator: Validator | None = None, planner: Planner | None = None,
-                 remember: Callable[[dict[str, Any]], None] | None = None, replaces: str | None = None) -> None:
+                 remember: Callable[[dict[str, Any]], None] | None = None, replaces: str | None = None,
+                 template: LaunchRequest | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.host, self.raw, self.title_text = host, dict(raw), title
         self.running_argv, self.validator, self.planner = running_argv, validator, planner
         self.remember, self.replaces = remember, replaces
+        self.template = template
+        """Carries what the form does not edit (env values, profile name) into the request."""
         self.armed: list[str] | None = None
 
     def compose(self) -> ComposeResult:
@@ -171,8 +174,9 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
             return
         if self.remember:
             self.remember(self.raw)
+        keep = {"env": self.template.env, "profile": self.template.profile} if self.template else {}
         self.dismiss(LaunchRequest(host=self.host, command=v.command, flags=flags, gpus=v.gpus, port=v.port,
-                                   replaces=self.replaces))
+                                   replaces=self.replaces, **keep))
 
     def _disarm(self) -> None:
         self.armed = None
