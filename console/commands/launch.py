@@ -24,6 +24,7 @@ def configure(p) -> None:
     p.add_argument("--wait", action="store_true", help="return at READY or FAILED with every step and its timing")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for READY (default 900)")
     p.add_argument("--allow-busy", action="store_true", help="launch even if the GPUs hold other compute processes")
+    p.add_argument("--force", action="store_true", help="launch even when the memory planner says it does not fit")
     p.add_argument("flags", nargs="*", help="server flags, after --")
 
 
@@ -75,7 +76,7 @@ def build_request(args, host: str) -> LaunchRequest:
     env.update(host_env(hc.env_names) if hc else {})
     env.update(parse_env(args.env))
     return LaunchRequest(host=host, command=command, flags=flags, gpus=parse_gpus(args.gpu) or gpus,
-                         port=args.port or port, env=env, profile=profile)
+                         port=args.port or port, env=env, profile=profile, force=args.force)
 
 
 async def run(args) -> int:

@@ -165,6 +165,12 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
     st = Stepper(["preflight"] + LAUNCH_STEPS, on_steps)
     res = dict(op="launch", host=link.name, session_id=sid)
     st.start("preflight")
+    verdict, plan_text = await memory_verdict(link, req)
+    if verdict == "does_not_fit" and not req.force:
+        msg = f"memory plan: does not fit — {plan_text} (launch with force to try anyway)"
+        st.finish("preflight", "failed", msg)
+        return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps, error=msg,
+                               cause="gpu_oom", hint=plan_text)
     watch = _SessionWatch(link, sid)
     try:
         try:
@@ -177,7 +183,8 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
             return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps,
                                    error=msg)
         pre = info.get("preflight") or []
-        st.finish("preflight", "ok", "; ".join(f"{c['name']}: {c['detail']}" for c in pre))
+        st.finish("preflight", "ok", "; ".join([f"{c['name']}: {c['detail']}" for c in pre]
+                                               + [f"memory plan: {verdict or 'skipped'} ({plan_text})"]))
         await link.follow_log(sid, 0)
         rec = info.get("record")
         ex = info.get("exit")
@@ -263,6 +270,41 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
                                                                  f"lost contact with the host: {e}"))
     finally:
         watch.close()
+
+
+async def memory_verdict(link: HostLink, req: LaunchRequest) -> tuple[str | None, str]:
+    """The planner's verdict for this launch, from the model's config.json read on the host.
+
+    Returns (None, why) when it cannot be planned (no model path, unreadable config, no GPU info).
+    """
+    from console.ops.model_config import ModelConfigError, parse_model_config
+    from console.ops.planner import plan
+    from console.commands.plan import parse_server_flags
+
+    model = flag_value(req.flags, "--model-path", "--model")
+    if not model:
+        return None, "no --model-path"
+    snap = link.snapshot()
+    if not snap.gpus and (link.sample is None or snap.gpu_source != "none"):
+        try:
+            snap = await _fresh(link)
+        except (RequestError, LinkDown, asyncio.TimeoutError):
+            pass
+    gpus = {g.index: g for g in snap.gpus}
+    target = [gpus[i] for i in req.gpus if i in gpus and gpus[i].mem_total_mib]
+    if not target:
+        return None, "no GPU memory information"
+    try:
+        r = await link.request("read_file", {"path": model.rstrip("/") + "/config.json", "max_bytes": 4 << 20})
+        import json
+
+        shape = parse_model_config(json.loads(r["data"]))
+        p = plan(shape, parse_server_flags(req.flags), min(g.mem_total_mib for g in target) << 20,
+                 n_gpus=len(target))
+    except (RequestError, LinkDown, asyncio.TimeoutError, ValueError, ModelConfigError, Exception) as e:
+        return None, f"not planned: {str(e)[:200]}"
+    text = "; ".join(p.reasons[:2] + p.advice[:2]) or p.verdict
+    return p.verdict, text
 
 
 def _running(st: Stepper) -> str | None:
