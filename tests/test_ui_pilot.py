@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.widgets import Button, Input, Static
 
-from console.model import KillTarget
+from console.model import AuditEntry, HostView, KillTarget
 from console.ui.flag_values import split_argv
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
@@ -339,3 +339,22 @@ async def test_view_coalescing_and_theme_cycle():
         await pilot.press("q")
         await settle(pilot, 1)
     assert ("stop",) in be.calls
+
+
+async def test_remote_text_is_never_markup():
+    v = view_a()
+    snap = v.snapshot.model_copy(update={"gpus": [g.model_copy(update={"name": "[b]evil[/b] [red"}) for g in v.snapshot.gpus]})
+    weird = v.sessions[0].model_copy(update={"session_id": "s-[i]x", "flags_summary": "[link=x]y", "argv": ["[/]"]})
+    be = FakeBackend([HostView(snapshot=snap, sessions=[weird, *v.sessions[1:]])])
+    be.logs[("host-a", "s-[i]x")] = ["[bold]not bold[/bold] [/]"]
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 0)
+        p = panel(app, "host-a", 0)
+        assert "[b]evil[/b] [red" in str(p.query_one(".title", Static).render())
+        assert "s-[i]x" in str(p.query_one(".session", Static).render())
+        assert list(app.query_one(LogPane).lines) == ["[bold]not bold[/bold] [/]"]
+        be.on_audit(AuditEntry(at=NOW, host="host-a", op="[b]op", result="[/]"))
+        app.say("[/] bad")
+        await settle(pilot)

@@ -49,6 +49,10 @@ class MainScreen(Screen):
 class MtpConsoleApp(App):
     """The operator console. Build it with :func:`make_app`."""
 
+    def say(self, message: str, **kw) -> None:
+        """A toast whose text is never parsed as markup (it often quotes remote text)."""
+        self.notify(message, markup=False, **kw)
+
     TITLE = "mtpconsole"
     CSS_PATH = css_paths()
     BINDINGS = [
@@ -123,7 +127,7 @@ class MtpConsoleApp(App):
         try:
             await self.backend.start(self.on_view, self.on_log, self.on_audit)
         except Exception as e:  # the UI stays up and says why
-            self.notify(f"backend failed to start: {short(clean(str(e)), 300)}", severity="error", timeout=30)
+            self.say(f"backend failed to start: {short(clean(str(e)), 300)}", severity="error", timeout=30)
 
     # ------------------------------------------------------------------ data in (any thread)
     def on_view(self, view: HostView) -> None:
@@ -146,7 +150,7 @@ class MtpConsoleApp(App):
         return sec
 
     def apply_views(self, force: bool = False) -> None:
-        pending, self.pending_views = self.pending_views, {}
+        pending = {h: self.pending_views.pop(h) for h in list(self.pending_views)}  # pops are atomic
         if force:
             pending = {**self.views, **pending}
         if not pending:
@@ -236,7 +240,7 @@ class MtpConsoleApp(App):
                 if self.following == new:
                     self.query_one(LogPane).add_lines(tail)
         except Exception as e:
-            self.notify(f"log: {short(clean(str(e)), 200)}", severity="warning")
+            self.say(f"log: {short(clean(str(e)), 200)}", severity="warning")
         finally:
             self.follow_busy = False
 
@@ -304,7 +308,7 @@ class MtpConsoleApp(App):
 
     def _refuse(self, action: str) -> None:
         if self.read_only and isinstance(self.screen, MainScreen):
-            self.notify(f"read-only: {DESTRUCTIVE[action]} disabled", severity="warning")
+            self.say(f"read-only: {DESTRUCTIVE[action]} disabled", severity="warning")
 
     def key_l(self) -> None:
         self._refuse("launch")
@@ -322,11 +326,11 @@ class MtpConsoleApp(App):
     def _target(self, need_session: bool) -> tuple[GpuPanel, SessionView | None] | None:
         p = self.selected
         if p is None or not p.is_attached:
-            self.notify("select a GPU panel first (tab / enter)", severity="warning")
+            self.say("select a GPU panel first (tab / enter)", severity="warning")
             return None
         s = p.session
         if need_session and (s is None or s.state in ("stopped", "idle") or not (s.session_id or s.pids)):
-            self.notify(f"no running server on {p.host} GPU {p.index}", severity="warning")
+            self.say(f"no running server on {p.host} GPU {p.index}", severity="warning")
             return None
         return p, s
 
@@ -354,7 +358,7 @@ class MtpConsoleApp(App):
         try:
             tpl = self.backend.launch_template(p.host, p.index)
         except Exception as e:
-            self.notify(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
+            self.say(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
         raw = self.form_memory.get((p.host, p.index))
         if raw is None:
             raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port) if tpl else {"gpus": str(p.index)}
@@ -391,7 +395,7 @@ class MtpConsoleApp(App):
             return
         s = t[1]
         if not s.argv:
-            self.notify("the server's command line is unknown: use e to relaunch with edited flags", severity="warning")
+            self.say("the server's command line is unknown: use e to relaunch with edited flags", severity="warning")
             return
         target, req = self.kill_target(s), self._relaunch_request(s)
         lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
@@ -416,7 +420,7 @@ class MtpConsoleApp(App):
 
     def _busy(self) -> bool:
         if self.op_busy:
-            self.notify("an action is already running; wait for its steps to finish", severity="warning")
+            self.say("an action is already running; wait for its steps to finish", severity="warning")
         return self.op_busy
 
     def _run_op(self, title: str, op: str, host: str, call: Callable, *, forget: tuple[str, int] | None = None,
@@ -447,12 +451,12 @@ class MtpConsoleApp(App):
         self.results.append(result)
         self.query_one(StepsView).finish(result)
         if result.ok:
-            self.notify(f"{op} confirmed" + (f": {result.state.upper()}" if result.state else ""))
+            self.say(f"{op} confirmed" + (f": {result.state.upper()}" if result.state else ""))
             if forget:
                 self.form_memory.pop(forget, None)
         else:
             why = result.cause or result.error or "failed"
-            self.notify(f"{op} FAILED: {short(clean(why), 200)}", severity="error", timeout=10)
+            self.say(f"{op} FAILED: {short(clean(why), 200)}", severity="error", timeout=10)
         p = self.selected
         if result.session_id and p is not None and p.host == host and (gpus is None or p.index in gpus):
             self._follow_session(host, self.find_session(host, result.session_id), result.session_id)

@@ -69,8 +69,8 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
                     with Horizontal(classes="field"):
                         yield Label(label, classes="field-label")
                         yield self._widget(name, kind)
-                    yield Static("", id=f"err-{name}", classes="field-error")
-                yield Static("", id="err-", classes="field-error")
+                    yield Static("", id=f"err-{name}", classes="field-error", markup=False)
+                yield Static("", id="err-", classes="field-error", markup=False)
                 yield Static("", id="diff", classes="diff").set_styles("display: none;")
                 yield Static("", id="checks", classes="checks").set_styles("display: none;")
             with Horizontal(classes="buttons"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.widgets import DataTable
 
 from console.model import AuditEntry
@@ -24,8 +25,9 @@ class AuditPane(DataTable):
         ok = "?" if e.ok is None else ("ok" if e.ok else "FAIL")
         args = " ".join(f"{k}={v}" for k, v in e.args.items())
         detail = short(clean(" → ".join(x for x in (args, e.result or "") if x)), 200)
-        self.add_row(hms(e.at), clean(e.host, 40), clean(e.op, 40), ok,
-                     na(None if e.elapsed_ms is None else round(e.elapsed_ms)), detail, key=str(self._n))
+        cells = (hms(e.at), clean(e.host, 40), clean(e.op, 40), ok,
+                 na(None if e.elapsed_ms is None else round(e.elapsed_ms)), detail)
+        self.add_row(*(Text(c) for c in cells), key=str(self._n))  # Text: remote text is never markup
         self._n += 1
         if self.row_count > MAX_ROWS:
             self.remove_row(str(self._n - MAX_ROWS - 1))

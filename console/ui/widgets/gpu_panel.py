@@ -87,6 +87,13 @@ def detail_line(s: SessionView | None) -> Content:
     )
 
 
+def put(w: Static, content: Content | str) -> None:
+    """Update ``w`` only when what it shows changes (views are re-applied every second)."""
+    if getattr(w, "_shown", None) != content:
+        w._shown = content
+        w.update(content)
+
+
 class GpuPanel(Widget, can_focus=True):
     """The panel of GPU ``index`` on ``host``."""
 
@@ -106,15 +113,15 @@ class GpuPanel(Widget, can_focus=True):
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="row"):
-            yield Static(f"GPU {self.index}", classes="title")
+            yield Static(f"GPU {self.index}", classes="title", markup=False)
             yield Badge()
         with Horizontal(classes="row detail"):
-            yield Static("", classes="power")
+            yield Static("", classes="power", markup=False)
             yield Sparkline([], summary_function=max, classes="spark")
-        yield Static("", classes="stats line")
-        yield Static("", classes="procs detail line")
-        yield Static("", classes="session line")
-        yield Static("", classes="serving detail line")
+        yield Static("", classes="stats line", markup=False)
+        yield Static("", classes="procs detail line", markup=False)
+        yield Static("", classes="session line", markup=False)
+        yield Static("", classes="serving detail line", markup=False)
 
     def on_mount(self) -> None:
         self._ready = True
@@ -136,17 +143,18 @@ class GpuPanel(Widget, can_focus=True):
             return
         self._pending = None
         title, badge, power, spark, stats, procs, sess, serving = self._parts()
-        title.update(Content(f"GPU {g.index} · {clean(g.name or NA, 60)}"))
+        put(title, f"GPU {g.index} · {clean(g.name or NA, 60)}")
         label, kind = badge_for(s, snap, now, interval)
         badge.set(label, kind)
         self.set_class(kind in ("stale", "unreachable"), "-stale")  # old data looks old
-        power.update(power_bar(g.power_w, g.power_limit_w))
-        spark.data = list(self.history)
-        stats.update(stats_line(g))
-        procs.update(procs_text(g, servers))
-        sess.update(session_line(s))
+        put(power, power_bar(g.power_w, g.power_limit_w))
+        if len(spark.data or []) != len(self.history) or list(spark.data) != list(self.history):
+            spark.data = list(self.history)
+        put(stats, stats_line(g))
+        put(procs, procs_text(g, servers))
+        put(sess, session_line(s))
         detail = detail_line(s)
-        serving.update(detail)
+        put(serving, detail)
         serving.set_class(not detail.plain, "-empty")
 
     def _parts(self) -> tuple:

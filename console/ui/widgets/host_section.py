@@ -33,7 +33,7 @@ class HostSection(Vertical):
 
     def compose(self) -> ComposeResult:
         yield HostHeader()
-        yield Static("waiting for the first sample…", classes="host-note")
+        yield Static("waiting for the first sample…", classes="host-note", markup=False)
         yield Container(classes="gpus")
 
     def panels(self) -> list[GpuPanel]:

@@ -56,10 +56,10 @@ class LogPane(Vertical):
         self.unseen = 0
 
     def compose(self) -> ComposeResult:
-        yield Static("no session selected — focus a GPU panel (enter / tab)", classes="banner")
+        yield Static("no session selected — focus a GPU panel (enter / tab)", classes="banner", markup=False)
         yield Input(placeholder="filter (enter to apply, esc to close)", classes="filter")
         yield SessionLog(classes="log")
-        yield Static("", classes="new-lines")
+        yield Static("", classes="new-lines", markup=False)
 
     @property
     def log_widget(self) -> SessionLog:
