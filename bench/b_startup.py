@@ -1,0 +1,140 @@
+"""6. Start-up: ``mtpconsole --help`` wall time, time to the first frame, and the slowest imports.
+
+* ``--help`` through the installed entry point (and through the pyenv shim when that is what
+  ``mtpconsole`` resolves to), against a bare ``python -c pass`` (the floor any Python CLI pays);
+* first frame: the app on a real 200×50 pseudo-terminal (``bench/first_frame.py``): with the tests'
+  FakeBackend, and ``mtpconsole --demo`` (the built-in demo host) when this build has it; the
+  frame counts when the header's title has been drawn; then ``q``, and nothing may be left running;
+* ``python -X importtime``: the biggest imports under ``import console.cli`` and under the TUI's
+  ``import console.ui.app``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.stats import cell, ratio, summarize
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _wall(argv: list[str], n: int, env: dict) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, timeout=60, env=env)
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def _importtime(module: str, env: dict) -> tuple[float, list[tuple[float, float, str]]]:
+    p = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
+                       text=True, cwd=REPO, timeout=60, env=env)
+    rows = []
+    for line in p.stderr.splitlines():
+        if not line.startswith("import time:") or "[us]" in line:
+            continue
+        try:
+            _, rest = line.split(":", 1)
+            self_us, cum_us, name = rest.split("|", 2)
+            rows.append((int(self_us) / 1000, int(cum_us) / 1000, name[1:].rstrip()))
+        except ValueError:
+            continue
+    total = next((c for s, c, n in rows if n.strip() == module), max((c for _, c, _ in rows), default=0.0))
+    return total, rows
+
+
+def _direct(rows, k: int = 6) -> list[tuple[float, float, str]]:
+    """The module's direct imports (one indent below it), by cumulative time."""
+    firsts = [(s, c, n) for s, c, n in rows if len(n) - len(n.lstrip()) == 2]
+    return sorted(firsts, key=lambda r: -r[1])[:k]
+
+
+def _by_self(rows, k: int = 6) -> list[tuple[float, float, str]]:
+    """The single modules that cost the most themselves (executing their own body), anywhere below."""
+    inner = [(s, c, n) for s, c, n in rows if len(n) - len(n.lstrip()) >= 2]
+    return sorted(inner, key=lambda r: -r[0])[:k]
+
+
+def _first_frame(cmd: list[str], env: dict) -> dict:
+    p = subprocess.run([sys.executable, "-m", "bench.first_frame", "mtpconsole", "--", *cmd], capture_output=True,
+                       text=True, cwd=REPO, timeout=120, env=env)
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": (p.stderr or p.stdout)[-500:]}
+
+
+def run(ctx, sec) -> None:
+    n, nf = ctx.n(15, 2), ctx.n(5, 1)
+    entry = Path(sys.executable).parent / "mtpconsole"
+    which = shutil.which("mtpconsole")
+    nocache = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    cached["PYTHONPYCACHEPREFIX"] = str(ctx.tmp / "pycache")
+    conds = {"no bytecode cache": nocache, "bytecode cached": cached}
+    _importtime("console.ui.app", cached)  # warm the cache
+    subprocess.run([sys.executable, "-c", "import console.cli, console.commands.tui, console.hostctx, "
+                    "console.sim.demo, console.ops.backend"], cwd=REPO, env=cached, capture_output=True, timeout=60)
+    walls = {}
+    for _ in range(2 if not ctx.quick else 1):  # interleave rounds
+        for cname, env in conds.items():
+            for name, argv in (("python -c pass", [sys.executable, "-c", "pass"]),
+                               ("python -m console --help", [sys.executable, "-m", "console", "--help"]),
+                               (f"{entry} --help", [str(entry), "--help"] if entry.exists() else None),
+                               (f"mtpconsole --help (PATH: {which})",
+                                ["mtpconsole", "--help"] if which and Path(which) != entry else None)):
+                if argv:
+                    walls.setdefault((name, cname), []).extend(_wall(argv, n // 2 or 1, env))
+    s = {k: summarize(v) for k, v in walls.items()}
+    sec.table(["command", "bytecode", "wall time", "over bare Python"], [
+        [f"`{k[0]}`", k[1], cell(v), "–" if k[0] == "python -c pass" else
+         f"+{v.median - s[('python -c pass', k[1])].median:.0f} ms ({ratio(v.median, s[('python -c pass', k[1])].median)})"]
+        for k, v in s.items()])
+    frames = {"app + FakeBackend (`python -m bench.ff_fake`)": [sys.executable, "-m", "bench.ff_fake"]}
+    demo = (REPO / "console" / "sim" / "demo.py").exists()
+    if demo:
+        frames["`mtpconsole --demo`"] = [str(entry) if entry.exists() else "mtpconsole", "--demo"]
+    ff_rows, ff_all, leftovers = [], {}, []
+    for _ in range(nf):
+        for name, cmd in frames.items():
+            for cname, env in conds.items():
+                r = _first_frame(cmd, env)
+                ff_all.setdefault(f"{name}, {cname}", []).append(r)
+            leftovers += r.get("leftovers") or []
+    for name, rs in ff_all.items():
+        ff = summarize([r["first_frame_ms"] for r in rs if r.get("first_frame_ms") is not None])
+        fo = summarize([r["first_output_ms"] for r in rs if r.get("first_output_ms") is not None])
+        q = summarize([r["quit_ms"] for r in rs if r.get("quit_ms") is not None])
+        errs = [r.get("error") or r.get("tail") for r in rs if r.get("first_frame_ms") is None]
+        ff_rows.append([name, cell(ff), cell(fo), cell(q), ", ".join(sorted({str(r.get("exited_by")) for r in rs})),
+                        str(len(errs)) + (f" ({errs[0][:120]!r})" if errs else "")])
+    sec.table(["first frame of", "first frame (title drawn)", "first byte on the terminal", "q → exited",
+               "ended by", "runs without a frame"], ff_rows)
+    worst = max((summarize([r["first_frame_ms"] for r in rs if r.get("first_frame_ms")]) or
+                 summarize([1e9]) for rs in ff_all.values()), key=lambda x: x.median)
+    sec.target = "first frame < 1 s"
+    sec.verdict = ("met" if worst.p95 < 1000 else "missed") + f" (slowest p95 {worst.p95:.0f} ms)"
+    if not demo:
+        sec.notes.append("`--demo` is not in this build (no console/sim/demo.py): only the FakeBackend app was timed.")
+    sec.notes.append("Processes left behind after `q`: " + ("none" if not leftovers else
+                                                           f"{len(leftovers)}: " + "; ".join(leftovers[:5])))
+    for module in ("console.cli", "console.ui.app"):
+        total, rows = _importtime(module, cached)
+        total_nc, _ = _importtime(module, nocache)
+        sec.para(f"`python -X importtime -c \"import {module}\"`: {total:.0f} ms cumulative with bytecode cached, "
+                 f"{total_nc:.0f} ms without a cache for console/ (one run each; the table is the cached run):")
+        sec.table(["import", "kind", "cumulative", "self"],
+                  [[f"`{n.strip()}`", "direct import", f"{c:.1f} ms", f"{s_:.1f} ms"] for s_, c, n in _direct(rows)]
+                  + [[f"`{n.strip()}`", "top self time", f"{c:.1f} ms", f"{s_:.1f} ms"] for s_, c, n in _by_self(rows)])
+    sec.notes.append(f"{n} runs per command in interleaved rounds; {nf} first-frame runs per app and condition. "
+                     "'no bytecode cache': PYTHONDONTWRITEBYTECODE=1 as in this environment, so console/ is compiled "
+                     "from source at every start (installed site-packages such as textual have their .pyc); "
+                     "'bytecode cached': PYTHONPYCACHEPREFIX in a temp dir, warmed once — what an installed "
+                     "package (pip compiles .pyc) or a developer checkout without PYTHONDONTWRITEBYTECODE gets.")

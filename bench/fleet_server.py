@@ -1,0 +1,78 @@
+"""Many SSH hosts in one process: N ``asyncssh`` servers on 127.0.0.1, each running the real agent.
+
+    python -m bench.fleet_server DIR N
+
+Writes ``DIR/client_key``, ``DIR/known_hosts``, ``DIR/ssh_config`` (aliases ``fleet-00``…) and
+finally ``DIR/ready``; runs until stdin closes or SIGTERM. A session may only run the console's
+fixed agent bootstrap (``python3 -u -c BOOTSTRAP``), which is started as a child process with
+its stdin/stdout/stderr redirected to the SSH channel; it ends when the channel closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+import asyncssh
+
+from console.remote.protocol import BOOTSTRAP
+
+ALLOWED_PYTHONS = ("python3", sys.executable)
+
+
+async def _session(process: asyncssh.SSHServerProcess) -> None:
+    argv = shlex.split(process.command or "")
+    if len(argv) != 4 or argv[0] not in ALLOWED_PYTHONS or argv[1:3] != ["-u", "-c"] or argv[3] != BOOTSTRAP:
+        process.stderr.write(b"fleet_server: only the agent bootstrap may run here\n")
+        process.exit(126)
+        return
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        await process.redirect(stdin=proc.stdin, stdout=proc.stdout, stderr=proc.stderr)
+        rc = await proc.wait()
+        process.exit(rc)
+    except Exception:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+
+
+async def main(d: Path, n: int) -> None:
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key.write_private_key(str(d / "client_key"))
+    os.chmod(d / "client_key", 0o600)
+    authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode())
+    pub = host_key.export_public_key().decode().split()
+    servers, known, cfg = [], [], []
+    user = os.environ.get("USER") or __import__("getpass").getuser()
+    for i in range(n):
+        srv = await asyncssh.create_server(None, "127.0.0.1", 0, server_host_keys=[host_key],
+                                           authorized_client_keys=authorized, process_factory=_session,
+                                           encoding=None, allow_scp=False, agent_forwarding=False,
+                                           x11_forwarding=False, keepalive_interval=0)
+        port = srv.sockets[0].getsockname()[1]
+        servers.append(srv)
+        known.append(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}")
+        cfg.append(f"Host fleet-{i:02d}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n"
+                   f"  IdentityFile {d / 'client_key'}\n  UserKnownHostsFile {d / 'known_hosts'}\n")
+    (d / "known_hosts").write_text("\n".join(known) + "\n")
+    (d / "ssh_config").write_text("\n".join(cfg))
+    (d / "ready").write_text(str(n))
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_reader(sys.stdin.fileno(), lambda: stop.set() if not os.read(sys.stdin.fileno(), 1) else None)
+    await stop.wait()
+    for s in servers:
+        s.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))
