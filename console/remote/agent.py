@@ -238,6 +238,7 @@ class NvmlGpus(object):
 
     name = "nvml"
     error = None
+    v1_only = False
 
     def __init__(self):
         import pynvml  # noqa: raises ImportError when absent
@@ -257,6 +258,20 @@ class NvmlGpus(object):
             errors[field] = str(e) or type(e).__name__
             return None
 
+    def _memory(self, h):
+        """Memory as nvidia-smi shows it: NVML v2, whose ``used`` leaves out the driver's reserved
+        memory (v1's ``used`` counts it: about 615 MiB more on an idle H200, driver 580); else v1."""
+        nv = self.nv
+        v2 = getattr(nv, "nvmlMemory_v2", None)
+        if v2 is not None and not self.v1_only:
+            try:
+                return nv.nvmlDeviceGetMemoryInfo(h, version=v2)
+            except Exception:  # old pynvml signature or a driver without v2: use v1 if that works
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                self.v1_only = True
+                return mem
+        return nv.nvmlDeviceGetMemoryInfo(h)
+
     def sample(self):
         nv, out = self.nv, []
         for i, h, name, uuid in self.handles:
@@ -264,7 +279,7 @@ class NvmlGpus(object):
             power = self._get(lambda: nv.nvmlDeviceGetPowerUsage(h), e, "power_w")
             limit = self._get(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), e, "power_limit_w")
             util = self._get(lambda: nv.nvmlDeviceGetUtilizationRates(h), e, "util_pct")
-            mem = self._get(lambda: nv.nvmlDeviceGetMemoryInfo(h), e, "mem_used_mib")
+            mem = self._get(lambda: self._memory(h), e, "mem_used_mib")
             temp = self._get(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), e, "temp_c")
             procs = self._get(lambda: nv.nvmlDeviceGetComputeRunningProcesses(h), e, "procs") or []
             plist = []
