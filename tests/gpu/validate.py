@@ -111,6 +111,8 @@ class Run:
                                             t1 - t0))
         if data is None:
             print(so[-3000:], se[-3000:], flush=True)
+        if se.strip():
+            say("  stderr: %s" % se.strip()[-300:].replace("\n", " | "))
         return {"argv": shown, "rc": rc, "t0": t0, "t1": t1, "json": data,
                 "stdout": None if data is not None else so[-4000:], "stderr": se[-4000:]}
 
@@ -166,6 +168,16 @@ class NvmlTrace:
         self.h = pynvml.nvmlDeviceGetHandleByIndex(gpu)
         self.period, self.rows, self.stop = period, [], threading.Event()
         self.th = None
+        self.watch_pid = None
+
+    @staticmethod
+    def proc_state(pid: int):
+        """The /proc state letter of pid (R, S, Z...), or None when it is gone."""
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
 
     def read(self) -> dict:
         nv, h = self.nv, self.h
@@ -183,6 +195,8 @@ class NvmlTrace:
                 row[key] = fn()
             except Exception as e:  # noqa: record, never die
                 row[key] = "error: %s" % e
+        if self.watch_pid:
+            row["proc"] = self.proc_state(self.watch_pid)
         return row
 
     def _loop(self) -> None:
@@ -244,7 +258,7 @@ def status_vs_smi(run: Run, label: str, cfg: str = "nvml", block: bool = False) 
                                                                    "cuda_visible_devices", "argv")}
                                           for p in host.get("servers", [])],
            "smi_nearest": smi, "smi_offset_s": None if not smi or not host.get("sampled_at") else
-           round(smi["t"] - host["sampled_at"], 3), "stderr": st["stderr"][-1500:] if st["rc"] else ""}
+           round(smi["t"] - host["sampled_at"], 3), "stderr": st["stderr"][-1500:]}
     if g and smi:
         v = smi["values"]
         say("  %s: console[%s] P=%s/%s W mem=%s/%s util=%s T=%s | smi P=%s/%s mem=%s/%s util=%s T=%s (dt %.2fs)" % (
@@ -298,12 +312,19 @@ def launch(run: Run, flags: list, timeout: float = 150.0) -> dict:
     return r
 
 
-def kill(run: Run, sid: str, trace: NvmlTrace | None) -> dict:
+def kill(run: Run, sid: str, trace: NvmlTrace | None, settle: float = 3.0) -> dict:
+    try:
+        pid0 = json.loads((run.runs_dir / sid / "record.json").read_text())["pid"]
+    except (OSError, ValueError, KeyError):
+        pid0 = None
     if trace:
+        trace.watch_pid = pid0
         trace.start()
     r = run.console(["kill", "--host", "local", sid, "--json", "--grace", "20"], "nvml", timeout=90)
-    time.sleep(0.5)
+    time.sleep(settle)  # the trace runs on: power decay after the kill
     rows = trace.finish() if trace else []
+    if trace:
+        trace.watch_pid = None
     j = r["json"] or {}
     for s in j.get("steps", []):
         say("    %-12s %-7s %6ss  %s" % (s["name"], s["state"], s.get("elapsed_s"), (s.get("evidence") or "")[:150]))
@@ -331,19 +352,38 @@ def kill(run: Run, sid: str, trace: NvmlTrace | None) -> dict:
             release["mem_first_low_at"] = next((row["t"] for row in rows if high and row["t"] > high[-1]["t"]), None)
         release["server_ended_at"] = (ex or {}).get("ended_at")
         release["kill_cmd_started_at"] = r["t0"]
-        end = release["server_ended_at"]
-        for k in ("pid_first_unlisted_at", "mem_first_low_at"):
-            if end and release.get(k):
-                release[k.replace("_at", "_after_exit_s")] = round(release[k] - end, 3)
+        sigterm = [e["at"] for e in read_audit(run) if e.get("op") == "kill" and (e.get("args") or {}).get("pid") == pid]
+        release["sigterm_at"] = sigterm[0] if sigterm else None
+        release["proc_gone_at"] = next((row["t"] for row in rows if "proc" in row and row["proc"] in (None, "Z", "X")),
+                                       None)
+        for ref in ("server_ended_at", "sigterm_at", "proc_gone_at"):
+            for k in ("pid_first_unlisted_at", "mem_first_low_at"):
+                if release.get(ref) and release.get(k):
+                    release["%s_after_%s_s" % (k[:-3], ref[:-3])] = round(release[k] - release[ref], 3)
+        if release.get("sigterm_at") and release.get("proc_gone_at"):
+            release["proc_gone_after_sigterm_s"] = round(release["proc_gone_at"] - release["sigterm_at"], 3)
         say("    release: %s" % {k: v for k, v in release.items() if k.endswith("_s")})
     # keep the trace small: every row while anything changes, else one per second
     slim, last = [], None
     for row in rows:
-        key = (json.dumps(row.get("pids")), row.get("used_v1_mib"))
+        key = (json.dumps(row.get("pids")), row.get("used_v1_mib"), row.get("proc"))
         if key != last or not slim or row["t"] - slim[-1]["t"] >= 1.0:
             slim.append(row)
         last = key
     return {"cmd": r, "exit": ex, "record": rec, "release": release, "trace": slim}
+
+
+def read_audit(run: Run) -> list:
+    out = []
+    try:
+        for line in (run.out / "audit.jsonl").read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    except OSError:
+        pass
+    return out
 
 
 def tick_cost(run: Run) -> dict:
@@ -470,8 +510,19 @@ def steps(run: Run) -> int:
     run.save("kill_load", kill(run, sid, trace))
     run.save("after_kill", status_vs_smi(run, "after-kill"))
 
+    if run.left() > 130:
+        say("== 6a. launch holding 8 GiB at duty 0 (idle with a CUDA context)")
+        r0 = launch(run, ["--mem-gb", "8", "--duty", "0", "--lifetime", "120", "--warmup", "0"])
+        sid0 = (r0["json"] or {}).get("session_id")
+        rows = []
+        if (r0["json"] or {}).get("ok"):
+            time.sleep(2.0)
+            rows = [status_vs_smi(run, "duty0-%d" % i) for i in range(2)]
+        run.save("launch_duty0", {"cmd": r0, "status": rows})
+        if sid0:
+            run.save("kill_duty0", kill(run, sid0, trace, settle=1.0))
     if run.left() > 100:
-        say("== 6. second launch at duty 0.3 (8 GiB)")
+        say("== 6b. launch at duty 0.3 (8 GiB)")
         r2 = launch(run, ["--mem-gb", "8", "--duty", "0.3", "--lifetime", "120", "--warmup", "2"])
         sid2 = (r2["json"] or {}).get("session_id")
         rows = []
