@@ -68,16 +68,27 @@ def test_demo_incident_profile_fails_gpu_oom_and_fixed_one_is_ready():
 
 
 def test_demo_tui_exits_clean_on_sigterm():
-    before = set(_demo_procs())
     p = subprocess.Popen([sys.executable, "-c", "import asyncio,argparse\n"
                           "from console.sim.demo import demo_environment\n"
                           "async def main():\n"
-                          "    async with demo_environment(argparse.Namespace(no_load=False)):\n"
-                          "        print('up', flush=True); await asyncio.sleep(60)\n"
+                          "    async with demo_environment(argparse.Namespace(no_load=False)) as (cfg, names):\n"
+                          "        print(cfg.hosts['demo'].sim_dir, flush=True); await asyncio.sleep(60)\n"
                           "asyncio.run(main())"], stdout=subprocess.PIPE, text=True, env=ENV)
-    assert p.stdout.readline().strip() == "up"
-    assert set(_demo_procs()) - before
+    sim_dir = p.stdout.readline().strip()
+    marker = f"MTPCONSOLE_SIM_DIR={sim_dir}".encode()
+
+    def ours():
+        out = []
+        for pid in _demo_procs():
+            try:
+                if marker in Path(f"/proc/{pid}/environ").read_bytes():
+                    out.append(pid)
+            except OSError:
+                pass
+        return out
+    assert sim_dir and ours()
     p.send_signal(signal.SIGTERM)
     p.wait(20)
     time.sleep(0.5)
-    assert set(_demo_procs()) - before == set()
+    assert ours() == []
+    assert not Path(sim_dir).exists()
