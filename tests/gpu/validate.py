@@ -16,14 +16,18 @@ What it does, in order (each step bounded; optional steps are skipped when the b
    ``sessions --json``;
 4. the agent's cost per tick: ``NvmlGpus().sample()``, each NVML call, ``SmiGpus.sample()``,
    ``Agent.scan_procs`` and ``Agent.take_sample`` timed in this process, with the load running;
-5. ``kill --json`` while a 20 Hz NVML trace records when the pid leaves the driver's list and
-   when memory returns;
-6. a second launch at a lower duty cycle (power against duty), killed;
+5. ``kill --json`` while a 20 Hz NVML trace (with the process's /proc state) records when the pid
+   leaves the driver's list and when memory returns, then how power decays;
+6. launches holding 8 GiB at duty 0 (a CUDA context, no kernels) and at duty 0.3, each killed;
 7. a launch with ``--oom`` (really exhausts GPU memory): the result must be ``gpu_oom``;
 8. idle ``status`` again.
 
 Results go to ``OUT/results.json`` (written after every step), the audit log to
-``OUT/audit.jsonl`` and the session run directories to ``OUT/runs.tar.gz``.
+``OUT/audit.jsonl`` and the session run directories to ``OUT/runs.tar.gz``. Dry run without a
+GPU (fake NVML and nvidia-smi, the load with ``--no-gpu``)::
+
+    PATH=tests/gpu/fake_nvml:$PATH PYTHONPATH=tests/gpu/fake_nvml python3 tests/gpu/validate.py --no-gpu \
+        --out /tmp/gv-dry --port 38555
 """
 
 from __future__ import annotations
@@ -494,7 +498,6 @@ def steps(run: Run) -> int:
     run.save("loaded_nvml", loaded)
     run.save("loaded_smi_cfg", [status_vs_smi(run, "loaded-smi-%d" % i, "smi") for i in range(2)])
     run.save("loaded_pynvml_blocked", [status_vs_smi(run, "loaded-blocked-%d" % i, "auto", True) for i in range(2)])
-    run.save("idle_smi_cfg_note", "see loaded_smi_cfg")
     run.save("sessions_loaded", run.console(["sessions", "--host", "local", "--json"], "nvml", timeout=40))
 
     say("== 4. agent cost per tick (load running)")
