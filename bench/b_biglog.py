@@ -112,5 +112,7 @@ async def run(ctx, sec) -> None:
         "`classify_file` reads at most 8 MiB from the end and scans at most 16 MiB of the head for the ready line, "
         "so a 1 GiB log costs it more than a 1 MiB one but is bounded; on this sparse file the head is NUL bytes.",
         "The 1 GiB file is sparse (created with truncate) so the benchmark writes only 1 MiB; the page cache "
-        "is warm for both files, as it is for a log that a server is writing.",
+        "is warm for both files, as it is for a log that a server is writing. The sparse file flatters the naive "
+        "whole-file read: after its first pass (the max) the holes read as cached zero pages; a real 1 GiB log "
+        "costs it a full read from the page cache or the disk every time.",
     ]

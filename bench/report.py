@@ -98,7 +98,7 @@ def render(sections: list[Section], mach: dict, *, quick: bool, started: float, 
         verdict = "ERROR: " + s.error.splitlines()[-1][:120] if s.error else (s.verdict or "–")
         out.append(f"| {i} | [{s.title}](#{i}-{_anchor(s.title)}) | {s.target or '–'} | {verdict} |")
     out.append("")
-    out.append("Reproduce everything: `python -m bench` (≈ 6–9 min; rewrites this file). Smoke test at tiny sizes: "
+    out.append("Reproduce everything: `python -m bench` (≈ 5 min on this machine; rewrites this file). Smoke test at tiny sizes: "
                "`python -m bench --quick` (no file written unless `--out`). One benchmark: `python -m bench --only KEY` "
                "with KEY one of " + ", ".join(f"`{s.key}`" for s in sections) + ".")
     out.append("")

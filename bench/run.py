@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 # key -> (module, title)
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "refresh": ("bench.b_refresh", "Cost of one host refresh: agent vs a fresh ssh per tick"),
-    "detect": ("bench.b_detect", "Failure and ready detection"),
+    "detect": ("bench.b_detect", "Failure detection and ready detection (issue items 2 and 3)"),
     "fleet": ("bench.b_fleet", "Fleet: 1 to 64 hosts at 1 Hz"),
     "ui": ("bench.b_ui", "UI: 64 panels, keypress latency, a 10,000 lines/s log"),
     "startup": ("bench.b_startup", "Start-up"),
