@@ -155,19 +155,6 @@ def fake(*args):
 
 # ------------------------------------------------------------------ tests
 
-def test_source_is_python38_and_stdlib_only():
-    src = SUPERVISOR.read_text()
-    tree = ast.parse(src, feature_version=(3, 8))
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    assert "console" not in imported
-    assert imported <= set(sys.stdlib_module_names)
-
-
 def test_import_has_no_side_effects(tmp_path):
     spec = importlib.util.spec_from_file_location("sup_under_test", SUPERVISOR)
     module = importlib.util.module_from_spec(spec)
