@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+# Import hypothesis now, not lazily at the terminal summary: rewriting it late trips CPython
+# 3.11.7's "AST constructor recursion depth mismatch" bug and crashes pytest after the tests passed.
+import hypothesis  # noqa: F401,E402
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "reference" / "data"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -137,9 +137,15 @@ class _SessionWatch:
             self.link.listeners.remove(self._on)
 
 
-async def _wait_for(cond, watch: _SessionWatch, timeout: float, step: str, poll: float = 0.1):
-    """Poll ``cond()`` (async, returns evidence or None) until true; fail at once if the server exits."""
+async def _wait_for(cond, watch: _SessionWatch, timeout: float, step: str, poll: float = 0.1,
+                    wake_on_change: bool = True):
+    """Poll ``cond()`` (async, returns evidence or None) until true; fail at once if the server exits.
+
+    Local conditions (log content) re-check on every change; remote probes (port, /health, GPU)
+    wait ``poll`` between tries so a chatty log cannot turn them into a flood of requests.
+    """
     deadline = time.monotonic() + timeout
+    wake = watch.changed if wake_on_change else watch.exited
     while True:
         if watch.exited.is_set():
             raise LaunchFailed(step, "the server exited")
@@ -150,7 +156,7 @@ async def _wait_for(cond, watch: _SessionWatch, timeout: float, step: str, poll:
             raise LaunchFailed(step, f"not confirmed within {timeout:.0f} s")
         watch.changed.clear()
         try:
-            await asyncio.wait_for(watch.changed.wait(), poll)
+            await asyncio.wait_for(wake.wait(), poll)
         except asyncio.TimeoutError:
             pass
 
@@ -222,7 +228,8 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
         async def listening():
             return f"127.0.0.1:{port} accepts connections" if await link.request(
                 "port_open", {"port": port}, audit=False) else None
-        st.finish("listening", "ok", await _wait_for(listening, watch, left(), "listening", poll=0.25))
+        st.finish("listening", "ok", await _wait_for(listening, watch, left(), "listening", poll=0.2,
+                                                       wake_on_change=False))
 
         # 4. healthy
         st.start("healthy")
@@ -233,7 +240,8 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
                                    timeout=30)
             last["status"] = r.get("status")
             return "GET /health → 200" if r.get("status") == 200 else None
-        st.finish("healthy", "ok", await _wait_for(healthy, watch, left(), "healthy", poll=0.25))
+        st.finish("healthy", "ok", await _wait_for(healthy, watch, left(), "healthy", poll=0.25,
+                                                     wake_on_change=False))
 
         # 5. ready
         st.start("ready")
@@ -261,7 +269,8 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
                         if mib > 0:
                             got.append(f"GPU {g['index']}: {mib} MiB")
                 return ", ".join(got) + " held by this session's processes" if len(got) == len(spec.gpus) else None
-            st.finish("on GPU", "ok", await _wait_for(on_gpu, watch, min(left(), 60), "on GPU", poll=0.5))
+            st.finish("on GPU", "ok", await _wait_for(on_gpu, watch, min(left(), 60), "on GPU", poll=0.5,
+                                                        wake_on_change=False))
         return OperationResult(**res, ok=True, state="ready", steps=st.steps)
     except LaunchFailed as e:
         return await _failed(link, watch, st, res, e)

@@ -37,7 +37,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_KIB = (os.sysconf("SC_PAGE_SIZE") // 1024) if hasattr(os, "sysconf") else 4
 MAX_LOG_CHUNK = 256 * 1024
 RECENT_ENDED_SESSIONS = 32
-SIM_RELEASE_DELAY_S = 1.0
 
 SERVER_PATTERNS = [
     (re.compile(r"^sglang::"), "sglang", "worker"),
@@ -372,81 +371,37 @@ class SmiGpus(object):
 
 
 class SimGpus(object):
-    """Simulated GPUs: ``<sim_dir>/gpus.json`` plus ``<sim_dir>/alloc/<pid>.json`` per holder.
+    """Simulated GPUs, through the console's one GPU model (console/sim/simgpu.py, shipped as source).
 
-    Memory follows what live holders allocated; a dead holder's memory is released
-    SIM_RELEASE_DELAY_S after its death is noticed, as real drivers lag process exit.
+    Memory follows what live holders allocated (``<sim_dir>/alloc/<pid>.json``); a dead holder's
+    memory is released a moment after its death, as a real driver does.
     """
 
     name = "sim"
     error = None
 
-    def __init__(self, sim_dir):
+    def __init__(self, sim_dir, sim_src):
+        if not sim_src:
+            raise ValueError("no simulation model was shipped to the agent")
+        self.m = {"__name__": "mtpconsole_simgpu"}
+        exec(compile(sim_src, "mtpconsole-simgpu", "exec"), self.m)
         self.dir = sim_dir
-        self.defs = load_json(os.path.join(sim_dir, "gpus.json"))
-        if not isinstance(self.defs, list):
+        if not self.m["read_gpus"](sim_dir):
             raise ValueError("no valid gpus.json in %s" % sim_dir)
-        self.dead_since = {}
+        self.ramp = self.m["PowerRamp"]()
         self.rng = random.Random(7)
 
     def sample(self):
-        adir = os.path.join(self.dir, "alloc")
-        allocs = []
-        try:
-            names = os.listdir(adir)
-        except OSError:
-            names = []
-        t = now()
-        for n in names:
-            if not n.endswith(".json"):
-                continue
-            a = load_json(os.path.join(adir, n))
-            if not isinstance(a, dict) or "pid" not in a:
-                continue
-            pid = int(a["pid"])
-            alive = proc_alive(pid, a.get("start_ticks"))
-            if not alive:
-                first = self.dead_since.setdefault(pid, t)
-                if t - first >= SIM_RELEASE_DELAY_S:
-                    try:
-                        os.unlink(os.path.join(adir, n))
-                    except OSError:
-                        pass
-                    self.dead_since.pop(pid, None)
-                    continue
-            a["alive"] = alive
-            allocs.append(a)
-        out = []
-        for d in self.defs:
-            idx = int(d["index"])
-            mine = [a for a in allocs if int(a.get("gpu", -1)) == idx]
-            idle = 62.0 + 7 * (idx % 4)
-            power, busy_max = idle, 0.0
-            for a in mine:
-                busy = float(a.get("busy", 0.0)) if a["alive"] else 0.0
-                busy_max = max(busy_max, busy)
-                power += 18.0 + busy * (505.0 if a.get("spec") else 320.0)
-            limit = float(d.get("power_limit_w", 600.0))
-            power = min(limit, power + self.rng.uniform(-3, 3))
-            used = sum(int(a.get("mem_mib", 0)) for a in mine) + (0 if not mine else 3)
-            out.append({
-                "index": idx, "uuid": d.get("uuid"), "name": d.get("name"),
-                "power_w": round(power, 1), "power_limit_w": limit,
-                "util_pct": round(min(100.0, busy_max * 100.0), 0) if busy_max else 0.0,
-                "mem_used_mib": used, "mem_total_mib": int(d.get("mem_total_mib", 97887)),
-                "temp_c": round(34 + (power - idle) / 12.0, 0),
-                "procs": [{"pid": int(a["pid"]), "used_mib": int(a.get("mem_mib", 0))} for a in mine if a["alive"]],
-                "errors": {},
-            })
-        return out
+        allocs = self.m["reap_stale_allocs"](self.dir)
+        return self.m["sample_gpus"](self.dir, allocs=allocs, rng=self.rng, ramp=self.ramp)
 
 
-def open_gpu_source(kind, sim_dir):
-    """Pick the GPU source: NVML, else nvidia-smi, else none (with the reason)."""
+def open_gpu_source(kind, sim_dir, sim_src=None):
+    """Pick the GPU source: NVML, else nvidia-smi (saying why not NVML), else none (with the reason)."""
     reasons = []
     if kind == "sim" or (kind == "auto" and sim_dir):
         try:
-            return SimGpus(sim_dir)
+            return SimGpus(sim_dir, sim_src)
         except Exception as e:
             return NoGpus("simulated GPUs unavailable: %s" % e)
     if kind in ("auto", "nvml"):
@@ -461,7 +416,10 @@ def open_gpu_source(kind, sim_dir):
     if kind in ("auto", "nvidia-smi"):
         exe = shutil.which("nvidia-smi")
         if exe:
-            return SmiGpus(exe)
+            smi = SmiGpus(exe)
+            if reasons:
+                smi.error = "using nvidia-smi: " + "; ".join(reasons)
+            return smi
         reasons.append("nvidia-smi not found on PATH")
     if kind == "none":
         reasons.append("GPU sampling disabled")
@@ -480,7 +438,7 @@ class Agent(object):
         self.runs_dir = os.path.expanduser(cfg.get("runs_dir") or "~/.mtpconsole/runs")
         self.supervisor_src = cfg.get("supervisor_src") or ""
         self.launch_env = dict(cfg.get("launch_env") or {})
-        self.gpu = open_gpu_source(cfg.get("gpu_source") or "auto", cfg.get("sim_dir"))
+        self.gpu = open_gpu_source(cfg.get("gpu_source") or "auto", cfg.get("sim_dir"), cfg.get("sim_src"))
         self.inbox = queue.Queue()
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
@@ -536,7 +494,9 @@ class Agent(object):
                 self.tick()
                 self.next_tick = t + self.interval
             timeout = self.next_tick - now()
-            if self.follows or self.pending_exits or any(w["fd"] is None for w in self.watches.values()):
+            if self.pending_exits:
+                timeout = min(timeout, 0.005)
+            elif self.follows or any(w["fd"] is None for w in self.watches.values()):
                 timeout = min(timeout, 0.05)
             for key, _ in self.sel.select(max(0.0, timeout)):
                 kind, data = key.data

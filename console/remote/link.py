@@ -30,10 +30,10 @@ BACKOFF_CAP_S = 60.0
 PING_EVERY_S = 5.0
 
 
-def _source(name: str) -> str:
+def _source(name: str, package: str = "console.remote") -> str:
     """Source of a file shipped to the host (empty if absent from this build)."""
     try:
-        return resources.files("console.remote").joinpath(name).read_text(encoding="utf-8")
+        return resources.files(package).joinpath(name).read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
 
@@ -58,8 +58,17 @@ class _Channel:
         await self.writer.drain()
 
     async def close(self) -> None:
+        """Stop the agent's channel and reap it (no transport left for a closed event loop)."""
         try:
             self._close()
+        except Exception:
+            pass
+        try:
+            self.writer.close()
+        except Exception:
+            pass
+        try:
+            await asyncio.wait_for(self._wait(), 3)
         except Exception:
             pass
 
@@ -144,6 +153,7 @@ class HostLink:
             "interval": self.interval, "runs_dir": self.cfg.runs_dir, "gpu_source": self.cfg.gpu_source,
             "sim_dir": self.cfg.sim_dir, "supervisor_src": _source("supervisor.py"),
             "launch_env": self.cfg.launch_env,
+            "sim_src": _source("simgpu.py", "console.sim") if self.cfg.gpu_source == "sim" or self.cfg.sim_dir else "",
         }
         try:
             await chan.write_line(_source("agent.py"))

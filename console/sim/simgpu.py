@@ -10,16 +10,21 @@ Layout of the sim directory (``$MTPCONSOLE_SIM_DIR``)::
 Every process that holds GPU memory (the stand-in's schedulers, not its launcher) writes its own
 alloc file atomically (tmp + rename), updates it as memory grows and as it serves, and removes it
 on a clean exit. A killed process leaves its file behind: like a real driver, the reader keeps that
-memory for about a second after the pid is gone and then deletes the file
-(:func:`reap_stale_allocs`).
+memory a moment after the pid is gone and then deletes the file (:func:`reap_stale_allocs`).
 
-The power/utilisation model (:func:`power_w`, :func:`util_pct`): idle 60-90 W; serving without
-speculative decoding about 400 W; with EAGLE/MTP about 560-590 W; small noise.
+The power/utilisation model (:func:`power_w`, :func:`util_pct`, :class:`PowerRamp`), calibrated on a
+real H200 (docs/gpu-validation.md): idle ~78-82 W; a process holding memory without work +~44 W;
+serving without speculative decoding about 400 W; with EAGLE/MTP about 560-590 W; small noise; board
+power ramps up in ~1 s and decays in ~3 s (NVML power is a 1 s average); the driver frees a dead
+process's memory ~0.15 s after it exits; an idle GPU reports ~8 MiB used.
+
+This file is the only GPU model: the remote agent runs it as shipped source for ``gpu_source=sim``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import time
@@ -28,14 +33,18 @@ from typing import Any, Callable, Dict, List, Optional
 SIM_DIR_ENV = "MTPCONSOLE_SIM_DIR"
 GPUS_FILE = "gpus.json"
 ALLOC_DIR = "alloc"
-STALE_GRACE_S = 1.0
-"""How long a dead process's memory stays visible (driver teardown lag)."""
+STALE_GRACE_S = 0.15
+"""How long a dead process's memory stays visible (driver teardown lag, measured 0.10-0.15 s on H200)."""
 
 RTX_PRO_6000 = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-IDLE_W = 75.0
+IDLE_W = 80.0
+HOLDER_W = 44.0
+"""Extra board power while a process holds memory on the GPU but does no work (H200: 82 -> 126 W)."""
 SERVE_W = 400.0
 SPEC_W = 575.0
-BASE_USED_MIB = 4
+RAMP_UP_S = 0.35
+RAMP_DOWN_S = 1.0
+BASE_USED_MIB = 8
 """What an idle GPU reports as used (driver reservation)."""
 
 
@@ -187,15 +196,16 @@ def reap_stale_allocs(sim_dir: str, *, grace_s: float = STALE_GRACE_S, now: Opti
     return kept
 
 
-def power_w(busy: float, spec: bool, power_limit_w: float = 600.0, *, rng: Optional[random.Random] = None) -> float:
-    """Simulated board power: idle ~75 W, ~400 W serving, ~575 W with speculative decoding (±2 %)."""
+def power_w(busy: float, spec: bool, power_limit_w: float = 600.0, *, holders: int = 0,
+            rng: Optional[random.Random] = None) -> float:
+    """Target board power: idle ~80 W, +44 W while memory is held, ~400 W serving, ~575 W with EAGLE (±2 %)."""
     r = rng or random
     busy = min(1.0, max(0.0, busy))
-    target = SPEC_W if spec else SERVE_W
-    w = IDLE_W + (target - IDLE_W) * busy
-    w *= 1.0 + r.uniform(-0.02, 0.02)
     if busy == 0:
-        w = r.uniform(62.0, 88.0)
+        w = IDLE_W + r.uniform(-2.0, 2.0) + (HOLDER_W if holders else 0.0)
+    else:
+        base = IDLE_W + HOLDER_W
+        w = (base + ((SPEC_W if spec else SERVE_W) - base) * busy) * (1.0 + r.uniform(-0.02, 0.02))
     return round(min(power_limit_w, max(0.0, w)), 1)
 
 
@@ -208,18 +218,39 @@ def util_pct(busy: float, spec: bool) -> float:
 
 
 def temp_c(power: float, power_limit_w: float = 600.0) -> float:
-    """Simulated temperature: 32 °C idle up to ~78 °C at the power limit."""
-    return round(32.0 + 46.0 * min(1.0, power / max(1.0, power_limit_w)), 1)
+    """Simulated temperature: ~33 °C idle up to ~57 °C at the power limit (H200: 54-58 °C at 690 W)."""
+    return round(30.0 + 27.0 * min(1.0, power / max(1.0, power_limit_w)), 1)
+
+
+class PowerRamp(object):
+    """Board power follows its target with a lag: up in ~1 s, down in ~3 s (exponential)."""
+
+    def __init__(self) -> None:
+        self.state: Dict[Any, Any] = {}
+
+    def step(self, key: Any, target: float, now: float) -> float:
+        prev = self.state.get(key)
+        if prev is None:
+            self.state[key] = (target, now)
+            return target
+        p, t = prev
+        tau = RAMP_UP_S if target > p else RAMP_DOWN_S
+        p = p + (target - p) * (1.0 - math.exp(-max(0.0, now - t) / tau))
+        self.state[key] = (p, now)
+        return round(p, 1)
 
 
 def sample_gpus(sim_dir: str, *, allocs: Optional[List[Dict[str, Any]]] = None,
-                rng: Optional[random.Random] = None) -> List[Dict[str, Any]]:
+                rng: Optional[random.Random] = None, ramp: Optional[PowerRamp] = None,
+                now: Optional[float] = None) -> List[Dict[str, Any]]:
     """One sample per GPU (GpuSample-shaped dicts) from gpus.json and the given (or current) allocs.
 
-    Pass ``allocs=reap_stale_allocs(sim_dir)`` to apply the stale-memory rule first.
+    Pass ``allocs=reap_stale_allocs(sim_dir)`` to apply the stale-memory rule first, and a
+    PowerRamp kept across calls for the power lag.
     """
     gpus = read_gpus(sim_dir)
     allocs = read_allocs(sim_dir) if allocs is None else allocs
+    now = time.time() if now is None else now
     out = []
     for g in gpus:
         mine = [a for a in allocs if a.get("gpu") == g["index"]]
@@ -228,13 +259,16 @@ def sample_gpus(sim_dir: str, *, allocs: Optional[List[Dict[str, Any]]] = None,
         busy = max([float(a.get("busy", 0.0)) for a in live] or [0.0])
         spec = any(a.get("spec") and float(a.get("busy", 0)) > 0 for a in live)
         limit = float(g.get("power_limit_w") or 600.0)
-        p = power_w(busy, spec, limit, rng=rng)
+        p = power_w(busy, spec, limit, holders=len(live), rng=rng)
+        if ramp is not None:
+            p = ramp.step(g["index"], p, now)
         out.append({
             "index": g["index"], "uuid": g.get("uuid"), "name": g.get("name"),
             "power_w": p, "power_limit_w": limit, "util_pct": util_pct(busy, spec),
             "mem_used_mib": min(int(g["mem_total_mib"]), used), "mem_total_mib": int(g["mem_total_mib"]),
             "temp_c": temp_c(p, limit),
             "procs": [{"pid": a["pid"], "used_mib": int(a["mem_mib"]), "name": None} for a in mine],
+            "errors": {},
         })
     return out
 
