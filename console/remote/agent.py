@@ -774,7 +774,7 @@ class Agent(object):
                 continue
             if data:
                 self.follows[sid] = start + len(data)
-                self.send({"type": "log", "session_id": sid, "offset": start,
+                self.send({"type": "log", "session_id": sid, "offset": start, "end": start + len(data),
                            "data": data.decode("utf-8", "replace")})
 
     # -- ops
