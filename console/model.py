@@ -45,6 +45,8 @@ class GpuSample(Frozen):
     util_pct: float | None = None
     mem_used_mib: int | None = None
     mem_total_mib: int | None = None
+    mem_reserved_mib: int | None = None
+    """Memory the driver reserves for itself (NVML v2), not usable by processes; None if unknown."""
     temp_c: float | None = None
     procs: list[GpuProc] = Field(default_factory=list)
     errors: dict[str, str] = Field(default_factory=dict)
@@ -54,7 +56,7 @@ class GpuSample(Frozen):
     def mem_free_mib(self) -> int | None:
         if self.mem_used_mib is None or self.mem_total_mib is None:
             return None
-        return self.mem_total_mib - self.mem_used_mib
+        return self.mem_total_mib - self.mem_used_mib - (self.mem_reserved_mib or 0)
 
 
 # ---------------------------------------------------------------- processes

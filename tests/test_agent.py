@@ -52,7 +52,8 @@ def fake_pynvml(scenario: str):
     m.nvmlDeviceGetPowerUsage = lambda h: guard(h, 118_000)
     m.nvmlDeviceGetEnforcedPowerLimit = lambda h: guard(h, 700_000)
     m.nvmlDeviceGetUtilizationRates = lambda h: guard(h, types.SimpleNamespace(gpu=42))
-    m.nvmlDeviceGetMemoryInfo = lambda h: guard(h, types.SimpleNamespace(used=2 << 30, total=141 << 30))
+    m.nvmlDeviceGetMemoryInfo = lambda h, *v: guard(h, types.SimpleNamespace(used=2 << 30, total=141 << 30,
+                                                                            reserved=615 << 20))
     m.nvmlDeviceGetTemperature = temp
     procs = [types.SimpleNamespace(pid=999999 if scenario == "pid_gone" else 4242, usedGpuMemory=1 << 30),
              types.SimpleNamespace(pid=4343, usedGpuMemory=None)]
@@ -69,6 +70,9 @@ def test_nvml_scenarios_become_values(monkeypatch, scenario):
     g0, g1 = src.sample()
     assert g0["power_w"] == 118.0 and g0["power_limit_w"] == 700.0 and g0["mem_total_mib"] == 141 * 1024
     assert g0["procs"][0]["used_mib"] == 1024 and g0["procs"][1]["used_mib"] is None
+    assert g0["mem_reserved_mib"] == 615  # the driver's own reserve: not free for a launch
+    from console.model import GpuSample
+    assert GpuSample.model_validate(g0).mem_free_mib == 141 * 1024 - 2048 - 615
     if scenario == "not_supported":
         assert g0["temp_c"] is None and "Not Supported" in g0["errors"]["temp_c"]
     if scenario == "one_failing":
@@ -76,6 +80,15 @@ def test_nvml_scenarios_become_values(monkeypatch, scenario):
         assert g0["errors"] == {}
     if scenario == "pid_gone":
         assert g0["procs"][0]["pid"] == 999999  # reported as the driver says; the console marks it gone
+
+
+def test_nvml_process_names_come_from_proc(monkeypatch):
+    m = fake_pynvml("ok")
+    import os
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=0)]
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    g0 = load_agent().open_gpu_source("auto", None).sample()[0]
+    assert g0["procs"][0]["name"] == Path("/proc/self/comm").read_text().strip()
 
 
 def test_no_nvml_no_smi_is_an_explicit_state(monkeypatch):

@@ -270,7 +270,8 @@ def test_nvml_memory_is_v2_used_like_nvidia_smi(monkeypatch):
     g = _agent().NvmlGpus().sample()[0]
     assert (g["mem_used_mib"], g["mem_total_mib"]) == (42060, 143771)
     assert (g["power_w"], g["power_limit_w"], g["util_pct"], g["temp_c"]) == (691.044, 700.0, 98.0, 57.0)
-    assert g["procs"] == [{"pid": 487, "used_mib": 42052}] and g["errors"] == {}
+    assert [(p["pid"], p["used_mib"]) for p in g["procs"]] == [(487, 42052)] and g["errors"] == {}
+    assert g["mem_reserved_mib"] == 615
 
 
 def test_nvml_memory_falls_back_to_v1_when_v2_is_unsupported_and_remembers(monkeypatch):

@@ -100,6 +100,14 @@ def proc_cmdline(pid):
     return [p.decode("utf-8", "replace") for p in parts]
 
 
+def proc_comm(pid):
+    """The process's short name (/proc/<pid>/comm), or None (another namespace, gone)."""
+    try:
+        return read_text("/proc/%d/comm" % pid, 256).strip() or None
+    except OSError:
+        return None
+
+
 def proc_environ(pid, names):
     """Selected variables from /proc/<pid>/environ; None when unreadable."""
     try:
@@ -284,7 +292,8 @@ class NvmlGpus(object):
             plist = []
             for p in procs:
                 used = getattr(p, "usedGpuMemory", None)
-                plist.append({"pid": p.pid, "used_mib": None if used is None else int(used) // (1 << 20)})
+                plist.append({"pid": p.pid, "used_mib": None if used is None else int(used) // (1 << 20),
+                              "name": proc_comm(p.pid)})
             out.append({
                 "index": i, "uuid": uuid, "name": name,
                 "power_w": None if power is None else power / 1000.0,
@@ -292,6 +301,7 @@ class NvmlGpus(object):
                 "util_pct": None if util is None else float(util.gpu),
                 "mem_used_mib": None if mem is None else int(mem.used) // (1 << 20),
                 "mem_total_mib": None if mem is None else int(mem.total) // (1 << 20),
+                "mem_reserved_mib": None if getattr(mem, "reserved", None) is None else int(mem.reserved) // (1 << 20),
                 "temp_c": None if temp is None else float(temp),
                 "procs": plist, "errors": e,
             })
@@ -1022,7 +1032,7 @@ class Agent(object):
                         "pid %d (%s MiB)" % (p["pid"], p.get("used_mib")) for p in foreign)))
                 free = None
                 if g.get("mem_total_mib") is not None and g.get("mem_used_mib") is not None:
-                    free = g["mem_total_mib"] - g["mem_used_mib"]
+                    free = g["mem_total_mib"] - g["mem_used_mib"] - (g.get("mem_reserved_mib") or 0)
                 if need and free is not None and free < need:
                     problems.append("GPU %d has %d MiB free, the plan needs %d MiB" % (i, free, need))
                 notes.append("GPU %d: %s MiB free" % (i, free))
