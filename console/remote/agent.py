@@ -37,6 +37,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_KIB = (os.sysconf("SC_PAGE_SIZE") // 1024) if hasattr(os, "sysconf") else 4
 MAX_LOG_CHUNK = 256 * 1024
 RECENT_ENDED_SESSIONS = 32
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+"""What a session id may be (also a directory name under the runs dir): nothing else reaches a path."""
 
 SERVER_PATTERNS = [
     (re.compile(r"^sglang::"), "sglang", "worker"),
@@ -749,8 +751,8 @@ class Agent(object):
 
     # -- logs
     def log_path(self, session_id):
-        if not session_id or "/" in session_id or session_id.startswith("."):
-            raise OpError("bad session id %r" % session_id)
+        if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
+            raise OpError("bad session id %r" % (session_id,))
         return os.path.join(self.runs_dir, session_id, RUN_LOG)
 
     def read_chunk(self, path, offset, max_bytes):
@@ -954,7 +956,7 @@ class Agent(object):
         preflight = preflight or {}
         env = dict(self.launch_env, **(env or {}))
         sid = spec.get("session_id") or ""
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", sid):
+        if not SESSION_ID_RE.match(sid):
             raise OpError("bad session id %r" % sid)
         argv = spec.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
