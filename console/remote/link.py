@@ -235,7 +235,12 @@ class HostLink:
         elif t == "log":
             sid = msg.get("session_id")
             if sid in self.follows and msg.get("offset") == self.follows[sid]:
-                self.follows[sid] += len(msg.get("data", "").encode("utf-8"))
+                # "end" is the agent's byte offset after this chunk. The data was decoded with
+                # replacement, so its UTF-8 length differs from the bytes read when the log holds
+                # invalid UTF-8 (or a chunk split a character): counting it would lose the rest.
+                end = msg.get("end")
+                self.follows[sid] = end if isinstance(end, int) and end >= self.follows[sid] else (
+                    self.follows[sid] + len(msg.get("data", "").encode("utf-8")))
                 self._notify("log", msg)
         elif t == "event":
             self._notify("event", msg)
