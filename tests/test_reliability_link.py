@@ -1,0 +1,222 @@
+"""Connection faults over a real sshd with real processes: the SSH connection aborted while idle, during a
+launch and during a kill; the sshd restarted; the agent killed. Servers keep running, HostLink.run
+reconnects with backoff and re-attaches; logs followed by offset lose nothing and repeat nothing; the audit
+log has every request exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from console.audit import Audit
+from console.model import KillTarget
+from console.ops import lifecycle
+from tests.conftest import free_port
+from tests.helpers.rel_util import agent_pids, cleanup_runs, req, ssh_link, wait_until
+
+pytestmark = pytest.mark.sshd
+
+
+class LogSink:
+    """Everything the link pushed for one session, in order."""
+
+    def __init__(self, link, sid):
+        self.sid, self.chunks = sid, []
+        link.listeners.append(self)
+
+    def __call__(self, kind, msg):
+        if kind == "log" and msg.get("session_id") == self.sid:
+            self.chunks.append((msg["offset"], msg["data"]))
+
+    def text(self) -> str:
+        return "".join(d for _, d in self.chunks)
+
+    def assert_exact(self, log_path, min_len: int = 1):
+        """What arrived is exactly the file's prefix: contiguous offsets, nothing lost, nothing twice."""
+        raw = open(log_path, "rb").read()
+        text = self.text()
+        assert len(text) >= min_len
+        assert raw.decode("utf-8", "replace").startswith(text), (text[-200:], raw[-200:])
+        off = 0
+        for o, d in self.chunks:
+            assert o == off, (o, off)
+            off += len(d.encode())
+
+
+@pytest.fixture
+def audit(tmp_path):
+    a = Audit(tmp_path / "audit.jsonl")
+    yield a
+    a.close()
+
+
+def audit_ops(path) -> list[dict]:
+    return [json.loads(x) for x in open(path).read().splitlines()]
+
+
+async def _reconnected(link, timeout=20.0):
+    await asyncio.wait_for(link.connected.wait(), timeout)
+
+
+async def test_idle_abort_reconnects_log_exact_audit_once(sshd, runs_dir, audit, tmp_path):
+    lk = ssh_link(sshd, runs_dir)
+    lk.audit = audit
+    await lk.open()
+    runner = asyncio.create_task(lk.run())
+    try:
+        sink = LogSink(lk, sid := lifecycle.new_session_id([0], time.time()))
+        r = await lifecycle.launch(lk, req(free_port(), "--delay", "0.2"), wait=False, session_id=sid)
+        assert r.ok, r
+        log = runs_dir / r.session_id / "output.log"
+        states = []
+        lk.listeners.append(lambda k, m: states.append(m["state"]) if k == "state" else None)
+        for _ in range(2):  # two drops in a row while idle
+            await asyncio.sleep(0.6)
+            lk.abort_connection()
+            await wait_until(lambda: lk.chan is None, 5)
+            await _reconnected(lk)
+        await wait_until(lambda: "ready to roll" in sink.text(), 15)
+        await asyncio.sleep(2.2)  # a few more "Decode batch" lines after the drops
+        sink.assert_exact(log, min_len=100)
+        assert "ready to roll" in sink.text() and "Decode batch" in sink.text()
+        assert states.count("reconnecting") >= 2 and states[-1] == "connected"
+        sessions = await lk.request("sessions")
+        s = next(x for x in sessions if x["session_id"] == r.session_id)
+        assert s["server_alive"] and not s["exit"]  # the server never noticed
+        launches = [e for e in audit_ops(tmp_path / "audit.jsonl") if e["op"] == "launch"]
+        assert len(launches) == 1 and launches[0]["ok"]
+    finally:
+        await lk.close()
+        runner.cancel()
+        cleanup_runs(runs_dir)
+
+
+async def test_abort_during_launch_server_survives_and_state_is_true(sshd, runs_dir, audit, tmp_path):
+    lk = ssh_link(sshd, runs_dir)
+    lk.audit = audit
+    await lk.open()
+    runner = asyncio.create_task(lk.run())
+    try:
+        seen = []
+
+        def on_steps(steps):
+            seen.append({s.name: s.state for s in steps})
+            if seen[-1].get("spawned") == "ok" and not getattr(on_steps, "done", False):
+                on_steps.done = True
+                lk.abort_connection()
+
+        r = await asyncio.wait_for(lifecycle.launch(lk, req(free_port(), "--delay", "1.5"), on_steps, timeout=30), 40)
+        # Either the link came back before the next request and the launch was confirmed READY, or a
+        # request was in flight and the launch says it lost contact, never guessing.
+        assert (r.ok and r.state == "ready") or "lost contact with the host" in (r.error or ""), r
+        assert on_steps.done and lk.attempts == 0
+        await _reconnected(lk)
+        sid = r.session_id
+        snap = await lifecycle._fresh(lk)
+        s = next(x for x in snap.sessions if x.session_id == sid)
+        assert s.server_alive and s.exit is None
+        got = await wait_until(lambda: "ready to roll" in (runs_dir / sid / "output.log").read_text(), 15)
+        assert got
+        k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=sid), grace=5)
+        assert k.ok, k
+        ops = audit_ops(tmp_path / "audit.jsonl")
+        assert [e["op"] for e in ops].count("launch") == 1
+    finally:
+        await lk.close()
+        runner.cancel()
+        cleanup_runs(runs_dir)
+
+
+async def test_abort_during_kill_then_kill_again_confirms(sshd, runs_dir):
+    lk = ssh_link(sshd, runs_dir)
+    await lk.open()
+    runner = asyncio.create_task(lk.run())
+    try:
+        r = await lifecycle.launch(lk, req(free_port(), mode="ignore_term"), timeout=30)
+        assert r.ok, r
+
+        def on_steps(steps):
+            if any(s.name == "SIGTERM" and s.state == "ok" for s in steps) and not getattr(on_steps, "done", False):
+                on_steps.done = True
+                lk.abort_connection()
+
+        k = await asyncio.wait_for(lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id),
+                                                  on_steps, grace=1.0), 30)
+        assert not k.ok and k.state == "stopping" and "lost" in (k.error or "") + str(k.steps), k
+        await _reconnected(lk)
+        k2 = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=1.0)
+        assert k2.ok, k2
+        ex = json.loads((runs_dir / r.session_id / "exit.json").read_text())
+        assert ex["stopped_by_operator"] is True
+    finally:
+        await lk.close()
+        runner.cancel()
+        cleanup_runs(runs_dir)
+
+
+async def test_sshd_down_then_restarted_backoff_and_reattach(sshd, runs_dir):
+    lk = ssh_link(sshd, runs_dir, connect_timeout=3.0)
+    await lk.open()
+    runner = asyncio.create_task(lk.run())
+    r = None
+    try:
+        sink = LogSink(lk, sid := lifecycle.new_session_id([0], time.time()))
+        r = await lifecycle.launch(lk, req(free_port()), wait=False, session_id=sid)
+        assert r.ok, r
+        sshd.stop()
+        lk.abort_connection()
+        t0 = time.monotonic()
+        assert await wait_until(lambda: lk.attempts >= 2, 10), lk.state
+        snap = lk.snapshot()
+        assert snap.connection.state == "unreachable" and "cannot connect" in (snap.connection.error or "")
+        assert snap.connection.next_retry_at is not None
+        retries = lk.attempts
+        sshd.restart()
+        await _reconnected(lk, timeout=30)
+        assert time.monotonic() - t0 < 40
+        assert lk.attempts == 0 and retries >= 2
+        await wait_until(lambda: "ready to roll" in sink.text(), 15)
+        await asyncio.sleep(1.2)
+        sink.assert_exact(runs_dir / r.session_id / "output.log", min_len=100)
+        assert "ready to roll" in sink.text()
+        sessions = await lk.request("sessions")
+        assert next(x for x in sessions if x["session_id"] == r.session_id)["server_alive"]
+    finally:
+        if sshd.proc.poll() is not None:
+            sshd.restart()  # the fixture is shared: always leave it running
+        await lk.close()
+        runner.cancel()
+        cleanup_runs(runs_dir)
+
+
+async def test_agent_killed_is_restarted_and_sessions_intact(sshd, runs_dir):
+    lk = ssh_link(sshd, runs_dir)
+    await lk.open()
+    runner = asyncio.create_task(lk.run())
+    try:
+        sink = LogSink(lk, sid := lifecycle.new_session_id([0], time.time()))
+        r = await lifecycle.launch(lk, req(free_port()), wait=False, session_id=sid)
+        assert r.ok, r
+        old = lk.hello["pid"]
+        assert old in agent_pids()  # found by its command line, like an operator would
+        os.kill(old, signal.SIGKILL)
+        await wait_until(lambda: lk.chan is None, 5)
+        await _reconnected(lk)
+        assert lk.hello["pid"] != old and lk.hello["pid"] in agent_pids() and old not in agent_pids()
+        await wait_until(lambda: "ready to roll" in sink.text(), 15)
+        await asyncio.sleep(1.2)
+        sink.assert_exact(runs_dir / r.session_id / "output.log", min_len=100)
+        snap = await lifecycle._fresh(lk)
+        s = next(x for x in snap.sessions if x.session_id == r.session_id)
+        assert s.server_alive and s.supervisor_alive and s.exit is None
+        k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=5)
+        assert k.ok, k
+    finally:
+        await lk.close()
+        runner.cancel()
+        cleanup_runs(runs_dir)
