@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from bench.links import open_link
-from bench.sshd import free_port
+from tests.helpers.sshd import free_port
 from bench.stats import cell, ratio, summarize
 from console.model import LaunchRequest
 from console.ops import lifecycle

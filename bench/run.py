@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # `python bench/run.py`
 
 from bench.procstat import machine_busy
 from bench.report import Section, machine, render
-from bench.sshd import Sshd, start_sshd
+from tests.helpers.sshd import Sshd, start_sshd
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
-"""A throwaway OpenSSH sshd on 127.0.0.1 (temporary keys, an SSH config alias ``testhost``).
-
-The same setup as ``tests/conftest.py``'s ``make_sshd``, without pytest: raises
-:class:`SshdUnavailable` instead of skipping.
+"""A throwaway OpenSSH sshd on 127.0.0.1 (temporary host key, authorised key, known_hosts and an
+SSH config alias ``testhost``), stopped by its pid. No pytest here: the test fixture in
+``tests/conftest.py`` and the benchmarks in ``bench/`` share it; it raises :class:`SshdUnavailable`
+and the fixture decides whether that fails (CI) or skips.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ class Sshd:
     def __init__(self, root: Path, port: int, proc: subprocess.Popen):
         self.root, self.port, self.proc = root, port, proc
         self.ssh_config = root / "ssh_config"
+        self.client_key = root / "client_key"
+        self.known_hosts = root / "known_hosts"
+        self.host_pub = root / "host_key.pub"
         self.alias = "testhost"
         self.user = os.environ.get("USER") or getpass.getuser()
 
@@ -52,11 +55,41 @@ class Sshd:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
 
+    def restart(self) -> None:
+        """Restart the listener like a service manager does (KillMode=process): open sessions survive."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = _spawn(self.root, self.port)
+
+
+def _spawn(root: Path, port: int) -> subprocess.Popen:
+    exe = shutil.which("sshd") or "/usr/sbin/sshd"
+    proc = subprocess.Popen([exe, "-D", "-e", "-f", str(root / "sshd_config")],
+                            stdout=open(root / "sshd.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while True:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+            raise SshdUnavailable("sshd did not start: " + (root / "sshd.log").read_text(errors="replace")[-500:])
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.05)
+
 
 def start_sshd(root: Path) -> Sshd:
+    """Keys, config and known_hosts in ``root``; sshd on a free 127.0.0.1 port; an alias in ssh_config."""
     exe = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
     if exe is None or shutil.which("ssh-keygen") is None or shutil.which("ssh") is None:
-        raise SshdUnavailable("OpenSSH (ssh, sshd, ssh-keygen) is not installed")
+        raise SshdUnavailable("OpenSSH (ssh, sshd, ssh-keygen) is not installed (apt-get install openssh-server)")
     os.makedirs("/run/sshd", exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)
     for name in ("host_key", "client_key"):
@@ -81,21 +114,7 @@ LogLevel ERROR
 """)
     pub = (root / "host_key.pub").read_text().split()
     (root / "known_hosts").write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
-    proc = subprocess.Popen([exe, "-D", "-e", "-f", str(root / "sshd_config")],
-                            stdout=open(root / "sshd.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 10
-    while True:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-            raise SshdUnavailable("sshd did not start: " + (root / "sshd.log").read_text(errors="replace")[-500:])
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.05)
-    s = Sshd(root, port, proc)
+    s = Sshd(root, port, _spawn(root, port))
     s.ssh_config.write_text(f"""Host {s.alias}
   HostName 127.0.0.1
   Port {port}
