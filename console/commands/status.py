@@ -27,7 +27,7 @@ async def _one(link, timeout: float) -> HostSnapshot:
             link.received_at = time.time()
             link._snapshot = None
         except (LinkDown, RequestError, asyncio.TimeoutError) as e:
-            link._set_state("unreachable", f"{link.name}: no snapshot: {e or 'timed out'}")
+            link._set_state("unreachable", f"{link.name}: no snapshot: {str(e) or 'timed out'}")
     return link.snapshot()
 
 

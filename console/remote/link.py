@@ -161,7 +161,7 @@ class HostLink:
             first = await asyncio.wait_for(chan.reader.readline(), 30)
         except (asyncio.TimeoutError, OSError, ConnectionError) as e:
             await chan.close()
-            raise HostError(f"{self.name}: agent did not start: {e or type(e).__name__}") from None
+            raise HostError(f"{self.name}: agent did not start: {str(e) or type(e).__name__}") from None
         if not first:
             err = b""
             try:

@@ -79,6 +79,13 @@ def resolve(spec: HostSpec, ssh_config: str | None) -> dict:
     }
 
 
+def describe_os_error(e: BaseException) -> str:
+    """A non-empty reason for a connection error (a timeout's str() is empty)."""
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
 def known_hosts_name(hostname: str, port: int) -> str:
     return hostname if port == 22 else f"[{hostname}]:{port}"
 
@@ -95,7 +102,7 @@ async def fetch_host_key(spec: HostSpec, ssh_config: str | None, timeout: float 
             asyncssh.get_server_host_key(r["hostname"], r["port"], config=[ssh_config] if ssh_config else ()),
             timeout)
     except (OSError, asyncio.TimeoutError, asyncssh.Error) as e:
-        raise HostError(f"{spec.name}: cannot reach {r['hostname']}:{r['port']}: {e or type(e).__name__}") from None
+        raise HostError(f"{spec.name}: cannot reach {r['hostname']}:{r['port']}: {describe_os_error(e)}") from None
 
 
 def known_key_status(key, known_files: list[str], hostname: str, port: int) -> str:
@@ -171,7 +178,9 @@ async def connect(spec: HostSpec, ssh_config: str | None, *, connect_timeout: fl
         raise HostError(f"{spec.name}: authentication failed for {r['user']}@{r['hostname']}:{r['port']}: "
                         f"{e.reason or 'permission denied'}") from None
     except (OSError, TimeoutError) as e:
-        raise HostError(f"{spec.name}: cannot connect to {r['hostname']}:{r['port']}: "
-                        f"{getattr(e, 'strerror', None) or e or type(e).__name__}") from None
+        why = describe_os_error(e)
+        if why == "timed out":
+            why = f"no SSH answer within {kw['connect_timeout']:.0f} s (timed out)"
+        raise HostError(f"{spec.name}: cannot connect to {r['hostname']}:{r['port']}: {why}") from None
     except asyncssh.Error as e:
         raise HostError(f"{spec.name}: SSH error: {e.reason if hasattr(e, 'reason') else e}") from None
