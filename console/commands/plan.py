@@ -14,42 +14,7 @@ from console.errors import UserError
 
 HELP = "estimate GPU memory for a model and flags: fits / tight / does not fit"
 
-ALIASES = {
-    "tp": "tp-size", "tensor-parallel-size": "tp-size", "enable-hicache": "enable-hierarchical-cache",
-    "model": "model-path", "mem-fraction": "mem-fraction-static",
-}
-
-
-def parse_server_flags(tokens: list[str]) -> dict[str, object]:
-    """Simple server-flag parsing: ``--name value``, ``--name=value`` and boolean ``--name``.
-
-    Names are returned without dashes' prefix, aliases (``--tp``, ``--enable-hicache``) mapped to
-    their canonical names. Raises UserError on a token that is not a flag.
-    """
-    out: dict[str, object] = {}
-    i = 0
-    if tokens and tokens[0] == "--":
-        tokens = tokens[1:]
-    while i < len(tokens):
-        tok = tokens[i]
-        if "\x00" in tok or "\n" in tok:
-            raise UserError("server flags must not contain NUL or newline characters")
-        if not tok.startswith("--") or tok == "--":
-            raise UserError(f"expected a server flag (--name), got {tok!r}")
-        name, eq, value = tok[2:].partition("=")
-        if not name:
-            raise UserError(f"empty flag name in {tok!r}")
-        name = ALIASES.get(name, name)
-        if eq:
-            out[name] = value
-            i += 1
-        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            out[name] = tokens[i + 1]
-            i += 2
-        else:
-            out[name] = True
-            i += 1
-    return out
+from console.ops.planner import parse_server_flags  # noqa: E402  (re-exported for callers)
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -287,8 +287,7 @@ async def memory_verdict(link: HostLink, req: LaunchRequest) -> tuple[str | None
     Returns (None, why) when it cannot be planned (no model path, unreadable config, no GPU info).
     """
     from console.ops.model_config import ModelConfigError, parse_model_config
-    from console.ops.planner import plan
-    from console.commands.plan import parse_server_flags
+    from console.ops.planner import parse_server_flags, plan
 
     model = flag_value(req.flags, "--model-path", "--model")
     if not model:

@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from console.errors import UserError
+
 from console.ops.model_config import GIB, ModelShape
 
 MIB = 1 << 20
@@ -403,3 +405,41 @@ def parse_mem(text: str) -> int:
     if not math.isfinite(val) or val <= 0:
         raise ValueError(f"memory size must be positive: {text!r}")
     return int(val * mul)
+
+
+FLAG_ALIASES = {
+    "tp": "tp-size", "tensor-parallel-size": "tp-size", "enable-hicache": "enable-hierarchical-cache",
+    "model": "model-path", "mem-fraction": "mem-fraction-static",
+}
+
+
+def parse_server_flags(tokens: list[str]) -> dict[str, object]:
+    """Simple server-flag parsing: ``--name value``, ``--name=value`` and boolean ``--name``.
+
+    Names are returned without dashes' prefix, aliases (``--tp``, ``--enable-hicache``) mapped to
+    their canonical names. Raises UserError on a token that is not a flag.
+    """
+    out: dict[str, object] = {}
+    i = 0
+    if tokens and tokens[0] == "--":
+        tokens = tokens[1:]
+    while i < len(tokens):
+        tok = tokens[i]
+        if "\x00" in tok or "\n" in tok:
+            raise UserError("server flags must not contain NUL or newline characters")
+        if not tok.startswith("--") or tok == "--":
+            raise UserError(f"expected a server flag (--name), got {tok!r}")
+        name, eq, value = tok[2:].partition("=")
+        if not name:
+            raise UserError(f"empty flag name in {tok!r}")
+        name = FLAG_ALIASES.get(name, name)
+        if eq:
+            out[name] = value
+            i += 1
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            out[name] = tokens[i + 1]
+            i += 2
+        else:
+            out[name] = True
+            i += 1
+    return out
