@@ -89,7 +89,7 @@ async def test_launch_failed_shows_cause_and_keeps_form_values():
         await submit_form(app, pilot)
         await settle(pilot)
         assert badge(app, "host-a", 1) == "FAILED: gpu_oom"
-        text = str(panel(app, "host-a", 1).query_one(".serving", Static).render())
+        text = str(panel(app, "host-a", 1).query_one(".body", Static).render())
         assert "Not enough memory" in text
         steps = app.query_one(StepsView)
         assert steps.result is not None and not steps.result.ok
@@ -255,7 +255,7 @@ async def test_host_unreachable_ui_stays_responsive():
         assert "-shown" in app.query_one("#audit").classes
         await pilot.press("c")
         await settle(pilot, 1)
-        assert "-compact" in app.query_one("#hosts").classes
+        assert app.compact and app.query_one(".gpus").styles.layout.name == "grid"
         be.gate.set()
         await settle(pilot)
         assert not app.op_busy and app.query_one(StepsView).result.ok
@@ -353,7 +353,7 @@ async def test_remote_text_is_never_markup():
         await focus_gpu(app, pilot, 0)
         p = panel(app, "host-a", 0)
         assert "[b]evil[/b] [red" in str(p.query_one(".title", Static).render())
-        assert "s-[i]x" in str(p.query_one(".session", Static).render())
+        assert "s-[i]x" in str(p.query_one(".body", Static).render())
         assert list(app.query_one(LogPane).lines) == ["[bold]not bold[/bold] [/]"]
         be.on_audit(AuditEntry(at=NOW, host="host-a", op="[b]op", result="[/]"))
         app.say("[/] bad")

@@ -34,6 +34,8 @@ from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
 
 DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
+COMPACT_CELL = 44
+"""Width of one GPU panel in compact mode (the stats line fits)."""
 KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
 
 
@@ -95,6 +97,11 @@ class MtpConsoleApp(App):
         self.op_busy = False
         self.form_memory: dict[tuple[str, int], dict[str, Any]] = {}
         self.results: list[OperationResult] = []
+        self.sections: dict[str, HostSection] = {}
+        """host → its section, filled at compose (a DOM query per host per apply was the top cost)."""
+        self.compact = False
+        self.refusals: dict[tuple[str, int], SessionView] = {}
+        """(host, GPU) → a launch that failed before any server started (shown as FAILED on the panel)."""
         self._loop_thread = threading.get_ident()
 
     # ------------------------------------------------------------------ layout
@@ -106,7 +113,8 @@ class MtpConsoleApp(App):
         with Horizontal(id="body"):
             with VerticalScroll(id="hosts"):
                 for h in self.backend.hosts:
-                    yield HostSection(h)
+                    self.sections[h] = HostSection(h)
+                    yield self.sections[h]
             with Vertical(id="side"):
                 yield StepsView(self.clock, id="steps")
                 yield LogPane(id="log")
@@ -142,11 +150,11 @@ class MtpConsoleApp(App):
 
     # ------------------------------------------------------------------ timers
     def section(self, host: str) -> HostSection:
-        for s in self.query(HostSection):
-            if s.host == host:
-                return s
-        sec = HostSection(host)
-        self.query_one("#hosts").mount(sec)
+        sec = self.sections.get(host)
+        if sec is None:  # a host the backend did not list at start
+            sec = self.sections[host] = HostSection(host)
+            self.query_one("#hosts").mount(sec)
+            self.call_after_refresh(self._set_grid)
         return sec
 
     def apply_views(self, force: bool = False) -> None:
@@ -163,7 +171,11 @@ class MtpConsoleApp(App):
             self._selection_changed()
 
     def refresh_ages(self) -> None:
-        self.apply_views(force=True)
+        """Once a second: the sample ages and what depends on them (staleness), nothing else."""
+        now = self.clock()
+        with self.batch_update():
+            for host in self.views:
+                self.section(host).age(now, self.interval)
 
     def flush_logs(self) -> None:
         if self.audit_queue:
@@ -275,7 +287,29 @@ class MtpConsoleApp(App):
         self.query_one(AuditPane).toggle_class("-shown")
 
     def action_compact(self) -> None:
-        self.query_one("#hosts").toggle_class("-compact")
+        """Compact mode: short panels in a grid, as many columns as the width allows."""
+        self.compact = not self.compact
+        with self.batch_update():
+            # Inline styles, not a class on #hosts: a class there restyles every widget below it
+            # (~750 with 64 panels), this touches two containers per host and two parts per panel.
+            for sec in self.sections.values():
+                sec.set_compact(self.compact, self.grid_columns())
+
+    def grid_columns(self, width: int | None = None) -> int:
+        """GPU panels per row in compact mode for a hosts pane ``width`` cells wide."""
+        if width is None:
+            width = self.query_one("#hosts").size.width or self.size.width
+        return max(1, min(8, (width - 1) // COMPACT_CELL))
+
+    def _set_grid(self) -> None:
+        if not self.compact:
+            return
+        n = self.grid_columns()
+        for sec in self.sections.values():
+            sec.set_compact(True, n)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._set_grid)
 
     # ------------------------------------------------------------------ themes and help
     def set_theme(self, name: str) -> None:

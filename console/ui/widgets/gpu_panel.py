@@ -2,6 +2,10 @@
 
 Mounted once per GPU and updated in place with :meth:`GpuPanel.apply`; the power history
 (60 samples) lives here, one point per new host sample.
+
+Updates are cheap by construction: a line is redrawn only when its text changes, and a redraw
+asks for a layout pass only when the number of lines of a multi-line part changes (every
+other part is one line high in the TCSS), so 64 panels at 1 Hz never reflow the screen.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from console.model import GpuSample, HostSnapshot, ServerProc, SessionView
 from console.ui.format import NA, clean, gpu_list, na, short
@@ -21,6 +25,8 @@ from console.ui.widgets.badge import Badge, badge_for
 
 BAR = 16
 HISTORY = 60
+SPARK = "▁▂▃▄▅▆▇█"
+PROCS_SHOWN = 2
 
 
 def power_bar(w: float | None, limit: float | None) -> Content:
@@ -44,7 +50,7 @@ def stats_line(g: GpuSample) -> str:
     return f"util {na(g.util_pct, '{:.0f}%')} · mem {mem} · {na(g.temp_c, '{:.0f}°C')}"
 
 
-def procs_text(g: GpuSample, servers: dict[int, ServerProc], limit: int = 3) -> str:
+def procs_text(g: GpuSample, servers: dict[int, ServerProc], limit: int = PROCS_SHOWN) -> str:
     if not g.procs:
         return "no processes"
     rows = []
@@ -87,26 +93,99 @@ def detail_line(s: SessionView | None) -> Content:
     )
 
 
-def put(w: Static, content: Content | str) -> None:
-    """Update ``w`` only when what it shows changes (views are re-applied every second)."""
-    if getattr(w, "_shown", None) != content:
-        w._shown = content
-        w.update(content)
+def _lines(content: Content | str) -> int:
+    text = content.plain if isinstance(content, Content) else content
+    return text.count("\n") + 1 if text else 0
+
+
+def put(w: Static, content: Content | str) -> bool:
+    """Update ``w`` only when what it shows changes; returns whether it did.
+
+    A layout pass is requested only when the number of lines changes: every part of a panel
+    has a fixed width, so a redraw with as many lines cannot change any size.
+    """
+    old = getattr(w, "_shown", None)
+    if old == content:
+        return False
+    w._shown = content
+    w.update(content, layout=old is None or _lines(old) != _lines(content))
+    return True
+
+
+def spark_text(history: list[float], limit: float | None, width: int) -> str:
+    """The last ``width`` power samples as block characters, on an absolute 0..limit scale.
+
+    An absolute scale keeps an idle GPU flat (a relative one magnifies 1 W of noise into
+    full-height bars) and makes a server coming up read as power rising.
+    """
+    if width <= 0 or not history:
+        return ""
+    top = limit or max(history) or 1.0
+    out = []
+    for w in history[-width:]:
+        frac = max(0.0, min(1.0, w / top))
+        out.append(SPARK[min(len(SPARK) - 1, int(frac * len(SPARK)))])
+    return "".join(out)
+
+
+def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc], compact: bool) -> Content:
+    """Stats, processes (muted), session and its serving/failure detail; compact: stats and session."""
+    parts = [Content(stats_line(g))]
+    if not compact:
+        parts.append(Content.styled(procs_text(g, servers), "$text-muted"))
+    parts.append(Content(session_line(s)))
+    if not compact:
+        detail = detail_line(s)
+        if detail.plain:
+            parts.append(detail)
+    return Content("\n").join(parts)
+
+
+class PowerLine(Widget):
+    """``pwr ████░░ 612/700 W`` and the power history (one character per sample, newest right)."""
+
+    DEFAULT_CSS = "PowerLine { height: 1; width: 1fr; }"
+    SPARK_MAX = 60
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.state: tuple = ()
+
+    def show(self, w: float | None, limit: float | None, history: list[float]) -> None:
+        state = (w, limit, history)
+        if state != self.state:
+            self.state = state
+            self.refresh()  # one line, fixed width: no layout pass
+
+    def render(self) -> Content:
+        if not self.state:
+            return Content("")
+        w, limit, history = self.state
+        bar = power_bar(w, limit)
+        pad = max(1, BAR + 17 - bar.cell_length)
+        room = min(self.SPARK_MAX, self.size.width - bar.cell_length - pad)
+        return Content.assemble(bar, " " * pad, (spark_text(history, limit, room), "$text-success"))
 
 
 class GpuPanel(Widget, can_focus=True):
-    """The panel of GPU ``index`` on ``host``."""
+    """The panel of GPU ``index`` on ``host``: a title row with the badge, the power line, a body.
+
+    Six widgets per panel (a layout pass over 64 panels costs in proportion to widgets).
+    """
 
     class Selected(Message):
         def __init__(self, panel: GpuPanel) -> None:
             super().__init__()
             self.panel = panel
 
-    def __init__(self, host: str, index: int, **kw) -> None:
+    def __init__(self, host: str, index: int, *, compact: bool = False, **kw) -> None:
         super().__init__(classes="gpu-panel", **kw)
         self.host, self.index = host, index
+        self.compact = compact
         self.session: SessionView | None = None
         self.gpu: GpuSample | None = None
+        self.snap: HostSnapshot | None = None
+        self.servers: dict[int, ServerProc] = {}
         self.history: deque[float] = deque(maxlen=HISTORY)
         self._last_sample: float | None = None
         self._pending: tuple | None = None
@@ -115,13 +194,8 @@ class GpuPanel(Widget, can_focus=True):
         with Horizontal(classes="row"):
             yield Static(f"GPU {self.index}", classes="title", markup=False)
             yield Badge()
-        with Horizontal(classes="row detail"):
-            yield Static("", classes="power", markup=False)
-            yield Sparkline([], summary_function=max, classes="spark")
-        yield Static("", classes="stats line", markup=False)
-        yield Static("", classes="procs detail line", markup=False)
-        yield Static("", classes="session line", markup=False)
-        yield Static("", classes="serving detail line", markup=False)
+        yield PowerLine(classes="power")
+        yield Static("", classes="body", markup=False)
 
     def on_mount(self) -> None:
         self._ready = True
@@ -131,10 +205,16 @@ class GpuPanel(Widget, can_focus=True):
     def on_focus(self) -> None:
         self.post_message(self.Selected(self))
 
+    def set_compact(self, on: bool) -> None:
+        """Compact: four lines (title and badge, power, stats, session); no processes or detail."""
+        self.compact = on
+        if getattr(self, "_ready", False) and self.gpu is not None:
+            put(self._parts()[3], body_text(self.gpu, self.session, self.servers, on))
+
     def apply(self, g: GpuSample, s: SessionView | None, snap: HostSnapshot, servers: dict[int, ServerProc],
               now: float, interval: float) -> None:
         """Show one sample of this GPU and the session on it."""
-        self.session, self.gpu = s, g
+        self.session, self.gpu, self.snap, self.servers = s, g, snap, servers
         if snap.sampled_at != self._last_sample:
             self._last_sample = snap.sampled_at
             self.history.append(g.power_w or 0.0)
@@ -142,24 +222,22 @@ class GpuPanel(Widget, can_focus=True):
             self._pending = (g, s, snap, servers, now, interval)
             return
         self._pending = None
-        title, badge, power, spark, stats, procs, sess, serving = self._parts()
+        title, _badge, power, body = self._parts()
         put(title, f"GPU {g.index} · {clean(g.name or NA, 60)}")
-        label, kind = badge_for(s, snap, now, interval)
-        badge.set(label, kind)
+        self.age(snap, now, interval)
+        power.show(g.power_w, g.power_limit_w, list(self.history))
+        put(body, body_text(g, s, servers, self.compact))
+
+    def age(self, snap: HostSnapshot, now: float, interval: float) -> None:
+        """Only what depends on the sample's age: the badge and the dimming of old data."""
+        if not getattr(self, "_ready", False):
+            return
+        label, kind = badge_for(self.session, snap, now, interval)
+        self._parts()[1].set(label, kind)
         self.set_class(kind in ("stale", "unreachable"), "-stale")  # old data looks old
-        put(power, power_bar(g.power_w, g.power_limit_w))
-        if len(spark.data or []) != len(self.history) or list(spark.data) != list(self.history):
-            spark.data = list(self.history)
-        put(stats, stats_line(g))
-        put(procs, procs_text(g, servers))
-        put(sess, session_line(s))
-        detail = detail_line(s)
-        put(serving, detail)
-        serving.set_class(not detail.plain, "-empty")
 
     def _parts(self) -> tuple:
         if not hasattr(self, "_cached"):
             q = self.query_one
-            self._cached = (q(".title", Static), q(Badge), q(".power", Static), q(Sparkline), q(".stats", Static),
-                            q(".procs", Static), q(".session", Static), q(".serving", Static))
+            self._cached = (q(".title", Static), q(Badge), q(PowerLine), q(".body", Static))
         return self._cached

@@ -37,7 +37,9 @@ class HostHeader(Static):
             age=age_text(snap.age_s(now)), src=snap.gpu_source,
             states=by_state, detail=detail,
         )
-        self.update(text)
+        if text != getattr(self, "_text", None):  # one line high in the TCSS: never a layout pass
+            self._text = text
+            self.update(text, layout=False)
         if level != self._level:
             self.remove_class(f"stale-{self._level}")
             self.add_class(f"stale-{level}")

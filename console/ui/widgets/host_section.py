@@ -30,14 +30,38 @@ class HostSection(Vertical):
         self.host = host
         self.view: HostView | None = None
         self.level = ""
+        self.compact, self.columns = False, 1
 
     def compose(self) -> ComposeResult:
         yield HostHeader()
         yield Static("waiting for the first sample…", classes="host-note", markup=False)
         yield Container(classes="gpus")
 
+    def set_compact(self, on: bool, columns: int = 1) -> None:
+        """Compact mode: ``columns`` short panels per row (a grid), or back to one full panel per row.
+
+        Done with inline styles on this section's grid and its panels (see MtpConsoleApp.action_compact).
+        """
+        self.compact, self.columns = on, columns
+        box = self.query_one(".gpus", Container)
+        st = box.styles
+        if on:
+            if st.layout is None or st.layout.name != "grid":
+                st.layout = "grid"
+                st.grid_gutter_vertical = 1
+                st.grid_rows = "6"  # a compact panel: 4 lines and its border
+            if st.grid_size_columns != columns:
+                st.grid_size_columns = columns
+        else:
+            for rule in ("layout", "grid_size_columns", "grid_gutter_vertical", "grid_rows"):
+                st.clear_rule(rule)
+        for panel in self.panels():
+            if panel.compact != on:
+                panel.set_compact(on)
+        box.refresh(layout=True)
+
     def panels(self) -> list[GpuPanel]:
-        return list(self.query(GpuPanel))
+        return list(self.query_one(".gpus", Container).query_children(GpuPanel))
 
     def apply(self, view: HostView, now: float, interval: float) -> None:
         """Show ``view``; mounts panels for new GPUs, removes panels of vanished ones."""
@@ -50,7 +74,7 @@ class HostSection(Vertical):
         for idx in set(have) - want:
             if snap.gpus or snap.gpu_source != "none":
                 have.pop(idx).remove()
-        new = [GpuPanel(self.host, g.index) for g in snap.gpus if g.index not in have]
+        new = [GpuPanel(self.host, g.index, compact=self.compact) for g in snap.gpus if g.index not in have]
         if new:
             box.mount_all(new)
             have.update({p.index: p for p in new})
@@ -60,7 +84,20 @@ class HostSection(Vertical):
             g = latest.get(idx) or panel.gpu  # kept panels of a host that lost its GPU info go STALE
             if g is not None:
                 panel.apply(g, session_for_gpu(view.sessions, idx), snap, servers, now, interval)
-        self.query_one(".host-note", Static).update(self._note(view))
+        note = self._note(view)
+        if note != getattr(self, "_note_text", None):
+            self._note_text = note
+            self.query_one(".host-note", Static).update(note)
+
+    def age(self, now: float, interval: float) -> None:
+        """Redraw only what depends on the age of the last sample: the header and the badges."""
+        view = self.view
+        if view is None:
+            return
+        snap = view.snapshot
+        self.level = self.query_one(HostHeader).show(snap, view.sessions, now, interval)
+        for panel in self.panels():
+            panel.age(panel.snap or snap, now, interval)
 
     def _note(self, view: HostView) -> str:
         snap, lines = view.snapshot, []
