@@ -81,6 +81,27 @@ def log(message):
         pass
 
 
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token", "--ssl-keyfile-password")
+
+
+def masked_argv(argv):
+    """argv for the log: the value of a secret flag (``--api-key V`` or ``--api-key=V``) becomes ***."""
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            out.append("***")
+            hide = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in SECRET_FLAGS:
+            if "=" in a:
+                a = name + "=***"
+            else:
+                hide = True
+        out.append(a)
+    return out
+
+
 def atomic_write_json(path, obj):
     """Write ``obj`` as JSON to ``path`` atomically: temp file, fsync, rename, fsync dir."""
     directory = os.path.dirname(path) or "."
@@ -543,7 +564,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         log("oom_kill before: %s" % oom_before)
         environ = server_environ(os.environ, env, spec)
         log("starting %s (env names: %s; gpus: %s)" % (
-            json.dumps(spec["argv"]), ",".join(sorted(env)) or "-", ",".join(spec["gpus"]) or "-"))
+            json.dumps(masked_argv(spec["argv"])), ",".join(sorted(env)) or "-", ",".join(spec["gpus"]) or "-"))
         server, started_at, exec_error = spawn_server(spec["argv"], environ, out_fd)
         os.close(out_fd)
         out_fd = -1
