@@ -120,6 +120,10 @@ def write_config(path: Path, hosts: dict[str, dict]) -> Path:
     for name, kv in hosts.items():
         lines.append(f'[hosts."{name}"]')
         for k, v in kv.items():
-            lines.append(f"{k} = {json.dumps(v)}")
+            if isinstance(v, dict):
+                v = "{ " + ", ".join(f"{json.dumps(a)} = {json.dumps(b)}" for a, b in v.items()) + " }"
+            else:
+                v = json.dumps(v)
+            lines.append(f"{k} = {v}")
     path.write_text("\n".join(lines) + "\n")
     return path
