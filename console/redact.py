@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token")
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token", "--ssl-keyfile-password")
 SECRET_ENV_HINTS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 _PATTERNS = [
     (re.compile(r"\bhf_[A-Za-z0-9]{6,}"), "hf_***"),
     (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}"), r"\1***"),
-    (re.compile(r"(--(?:admin-)?api-key[= ])\S+"), r"\1***"),
+    (re.compile(r"(--(?:(?:admin-)?api-key|hf-token|token|ssl-keyfile-password)[= ])\S+"), r"\1***"),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), "sk-***"),
 ]
 
