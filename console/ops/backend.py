@@ -98,3 +98,69 @@ class LiveBackend:
                                      profile=name)
         return LaunchRequest(host=host, command=list(hc.server_command), gpus=[gpu], port=30000 + gpu)
 
+
+    # ---- flag form hooks (console/ui/screens/flag_form.py calls them with host=)
+    LEARN_WAIT_S = 3.0
+    """How long a form check waits for a host's --help to be learned before answering without it."""
+
+    def _form_host(self, host: str | None) -> str | None:
+        if host in self.links:
+            return host
+        return next(iter(self.links), None)
+
+    def _schema_task(self, host: str) -> asyncio.Task:
+        """Learn the host's server flags once, in the background (a failed attempt is retried next time)."""
+        tasks = self.__dict__.setdefault("_schema_tasks", {})
+        t = tasks.get(host)
+        if t is None or (t.done() and (t.cancelled() or t.exception() is not None)):
+            from console.commands.flags import default_cache_dir
+            from console.ops.flags import learn_schema
+
+            command = list((self.cfg or Config()).host(host).server_command)
+            t = tasks[host] = asyncio.ensure_future(learn_schema(self.links[host], command, default_cache_dir()))
+            t.add_done_callback(lambda x: x.cancelled() or x.exception())  # retrieved: no "never retrieved" noise
+        return t
+
+    async def validator(self, flags: list[str], host: str | None = None) -> list[tuple[str, str]]:
+        """(severity, message) for a flag set, checked against the flags the host's server accepts.
+
+        The schema comes from the host's ``--help`` (learned once per host in the background,
+        cached per server version); until it is known the check says so instead of guessing.
+        """
+        from console.ops.flags import check_all
+
+        name = self._form_host(host)
+        if name is None:
+            return [("warning", "flags not checked: no host connection yet")]
+        task = self._schema_task(name)
+        try:
+            schema = await asyncio.wait_for(asyncio.shield(task), self.LEARN_WAIT_S)
+        except asyncio.TimeoutError:
+            return [("note", f"flags not checked yet: learning the server's --help on {name} in the background "
+                             "(check again in a moment)")]
+        except Exception as e:  # HostError, LinkDown, ...: say why, do not block the launch
+            return [("warning", f"flags not checked: {str(e)[:300]}")]
+        out = []
+        for p in check_all(list(flags), schema, version=schema.version):
+            out.append((p.severity, p.message + (f" (fix: {p.suggestion})" if p.suggestion else "")))
+        return out
+
+    async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> str | tuple[str, str] | None:
+        """The memory planner's verdict for these flags on these GPUs (model config read on the host).
+
+        ``("error", text)`` when it does not fit (the form then needs force to launch), a plain
+        string otherwise, ``None`` without a host connection.
+        """
+        name = self._form_host(host)
+        if name is None:
+            return None
+        hc = (self.cfg or Config()).host(name)
+        req = LaunchRequest(host=name, command=list(hc.server_command), flags=list(flags), gpus=list(gpus) or [0])
+        verdict, text = await lifecycle.memory_verdict(self.links[name], req)
+        if verdict is None:
+            return f"not planned: {text}"
+        if verdict == "does_not_fit":
+            return ("error", f"memory plan: does not fit — {text}")
+        if verdict == "tight":
+            return ("warning", f"memory plan: tight — {text}")
+        return f"memory plan: {verdict.replace('_', ' ')} — {text}"

@@ -167,8 +167,24 @@ class MtpConsoleApp(App):
         with self.batch_update():
             for host, view in pending.items():
                 self.views[host] = view
-                self.section(host).apply(view, now, self.interval)
+                self.section(host).apply(self._with_refusals(view), now, self.interval)
             self._selection_changed()
+
+    def _with_refusals(self, view: HostView) -> HostView:
+        """``view`` plus a FAILED entry for each GPU where a launch was refused before it started
+        (e.g. the memory preflight): the panel says so instead of going back to IDLE."""
+        host = view.snapshot.name
+        mine = [(k, s) for k, s in self.refusals.items() if k[0] == host]
+        if not mine:
+            return view
+        extra = []
+        for (h, idx), s in mine:
+            live = [x for x in view.sessions if idx in x.gpus and (x.started_at or 0) >= (s.started_at or 0)]
+            if live:  # something newer runs there now: the refusal is history
+                self.refusals.pop((h, idx), None)
+            elif s not in extra:
+                extra.append(s)
+        return view.model_copy(update={"sessions": [*view.sessions, *extra]}) if extra else view
 
     def refresh_ages(self) -> None:
         """Once a second: the sample ages and what depends on them (staleness), nothing else."""
@@ -400,7 +416,7 @@ class MtpConsoleApp(App):
                         remember=lambda r, key=(p.host, p.index): self.form_memory.__setitem__(key, r))
         self.push_screen(form, callback=lambda req: req and self._run_op(
             f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
-            lambda cb: self.backend.launch(req, cb), forget=(p.host, p.index), gpus=req.gpus))
+            lambda cb: self.backend.launch(req, cb), forget=(p.host, p.index), gpus=req.gpus, req=req))
 
     def _checkers(self) -> dict[str, Any]:
         return {"validator": getattr(self.backend, "validator", None),
@@ -438,6 +454,11 @@ class MtpConsoleApp(App):
                          callback=lambda ok: ok and self._start_relaunch(target, req))
 
     def action_edit(self) -> None:
+        p = self.selected
+        s = p.session if p is not None and p.is_attached else None
+        if s is not None and s.state in ("failed", "stopped") and s.argv and not self._busy():
+            self._edit_stopped(s)  # nothing to kill: edit its flags and launch them
+            return
         t = self._target(need_session=True)
         if t is None or self._busy():
             return
@@ -448,9 +469,18 @@ class MtpConsoleApp(App):
                         **self._checkers())
         self.push_screen(form, callback=lambda req: req and self._start_relaunch(target, req))
 
+    def _edit_stopped(self, s: SessionView) -> None:
+        title = (f"Edit and launch again ({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
+                 f" on {s.host} · GPUs {gpu_list(s.gpus)}")
+        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, title=title,
+                        replaces=s.session_id, **self._checkers())
+        self.push_screen(form, callback=lambda req: req and self._run_op(
+            f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
+            lambda cb: self.backend.launch(req, cb), gpus=req.gpus, req=req))
+
     def _start_relaunch(self, target: KillTarget, req: LaunchRequest) -> None:
         self._run_op(f"relaunch · {req.host} · GPUs {gpu_list(req.gpus)}", "relaunch", req.host,
-                     lambda cb: self.backend.relaunch(target, req, cb), gpus=req.gpus)
+                     lambda cb: self.backend.relaunch(target, req, cb), gpus=req.gpus, req=req)
 
     def _busy(self) -> bool:
         if self.op_busy:
@@ -458,12 +488,14 @@ class MtpConsoleApp(App):
         return self.op_busy
 
     def _run_op(self, title: str, op: str, host: str, call: Callable, *, forget: tuple[str, int] | None = None,
-                gpus: list[int] | None = None) -> None:
+                gpus: list[int] | None = None, req: LaunchRequest | None = None) -> None:
         if self._busy():
             return
         self.op_busy = True
+        for idx in gpus or []:
+            self.refusals.pop((host, idx), None)
         self.query_one(StepsView).begin(title)
-        self.run_worker(self._op(op, host, call, forget, gpus), group="op", exit_on_error=False)
+        self.run_worker(self._op(op, host, call, forget, gpus, req), group="op", exit_on_error=False)
 
     def on_steps(self, steps: list[Step]) -> None:
         """Backend callback for progress; safe from another thread."""
@@ -472,8 +504,17 @@ class MtpConsoleApp(App):
         else:
             self.call_from_thread(self.query_one(StepsView).set_steps, steps)
 
+    def _refused(self, req: LaunchRequest, result: OperationResult) -> None:
+        s = SessionView(host=req.host, session_id=None, state="failed", gpus=list(req.gpus), port=req.port,
+                        argv=[*req.command, *req.flags], cause=result.cause,
+                        line=f"not started: {result.error or 'refused'}", hint=result.hint, started_at=self.clock())
+        for idx in req.gpus:
+            self.refusals[(req.host, idx)] = s
+        if req.host in self.views:
+            self.pending_views.setdefault(req.host, self.views[req.host])  # redraw with it
+
     async def _op(self, op: str, host: str, call: Callable, forget: tuple[str, int] | None,
-                  gpus: list[int] | None) -> None:
+                  gpus: list[int] | None, req: LaunchRequest | None = None) -> None:
         try:
             result = await call(self.on_steps)
         except asyncio.CancelledError:
@@ -491,6 +532,8 @@ class MtpConsoleApp(App):
         else:
             why = result.cause or result.error or "failed"
             self.say(f"{op} FAILED: {short(clean(why), 200)}", severity="error", timeout=10)
+            if op in ("launch", "relaunch") and not result.session_id and req is not None:
+                self._refused(req, result)
         p = self.selected
         if result.session_id and p is not None and p.host == host and (gpus is None or p.index in gpus):
             self._follow_session(host, self.find_session(host, result.session_id), result.session_id)

@@ -1,8 +1,10 @@
 """Where the TCSS lives and which Textual theme goes with each of our theme names.
 
-TCSS is loaded from ``<repo or site-packages>/themes/`` (beside the ``console`` package) and
-falls back to ``console/ui/themes/``; ``base.tcss`` holds the layout and colours (theme
-variables only) and each ``<name>.tcss`` holds rules scoped to ``App.theme-<name>``.
+The TCSS ships as package data in ``console/ui/tcss/`` (so a plain ``pip install .`` has it)
+and is always loaded from there; the top-level ``themes/`` folder holds identical copies for
+people looking for the themes (tests/test_ui_units.py fails when the two differ).
+``base.tcss`` holds the layout and colours (theme variables only) and each ``<name>.tcss``
+holds rules scoped to ``App.theme-<name>``.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from textual.theme import Theme
-
-import console
 
 NAMES = ("dark", "light", "high-contrast")
 TEXTUAL_THEME = {"dark": "textual-dark", "light": "textual-light", "high-contrast": "mtp-high-contrast"}
@@ -26,11 +26,11 @@ HIGH_CONTRAST = Theme(
 
 
 def themes_dir() -> Path:
-    """The folder holding base.tcss and one TCSS file per theme."""
-    for d in (Path(console.__file__).resolve().parent.parent / "themes", Path(__file__).resolve().parent / "themes"):
-        if (d / "base.tcss").is_file():
-            return d
-    raise FileNotFoundError("mtpconsole: the themes/ folder (base.tcss, dark.tcss, ...) is missing from this install")
+    """The folder holding base.tcss and one TCSS file per theme (package data)."""
+    d = Path(__file__).resolve().parent / "tcss"
+    if not (d / "base.tcss").is_file():
+        raise FileNotFoundError(f"mtpconsole: {d} (base.tcss, dark.tcss, ...) is missing from this install")
+    return d
 
 
 def css_paths() -> list[Path]:

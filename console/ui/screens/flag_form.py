@@ -22,7 +22,31 @@ from console.ui.flag_values import MAMBA_STRATEGIES, SPEC_ALGOS, FlagValues, fie
 from console.ui.format import clean, short
 
 Validator = Callable[[list[str]], Any]
+"""``validator(flags[, host=])`` -> [(severity, message)], or an awaitable of it."""
 Planner = Callable[[list[str], list[int]], Any]
+"""``planner(flags, gpus[, host=])`` -> a plan text, a (severity, text) pair, a list of pairs or None
+(or an awaitable of one). An ``error`` blocks the launch unless *force* is on."""
+FORCE_LABEL = "force: launch even if the memory plan says it does not fit"
+
+
+def takes_host(fn: Callable) -> bool:
+    """Whether a hook accepts ``host=`` (older hooks take only the flags)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "host" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def as_findings(res: Any, default: str) -> list[tuple[str, str]]:
+    """A hook's answer as (severity, message) pairs."""
+    if not res:
+        return []
+    if isinstance(res, str):
+        return [(default, res)]
+    if isinstance(res, tuple) and len(res) == 2 and all(isinstance(x, str) for x in res):
+        return [res]
+    return [(str(sev), str(msg)) for sev, msg in res]
 
 # (field, label, placeholder or choices)
 FIELDS: list[tuple[str, str, Any]] = [
@@ -71,6 +95,10 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
                         yield self._widget(name, kind)
                     yield Static("", id=f"err-{name}", classes="field-error", markup=False)
                 yield Static("", id="err-", classes="field-error", markup=False)
+                with Horizontal(classes="field force"):
+                    yield Label("force", classes="field-label")
+                    yield Switch(value=bool(self.template and self.template.force), id="force")
+                    yield Label(FORCE_LABEL, classes="field-hint")
                 yield Static("", id="diff", classes="diff").set_styles("display: none;")
                 yield Static("", id="checks", classes="checks").set_styles("display: none;")
             with Horizontal(classes="buttons"):
@@ -123,18 +151,20 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
     async def checks(self, v: FlagValues) -> bool:
         """Run the backend's validator and planner; returns False when they found an error."""
         flags, lines, ok = v.to_flags(), [], True
+        force = self.force
         for fn, args in ((self.validator, (flags,)), (self.planner, (flags, v.gpus))):
             if fn is None:
                 continue
             try:
-                res = fn(*args)
+                res = fn(*args, **({"host": self.host} if takes_host(fn) else {}))
                 if inspect.isawaitable(res):
                     res = await res
+                res = as_findings(res, "plan" if fn is self.planner else "note")
             except Exception as e:  # a broken checker must not take the form down
-                res = [("warning", f"check could not run: {e}")] if fn is self.validator else f"plan: {e}"
-            if fn is self.planner:
-                res = [("plan", res)] if res else []
-            for sev, msg in res or []:
+                res = [("warning", f"{'check' if fn is self.validator else 'plan'} could not run: {e}")]
+            for sev, msg in res:
+                if sev == "error" and fn is self.planner and force:
+                    sev, msg = "warning", f"{msg} (forced)"
                 ok = ok and sev != "error"
                 style = {"error": "$text-error", "warning": "$text-warning"}.get(sev, "$text-muted")
                 lines.append(Content.from_markup(f"[{style}]$s[/] $m", s=f"{sev}:", m=short(clean(str(msg)), 400)))
@@ -147,6 +177,10 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
             self._show("#diff", Content("changes against the running server:\n" + "\n".join(diff)))
         self.query_one("#checks", Static).scroll_visible(animate=False)
         return ok
+
+    @property
+    def force(self) -> bool:
+        return bool(self.query_one("#force", Switch).value)
 
     def _show(self, sel: str, content: Content) -> None:
         box = self.query_one(sel, Static)
@@ -176,13 +210,21 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
             self.remember(self.raw)
         keep = {"env": self.template.env, "profile": self.template.profile} if self.template else {}
         self.dismiss(LaunchRequest(host=self.host, command=v.command, flags=flags, gpus=v.gpus, port=v.port,
-                                   replaces=self.replaces, **keep))
+                                   replaces=self.replaces, force=self.force, **keep))
 
     def _disarm(self) -> None:
         self.armed = None
         self.query_one("#launch", Button).label = "Launch"
 
     def on_input_changed(self) -> None:
+        if self.armed is not None:
+            self._disarm()
+
+    def on_switch_changed(self) -> None:
+        if self.armed is not None:
+            self._disarm()
+
+    def on_select_changed(self) -> None:
         if self.armed is not None:
             self._disarm()
 
