@@ -135,3 +135,30 @@ def test_clean_strips_every_terminal_control():
     assert out == "kept"
     assert clean("a\x1b[31mred\x1b[0m b") == "ared b"
     assert len(clean("y" * 1_000_000)) < 2100
+
+
+async def test_log_pane_draws_no_escape_sequence():
+    """The TUI's log pane path: hostile lines are cleaned before they reach the terminal, and the pane's
+    lines and rendered strips contain no ESC/C1/BEL/bidi control."""
+    from textual.app import App
+
+    from console.ui.widgets.log_pane import LogPane
+
+    class Host(App):
+        def compose(self):
+            yield LogPane(id="lp")
+
+    evil = ["\x1b[2J\x1b[Hcleared?", "\x1b]0;title\x07\x1b]52;c;SGVsbG8=\x07clip", "\x9b31mC1", "bell\x07\x08",
+            "\u202eright-to-left", "progress 10%\rprogress 100%", "x" * 100_000, "bad \ufffd\x00 nul"]
+    app = Host()
+    async with app.run_test(size=(100, 20)) as pilot:
+        pane = app.query_one(LogPane)
+        pane.start("h", "s", "banner")
+        pane.add_lines(evil)
+        await pilot.pause()
+        for line in pane.lines:
+            assert not any(c in line for c in "\x1b\x9b\x07\x08\x00\u202e"), repr(line[:80])
+        assert "progress 100%" in pane.lines and any(x.startswith("x" * 100) and "chars]" in x for x in pane.lines)
+        for y in range(20):
+            for seg in pane.log_widget.render_line(y):
+                assert "\x1b" not in seg.text and "\x07" not in seg.text
