@@ -220,3 +220,31 @@ async def test_agent_killed_is_restarted_and_sessions_intact(sshd, runs_dir):
         await lk.close()
         runner.cancel()
         cleanup_runs(runs_dir)
+
+
+async def test_sshd_restarted_while_connected_then_connection_aborted(sshd, runs_dir):
+    """A service-manager restart of sshd keeps the open session; a later drop reconnects to the new daemon."""
+    lk = ssh_link(sshd, runs_dir)
+    await lk.open()
+    runner = asyncio.create_task(lk.run())
+    try:
+        sink = LogSink(lk, sid := lifecycle.new_session_id([0], time.time()))
+        r = await lifecycle.launch(lk, req(free_port()), wait=False, session_id=sid)
+        assert r.ok, r
+        old_agent = lk.hello["pid"]
+        sshd.restart()
+        assert await lk.request("ping", timeout=5)  # the same channel still answers
+        assert lk.hello["pid"] == old_agent and lk.state == "connected"
+        lk.abort_connection()
+        await wait_until(lambda: lk.chan is None, 5)
+        await _reconnected(lk)
+        await wait_until(lambda: "ready to roll" in sink.text(), 15)
+        sink.assert_exact(runs_dir / sid / "output.log", min_len=100)
+        k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=sid), grace=5)
+        assert k.ok, k
+    finally:
+        if sshd.proc.poll() is not None:
+            sshd.restart()
+        await lk.close()
+        runner.cancel()
+        cleanup_runs(runs_dir)
