@@ -248,3 +248,25 @@ async def test_sshd_restarted_while_connected_then_connection_aborted(sshd, runs
         await lk.close()
         runner.cancel()
         cleanup_runs(runs_dir)
+
+
+async def test_dropped_connection_reconnects_at_once_without_false_unreachable(sshd, runs_dir):
+    """Regression: after a drop the link reused the dead SSH connection, failed with 'ChannelOpenError: SSH
+    connection closed', showed the host UNREACHABLE and waited a backoff before reconnecting."""
+    lk = ssh_link(sshd, runs_dir)
+    await lk.open()
+    runner = asyncio.create_task(lk.run())
+    try:
+        for _ in range(3):
+            states = []
+            lk.listeners.append(probe := lambda k, m: states.append((m["state"], m["error"])) if k == "state" else None)
+            t0 = time.monotonic()
+            lk.abort_connection()
+            await wait_until(lambda: lk.chan is None, 5)
+            await _reconnected(lk, timeout=10)
+            assert time.monotonic() - t0 < 3.0
+            assert [s for s, _ in states] == ["reconnecting", "connected"], states
+            lk.listeners.remove(probe)
+    finally:
+        await lk.close()
+        runner.cancel()

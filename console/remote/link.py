@@ -135,15 +135,22 @@ class HostLink:
             return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.kill, proc.wait)
         from console.remote import ssh
 
-        if self.conn is None:
-            self.conn = await ssh.connect(self.spec, self.ssh_config, connect_timeout=self.connect_timeout)
         # The only shell line we ever send: a fixed program; the python path is quoted.
-        proc = await self.conn.create_process(shlex.join(argv), encoding=None)
+        line = shlex.join(argv)
+        if self.conn is not None:
+            try:
+                proc = await self.conn.create_process(line, encoding=None)
+                return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
+            except Exception:  # the connection died with the channel: open a fresh one now, not after a backoff
+                self.conn.close()
+                self.conn = None
+        self.conn = await ssh.connect(self.spec, self.ssh_config, connect_timeout=self.connect_timeout)
+        proc = await self.conn.create_process(line, encoding=None)
         return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
 
     async def open(self) -> None:
         """Connect, bootstrap the agent, wait for its hello. Raises HostError/HostKeyError."""
-        self._set_state("connecting" if self.attempts == 0 else "reconnecting", self.error)
+        self._set_state("connecting" if self.attempts == 0 and self.hello is None else "reconnecting", self.error)
         t0 = time.perf_counter()
         try:
             chan = await asyncio.wait_for(self._open_channel(), self.connect_timeout + 5)
