@@ -1055,6 +1055,10 @@ class Agent(object):
             spec["env_names"] = sorted(env)
             atomic_write_json(os.path.join(run_dir, RUN_SPEC), spec)
             sup = self.supervisor_path()
+        except OSError as e:  # a full or failing disk: say where, leave nothing half-written
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise OpError("cannot write the run directory %s: %s" % (run_dir, e.strerror or e))
+        try:
             p = subprocess.Popen([sys.executable, sup, run_dir], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, close_fds=True, cwd=run_dir)
             _, err = p.communicate((json.dumps({"env": env}) + "\n").encode("utf-8"), timeout=30)
@@ -1082,9 +1086,16 @@ class Agent(object):
         path = os.path.join(self.runs_dir, ".supervisor-%s.py" % digest)
         if not os.path.exists(path):
             tmp = "%s.tmp.%d" % (path, os.getpid())
-            with open(tmp, "w") as f:
-                f.write(self.supervisor_src)
-            os.rename(tmp, path)
+            try:
+                with open(tmp, "w") as f:
+                    f.write(self.supervisor_src)
+                os.rename(tmp, path)
+            except OSError:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
         return path
 
 
