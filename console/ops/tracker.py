@@ -98,9 +98,17 @@ class HostTracker:
                         and now - self.health_at.get(sid, 0) > HEALTH_EVERY_S and s.spec and s.spec.port):
                     self.health_at[sid] = now
                     self._spawn(f"health:{sid}", self._probe(sid, s.spec.port))
+            self._forget(snap)
         views = derive_views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
                              launching=self.launching)
         self.on_view(HostView(snapshot=snap, sessions=views))
+
+    def _forget(self, snap) -> None:
+        """Drop what is kept for sessions the host no longer reports (bounded memory over a long run)."""
+        keep = {s.session_id for s in snap.sessions} | self.ui_follows | set(self.launching)
+        for d in (self.classifiers, self.classes, self.rings, self.health, self.health_at):
+            for sid in [k for k in d if k not in keep]:
+                del d[sid]
 
     async def _start_follow(self, sid: str) -> None:
         r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
