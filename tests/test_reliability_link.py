@@ -270,3 +270,24 @@ async def test_dropped_connection_reconnects_at_once_without_false_unreachable(s
     finally:
         await lk.close()
         runner.cancel()
+
+
+async def test_frozen_agent_is_reported_not_waited_on(sshd, runs_dir):
+    """A host that stops answering mid-session (agent SIGSTOPped: the TCP connection stays up): a snapshot
+    request times out with a clear reason within its bound, and the link recovers when the host does."""
+    from console.commands.status import _one
+
+    lk = ssh_link(sshd, runs_dir)
+    await lk.open()
+    pid = lk.hello["pid"]
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        snap = await _one(lk, 1.5)
+        assert time.monotonic() - t0 < 3
+        assert snap.connection.state == "unreachable" and "no snapshot: timed out" in snap.connection.error
+        os.kill(pid, signal.SIGCONT)
+        assert await lk.request("ping", timeout=5)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await lk.close()
