@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Input, Static, Switch
 
-from console.model import AuditEntry, HostView, KillTarget
+from console.model import AuditEntry, HostView, KillTarget, OperationResult
 from console.ui.flag_values import split_argv
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
@@ -358,3 +358,87 @@ async def test_remote_text_is_never_markup():
         be.on_audit(AuditEntry(at=NOW, host="host-a", op="[b]op", result="[/]"))
         app.say("[/] bad")
         await settle(pilot)
+
+
+async def test_compact_is_a_grid_sized_by_width():
+    views = [HostView(snapshot=view_idle("host-a", 8).snapshot), view_idle("host-b", 8)]
+    app = frozen_app(FakeBackend(views))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        full = panel(app, "host-a", 0).region.height
+        await pilot.press("c")
+        await settle(pilot)
+        cols = app.grid_columns()
+        assert cols == (app.query_one("#hosts").size.width - 1) // 44 >= 2
+        p0, p1 = panel(app, "host-a", 0), panel(app, "host-a", 1)
+        assert p0.region.y == p1.region.y and p1.region.x > p0.region.x  # side by side
+        assert p0.region.height == 6 < full  # title, power, stats, session + border
+        assert "no processes" not in str(p0.query_one(".body", Static).render())
+        await pilot.resize_terminal(120, 50)
+        await settle(pilot)
+        assert app.grid_columns() < cols
+        assert app.query_one(".gpus").styles.grid_size_columns == app.grid_columns()
+        await pilot.press("c")
+        await settle(pilot)
+        assert panel(app, "host-a", 0).region.height == full and panel(app, "host-a", 1).region.y > full
+        assert "no processes" in str(panel(app, "host-a", 0).query_one(".body", Static).render())
+
+
+async def test_form_hooks_get_the_host_and_a_plan_error_needs_force():
+    be = FakeBackend([view_idle()])
+    seen = []
+
+    async def validator(flags, host=None):
+        seen.append(("validator", host))
+        return [("ok", "flags: no problems")]
+
+    def planner(flags, gpus, host=None):
+        seen.append(("planner", host))
+        return ("error", "memory plan: does not fit — 512 running requests")
+
+    be.validator, be.planner = validator, planner
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 1)
+        await pilot.press("l")
+        await settle(pilot)
+        form = app.screen
+        await pilot.click("#launch")
+        await settle(pilot, 2)
+        assert ("validator", "host-a") in seen and ("planner", "host-a") in seen
+        checks = str(form.query_one("#checks", Static).render())
+        assert "does not fit" in checks and "flags: no problems" in checks
+        assert str(form.query_one("#launch", Button).label) == "Launch"  # blocked
+        form.query_one("#force", Switch).value = True
+        await settle(pilot, 1)
+        await submit_form(app, pilot)
+        req = last(be, "launch")[1]
+        assert req.force and req.gpus == [1]
+
+
+async def test_launch_refused_before_start_shows_failed_on_the_gpu():
+    be = FakeBackend([view_idle()])
+
+    async def refuse(req, on_steps):
+        be.calls.append(("launch", req))
+        return OperationResult(op="launch", host=req.host, ok=False, state="failed", cause="gpu_oom",
+                               error="memory plan: does not fit — no room for the KV cache", hint="lower it")
+    be.launch = refuse
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus_gpu(app, pilot, 1)
+        await pilot.press("l")
+        await settle(pilot)
+        await submit_form(app, pilot)
+        await settle(pilot)
+        assert badge(app, "host-a", 1) == "FAILED: gpu_oom" and badge(app, "host-a", 0) == "IDLE"
+        assert "not started: memory plan: does not fit" in str(panel(app, "host-a", 1).query_one(".body", Static).render())
+        await pilot.press("e")  # nothing to kill: edit its flags and launch them
+        await settle(pilot)
+        assert isinstance(app.screen, FlagForm) and "launch again" in app.screen.title_text
+        be.launch = FakeBackend.launch.__get__(be)
+        await submit_form(app, pilot)
+        await settle(pilot)
+        assert badge(app, "host-a", 1) == "READY"

@@ -180,3 +180,22 @@ def test_whole_app_compact_light(snap_compare):
 def test_whole_app_high_contrast_read_only(snap_compare):
     assert snap_compare(_whole_app(theme="high-contrast", read_only=True), terminal_size=(160, 40),
                         run_before=_select_gpu0)
+
+
+def test_whole_app_compact_grid(snap_compare):
+    """c with 8 GPUs per host: short panels, as many per row as the width allows."""
+    from console.model import HostView
+    from ui_fakes import view_idle
+
+    def views():
+        a = view_a()
+        more = [g.model_copy(update={"index": i, "uuid": f"GPU-{i:04d}"}) for i, g in
+                enumerate(view_idle(n=8).snapshot.gpus) if i >= 4]
+        return [HostView(snapshot=a.snapshot.model_copy(update={"gpus": [*a.snapshot.gpus, *more]}),
+                         sessions=a.sessions), view_b()]
+
+    async def run_before(pilot) -> None:
+        await _select_gpu0(pilot)
+        await pilot.press("c")
+        await settle(pilot)
+    assert snap_compare(frozen_app(FakeBackend(views())), terminal_size=(200, 50), run_before=run_before)

@@ -143,3 +143,45 @@ def test_clean_never_leaks_control_characters(s):
     out = clean(s)
     assert not any(ord(c) < 32 or 0x7F <= ord(c) <= 0x9F for c in out)
     assert len(out) <= MAX_LINE + 30
+
+
+def test_packaged_tcss_is_the_themes_folder():
+    """console/ui/tcss/ ships as package data and is what the app loads; themes/ must say the same."""
+    from pathlib import Path
+
+    from console.ui.themes import css_paths, themes_dir
+
+    repo = Path(__file__).resolve().parents[1]
+    packaged = {p.name: p.read_text() for p in themes_dir().glob("*.tcss")}
+    top = {p.name: p.read_text() for p in (repo / "themes").glob("*.tcss")}
+    assert packaged == top, "themes/*.tcss and console/ui/tcss/*.tcss differ: copy themes/ over"
+    assert themes_dir() == repo / "console" / "ui" / "tcss" and all(p.is_file() for p in css_paths())
+
+
+def test_spark_is_on_an_absolute_scale():
+    from console.ui.widgets.gpu_panel import spark_text
+
+    assert spark_text([80.0, 81.0, 79.0], 600.0, 10) == "▂▂▂"  # 1 W of noise stays flat
+    assert spark_text([0.0, 300.0, 600.0, 700.0], 600.0, 3) == "▅██"  # newest on the right, clipped
+    assert spark_text([], 600.0, 5) == "" and spark_text([1.0], None, 0) == ""
+
+
+def test_form_hook_helpers():
+    from console.ui.screens.flag_form import as_findings, takes_host
+
+    assert takes_host(lambda flags, host=None: 0) and takes_host(lambda flags, **kw: 0)
+    assert not takes_host(lambda flags: 0) and not takes_host(len)
+    assert as_findings("fits", "plan") == [("plan", "fits")]
+    assert as_findings(("error", "does not fit"), "plan") == [("error", "does not fit")]
+    assert as_findings([("warning", "x"), ("note", "y")], "plan") == [("warning", "x"), ("note", "y")]
+    assert as_findings(None, "plan") == [] and as_findings([], "note") == []
+
+
+def test_zombie_foreign_servers_are_not_shown():
+    from console.ui.widgets.host_section import live_sessions
+    from ui_fakes import proc
+
+    z = proc(5150, ["python"], None, {3: 0}).model_copy(update={"state": "Z"})
+    f, r = foreign(), ready()
+    assert live_sessions([f, r], {5150: z}) == [r]
+    assert live_sessions([f, r], {5150: z.model_copy(update={"state": "S"})}) == [f, r]

@@ -143,7 +143,8 @@ class LiveBackend:
         out = []
         for p in check_all(list(flags), schema, version=schema.version):
             out.append((p.severity, p.message + (f" (fix: {p.suggestion})" if p.suggestion else "")))
-        return out
+        where = f"{schema.prog or 'the server'} {schema.version or ''}".rstrip()
+        return out or [("ok", f"flags: no problems against {where}'s --help on {name}")]
 
     async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> str | tuple[str, str] | None:
         """The memory planner's verdict for these flags on these GPUs (model config read on the host).
@@ -163,4 +164,5 @@ class LiveBackend:
             return ("error", f"memory plan: does not fit — {text}")
         if verdict == "tight":
             return ("warning", f"memory plan: tight — {text}")
-        return f"memory plan: {verdict.replace('_', ' ')} — {text}"
+        what = verdict.replace("_", " ")
+        return f"memory plan: {what}" + (f" — {text}" if text and text != verdict else "")

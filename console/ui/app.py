@@ -48,6 +48,13 @@ class MainScreen(Screen):
     ]
 
 
+class HostsPane(VerticalScroll):
+    """The scrolling column of host sections; tells the app when its width changes (compact grid)."""
+
+    def on_resize(self) -> None:
+        self.app._set_grid()
+
+
 class MtpConsoleApp(App):
     """The operator console. Build it with :func:`make_app`."""
 
@@ -111,7 +118,7 @@ class MtpConsoleApp(App):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="body"):
-            with VerticalScroll(id="hosts"):
+            with HostsPane(id="hosts"):
                 for h in self.backend.hosts:
                     self.sections[h] = HostSection(h)
                     yield self.sections[h]
@@ -323,9 +330,6 @@ class MtpConsoleApp(App):
         n = self.grid_columns()
         for sec in self.sections.values():
             sec.set_compact(True, n)
-
-    def on_resize(self) -> None:
-        self.call_after_refresh(self._set_grid)
 
     # ------------------------------------------------------------------ themes and help
     def set_theme(self, name: str) -> None:

@@ -174,7 +174,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         self._show("#checks", Content("\n").join(lines))
         if self.running_argv is not None:
             diff = flag_diff(self.running_argv, flags) or ["(no change)"]
-            self._show("#diff", Content("changes against the running server:\n" + "\n".join(diff)))
+            self._show("#diff", Content("changes against the server's current flags:\n" + "\n".join(diff)))
         self.query_one("#checks", Static).scroll_visible(animate=False)
         return ok
 

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.widgets import Static
 
-from console.model import HostView, SessionView
+from console.model import HostView, ServerProc, SessionView
 from console.ui.format import clean, short
 from console.ui.widgets.gpu_panel import GpuPanel, session_line
 from console.ui.widgets.host_header import HostHeader
@@ -20,6 +20,15 @@ def session_for_gpu(sessions: list[SessionView], index: int) -> SessionView | No
     if not on:
         return None
     return min(on, key=lambda s: (_ORDER.get(s.state, 5), -(s.started_at or 0)))
+
+
+def live_sessions(sessions: list[SessionView], servers: dict[int, ServerProc]) -> list[SessionView]:
+    """Drop FOREIGN servers whose every process is a zombie: exited, only not yet reaped by its
+    parent, so not a server (it would hide the session that failed after it on the same GPU)."""
+    def dead(s: SessionView) -> bool:
+        return s.state == "foreign" and bool(s.pids) and all(
+            p in servers and servers[p].state == "Z" for p in s.pids)
+    return [s for s in sessions if not dead(s)]
 
 
 class HostSection(Vertical):
@@ -80,10 +89,11 @@ class HostSection(Vertical):
             have.update({p.index: p for p in new})
         servers = {p.pid: p for p in snap.servers}
         latest = {g.index: g for g in snap.gpus}
+        sessions = live_sessions(view.sessions, servers)
         for idx, panel in sorted(have.items()):
             g = latest.get(idx) or panel.gpu  # kept panels of a host that lost its GPU info go STALE
             if g is not None:
-                panel.apply(g, session_for_gpu(view.sessions, idx), snap, servers, now, interval)
+                panel.apply(g, session_for_gpu(sessions, idx), snap, servers, now, interval)
         note = self._note(view)
         if note != getattr(self, "_note_text", None):
             self._note_text = note

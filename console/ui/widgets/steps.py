@@ -56,14 +56,7 @@ class StepsView(Static):
 
     def _draw(self) -> None:
         parts = [Content.from_markup("[b]$t[/b]", t=self.title)]
-        width = max((len(s.name) for s in self.steps), default=0)
-        for s in self.steps:
-            icon, style = _ICON.get(s.state, (SPINNER[self.frame], "$text-warning"))
-            parts.append(Content.from_markup(
-                f"[{style}]$icon[/] $name $el  [$text-muted]$ev[/]",
-                icon=icon, name=s.name.ljust(width), el=self._elapsed(s).rjust(7),
-                ev=short(clean(s.evidence or ""), 160),
-            ))
+        # the outcome first: the pane has a maximum height and long evidence must not push it out
         r = self.result
         if r is not None:
             if r.ok:
@@ -75,4 +68,12 @@ class StepsView(Static):
                 for extra in (r.line, r.error, r.hint and f"hint: {r.hint}", *[f"left: {x}" for x in r.left]):
                     if extra:
                         parts.append(Content(short(clean(extra), 300)))
+        width = max((len(s.name) for s in self.steps), default=0)
+        for s in self.steps:
+            icon, style = _ICON.get(s.state, (SPINNER[self.frame], "$text-warning"))
+            parts.append(Content.from_markup(
+                f"[{style}]$icon[/] $name $el  [$text-muted]$ev[/]",
+                icon=icon, name=s.name.ljust(width), el=self._elapsed(s).rjust(7),
+                ev=short(clean(s.evidence or ""), 160),
+            ))
         self.update(Content("\n").join(parts))
