@@ -209,7 +209,16 @@ class GpuPanel(Widget, can_focus=True):
         """Compact: four lines (title and badge, power, stats, session); no processes or detail."""
         self.compact = on
         if getattr(self, "_ready", False) and self.gpu is not None:
-            put(self._parts()[3], body_text(self.gpu, self.session, self.servers, on))
+            self._body(body_text(self.gpu, self.session, self.servers, on))
+
+    def _body(self, content: Content) -> None:
+        """Show the body; heights are set here, in cells, so a layout pass never measures text."""
+        body = self._parts()[3]
+        if put(body, content):
+            n = max(1, _lines(content))
+            if body.styles.height is None or body.styles.height.value != n:
+                body.styles.height = n
+                self.styles.height = n + 4  # title row, power line, the border
 
     def apply(self, g: GpuSample, s: SessionView | None, snap: HostSnapshot, servers: dict[int, ServerProc],
               now: float, interval: float) -> None:
@@ -222,11 +231,11 @@ class GpuPanel(Widget, can_focus=True):
             self._pending = (g, s, snap, servers, now, interval)
             return
         self._pending = None
-        title, _badge, power, body = self._parts()
+        title, _badge, power, _body = self._parts()
         put(title, f"GPU {g.index} · {clean(g.name or NA, 60)}")
         self.age(snap, now, interval)
         power.show(g.power_w, g.power_limit_w, list(self.history))
-        put(body, body_text(g, s, servers, self.compact))
+        self._body(body_text(g, s, servers, self.compact))
 
     def age(self, snap: HostSnapshot, now: float, interval: float) -> None:
         """Only what depends on the sample's age: the badge and the dimming of old data."""
