@@ -291,3 +291,29 @@ async def test_frozen_agent_is_reported_not_waited_on(sshd, runs_dir):
     finally:
         os.kill(pid, signal.SIGCONT)
         await lk.close()
+
+
+async def test_abort_with_request_in_flight_launch_says_lost_contact_server_survives(sshd, runs_dir):
+    lk = ssh_link(sshd, runs_dir)
+    await lk.open()
+    runner = asyncio.create_task(lk.run())
+    try:
+        def on_steps(steps):
+            if any(s.name == "listening" and s.state == "running" for s in steps) and not getattr(on_steps, "done", 0):
+                on_steps.done = True
+                lk.abort_connection()  # the port_open request goes out on a dying connection
+
+        r = await asyncio.wait_for(lifecycle.launch(lk, req(free_port(), "--delay", "1.0"), on_steps, timeout=30), 40)
+        assert not r.ok and "lost contact with the host" in (r.error or ""), r
+        assert r.session_id and r.cause is None  # not blamed on the server
+        await _reconnected(lk)
+        await wait_until(lambda: "ready to roll" in (runs_dir / r.session_id / "output.log").read_text(), 15)
+        snap = await lifecycle._fresh(lk)
+        s = next(x for x in snap.sessions if x.session_id == r.session_id)
+        assert s.server_alive and s.exit is None
+        k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=5)
+        assert k.ok, k
+    finally:
+        await lk.close()
+        runner.cancel()
+        cleanup_runs(runs_dir)
