@@ -185,3 +185,27 @@ def test_redaction_hides_secret_flag_values(sec, noise, flag):
         assert sec not in " ".join(redact_argv(argv))
         assert sec not in str(redact_obj({"argv": argv, "env": {"HF_TOKEN": sec}, "result": " ".join(argv)}))
         assert sec not in redact_text(" ".join(argv))
+
+
+@FAST
+@given(st.binary(max_size=3000), st.integers(min_value=1, max_value=700))
+def test_agent_read_chunk_reassembles_exactly(data, max_bytes):
+    """The agent's log reader (what follow_log and read_log use): chunks read from the returned offsets
+    reassemble the file's bytes exactly, up to its last complete line; nothing lost, nothing twice."""
+    from console.remote.agent import Agent
+
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "output.log")
+        with open(p, "wb") as f:
+            f.write(data)
+        off, got, n = 0, b"", 0
+        while n < 10_000:
+            n += 1
+            start, chunk, size = Agent.read_chunk(None, p, off, max_bytes)
+            assert start == off and size == len(data)
+            if not chunk:
+                break
+            got += chunk
+            off += len(chunk)
+        cut = data.rfind(b"\n") + 1
+        assert got == data[:len(got)] and len(got) >= cut
