@@ -90,7 +90,14 @@ class LogPane(Vertical):
         self._indicator()
 
     def show_banner(self, text: str) -> None:
-        self.query_one(".banner", Static).update(text)
+        """Redraw the banner when it changes; a layout pass only when its number of lines does
+        (it is re-shown on every view, once a second)."""
+        box = self.query_one(".banner", Static)
+        old = getattr(box, "_shown", None)
+        if text == old:
+            return
+        box._shown = text
+        box.update(text, layout=old is None or old.count("\n") != text.count("\n"))
 
     # ---- lines
     def add_lines(self, raw: list[str]) -> None:
