@@ -240,3 +240,31 @@ def test_two_cli_consoles_same_gpu_and_port_exactly_one_wins(sshd, tmp_path, run
             if p.poll() is None:
                 p.kill()
         cleanup_runs(runs_dir)
+
+
+NOISY = str(Path(__file__).parent / "helpers" / "rel_noisy_python.sh")
+HUNG = str(Path(__file__).parent / "helpers" / "rel_hung_python.sh")
+
+
+async def test_host_printing_banner_before_agent_still_connects(sshd, runs_dir):
+    """Regression: a line on stdout before the agent's hello (rc file echo, MOTD) failed the connection with
+    a bare JSON decode error. The noise is skipped."""
+    lk = ssh_link(sshd, runs_dir, python=NOISY)
+    try:
+        await asyncio.wait_for(lk.open(), 30)
+        assert lk.state == "connected" and await lk.request("ping", timeout=5)
+    finally:
+        await lk.close()
+
+
+async def test_host_whose_python_hangs_is_bounded_and_says_what_it_printed(sshd, runs_dir, monkeypatch):
+    from console.remote import link as link_mod
+
+    monkeypatch.setattr(link_mod, "AGENT_START_TIMEOUT_S", 2.0)
+    lk = ssh_link(sshd, runs_dir, python=HUNG)
+    t0 = time.monotonic()
+    with pytest.raises(HostError) as e:
+        await asyncio.wait_for(lk.open(), 30)
+    assert time.monotonic() - t0 < 6
+    assert "did not answer within 2 s" in str(e.value) and "loading site environment" in str(e.value)
+    await lk.close()

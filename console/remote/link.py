@@ -28,6 +28,8 @@ STREAM_LIMIT = 64 * 1024 * 1024
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 PING_EVERY_S = 5.0
+AGENT_START_TIMEOUT_S = 30.0
+"""How long the agent may take to say hello once the channel is open (a slow host's Python start)."""
 
 
 def _source(name: str, package: str = "console.remote") -> str:
@@ -162,14 +164,19 @@ class HostLink:
             "launch_env": self.cfg.launch_env,
             "sim_src": _source("simgpu.py", "console.sim") if self.cfg.gpu_source == "sim" or self.cfg.sim_dir else "",
         }
+        noise: list[str] = []
         try:
             await chan.write_line(_source("agent.py"))
             await chan.write_line(agent_cfg)
-            first = await asyncio.wait_for(chan.reader.readline(), 30)
-        except (asyncio.TimeoutError, OSError, ConnectionError) as e:
+            msg = await asyncio.wait_for(_first_message(chan, noise), AGENT_START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await chan.close()
+            raise HostError(f"{self.name}: the agent did not answer within {AGENT_START_TIMEOUT_S:.0f} s"
+                            + (f" (the host printed: {' | '.join(noise)[-300:]})" if noise else "")) from None
+        except (OSError, ConnectionError, ValueError) as e:
             await chan.close()
             raise HostError(f"{self.name}: agent did not start: {str(e) or type(e).__name__}") from None
-        if not first:
+        if msg is None:
             err = b""
             try:
                 err = await asyncio.wait_for(chan.stderr.read(4096), 2)
@@ -179,8 +186,9 @@ class HostLink:
             text = err.decode("utf-8", "replace").strip()
             if "not found" in text or "No such file" in text:
                 raise HostError(f"{self.name}: cannot start the agent: no {self.cfg.python!r} on the host ({text[-200:]})")
+            if noise:
+                text = (text + " | stdout: " + " | ".join(noise)).strip(" |")
             raise HostError(f"{self.name}: the agent exited at start: {text[-500:] or 'no output'}")
-        msg = json.loads(first)
         if msg.get("type") != "ready":
             await chan.close()
             raise HostError(f"{self.name}: agent failed to start: {msg.get('message', msg)}")
@@ -387,6 +395,23 @@ class HostLink:
                 update={"error": f"agent sent an invalid sample: {e.errors()[0]['msg']}"}))
         self._snapshot = snap
         return snap
+
+
+async def _first_message(chan: _Channel, noise: list[str]) -> dict | None:
+    """The agent's first JSON object; lines before it that are not JSON (a shell rc file or MOTD printing
+    on a non-interactive login) are kept in ``noise`` (bounded) instead of failing the handshake."""
+    while True:
+        line = await chan.reader.readline()
+        if not line:
+            return None
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            msg = None
+        if isinstance(msg, dict):
+            return msg
+        if len(noise) < 20:
+            noise.append(line.decode("utf-8", "replace").strip()[:200])
 
 
 def _summary(result: Any) -> str:
