@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -185,3 +186,26 @@ def test_no_token_in_screenshots():
     assert svgs
     for f in svgs:
         assert not token.search(f.read_text(errors="replace")), f
+
+
+def test_cli_refuses_invalid_utf8_arguments(tmp_path):
+    """argv bytes that are not UTF-8 would reach the host as other bytes than the console checks (its
+    'spawned' check then failed a launch whose server was running): refused up front, nothing launched."""
+    conf = write_config(tmp_path / "config.toml", {"local": {"python": sys.executable,
+                                                             "runs_dir": str(tmp_path / "runs")}})
+    for extra in (["--", "--model-path", b"/m\xff".decode("utf-8", "surrogateescape")],
+                  ["--env", b"A=\xfe".decode("utf-8", "surrogateescape")]):
+        p = subprocess.run([sys.executable, "-m", "console", "--config", str(conf), "launch", "--host", "local",
+                            *[a.encode("utf-8", "surrogateescape") for a in extra]],
+                           capture_output=True, cwd=REPO, timeout=60)
+        err = p.stderr.decode(errors="replace")
+        assert p.returncode == 2 and "is not valid UTF-8" in err and "Traceback" not in err, err
+    assert not (tmp_path / "runs").exists() or not [x for x in (tmp_path / "runs").iterdir()
+                                                    if not x.name.startswith(".")]
+
+
+async def test_argument_list_too_long_is_a_clear_failure(link, runs_dir):
+    r = await lifecycle.launch(link, LaunchRequest(host="testhost", command=[sys.executable, ECHO],
+                                                   flags=["--x", "y" * 200_000], gpus=[0], port=free_port()),
+                               timeout=20)
+    assert not r.ok and "Argument list too long" in r.error, r

@@ -40,8 +40,19 @@ def parse_gpus(text: str | None) -> list[int] | None:
     return gpus
 
 
+def require_utf8(values, what: str) -> None:
+    """Refuse text that is not valid UTF-8 (argv bytes Python decoded with surrogateescape): the host would
+    run different bytes than the console shows and checks."""
+    for v in values:
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"{what} {v.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8") from None
+
+
 def parse_env(items: list[str]) -> dict[str, str]:
     env = {}
+    require_utf8(items, "--env")
     for it in items:
         k, sep, v = it.partition("=")
         if not sep or not k.replace("_", "a").isalnum() or k[0].isdigit():
@@ -72,6 +83,8 @@ def build_request(args, host: str) -> LaunchRequest:
             raise UserError(f"--command: {e}") from None
         if not command:
             raise UserError("--command is empty")
+    require_utf8(list(args.flags), "flag")
+    require_utf8(command, "--command")
     flags += list(args.flags)
     env.update(host_env(hc.env_names) if hc else {})
     env.update(parse_env(args.env))

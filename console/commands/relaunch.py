@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from console.commands._ops import emit_result, single_host, step_printer
-from console.commands.launch import parse_env
+from console.commands.launch import parse_env, require_utf8
 from console.errors import UserError
 from console.hostctx import connect_hosts, load_args_config
 from console.model import KillTarget
@@ -81,6 +81,7 @@ async def run(args) -> int:
             gpus = sorted(p.gpu_mem_mib) or [int(x) for x in (p.cuda_visible_devices or "0").split(",") if x.isdigit()]
             port = None
         new_argv = edit_flags(argv, args.set, args.unset)
+        require_utf8(new_argv, "flag")
         req = request_from_argv(link.name, new_argv, list(gpus), port, env)
         r = await relaunch(link, target, req, step_printer(args), wait=args.wait, timeout=args.timeout,
                            grace=args.grace)
