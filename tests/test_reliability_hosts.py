@@ -181,7 +181,8 @@ def _launch_args(sshd, conf, port, *extra):
             "--model-path", "/m", "--delay", "2"]
 
 
-def test_console_sigkilled_mid_launch_sessions_finds_true_state(sshd, tmp_path, runs_dir):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_console_sigkilled_mid_launch_sessions_finds_true_state(sshd, tmp_path, runs_dir, sig):
     conf = write_config(tmp_path / "config.toml", {"testhost": {"python": "python3", "runs_dir": str(runs_dir),
                                                                "gpu_source": "none"}})
     env = {"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl")}
@@ -194,8 +195,10 @@ def test_console_sigkilled_mid_launch_sessions_finds_true_state(sshd, tmp_path, 
             if "spawned" in line or not line:
                 break
         assert "spawned" in line, (line, p.stderr.read() if p.poll() is not None else "")
-        p.send_signal(signal.SIGKILL)
+        p.send_signal(sig)
         p.wait(10)
+        if sig == signal.SIGINT:  # Ctrl-C: a clean exit that leaves the server running
+            assert p.returncode == 130 and "Traceback" not in p.stderr.read()
         s = cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "sessions", "--host", "testhost",
                 "--json", env=env)
         assert s.returncode == 0, s.stderr
