@@ -185,3 +185,51 @@ def test_zombie_foreign_servers_are_not_shown():
     f, r = foreign(), ready()
     assert live_sessions([f, r], {5150: z}) == [r]
     assert live_sessions([f, r], {5150: z.model_copy(update={"state": "S"})}) == [f, r]
+
+
+async def test_live_backend_form_hooks(tmp_path, monkeypatch):
+    """LiveBackend.validator learns the host's --help once (in the background) and checks flags with it;
+    planner turns the memory verdict into form findings; both answer without a host too."""
+    import argparse
+    import asyncio
+    from pathlib import Path
+
+    from console.ops import lifecycle
+    from console.ops.backend import LiveBackend
+
+    help_text = (Path(__file__).resolve().parents[2] / "shared" / "reference" / "data"
+                 / "sglang-0.5.23-launch-server-help.txt").read_text()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    runs = []
+
+    class Link:
+        name = "demo"
+
+        async def request(self, op, args, timeout=None):
+            runs.append(args["argv"])
+            if args["argv"][-1] == "--help":
+                await asyncio.sleep(0.2)
+                return {"rc": 0, "stdout": help_text, "stderr": ""}
+            return {"rc": 0, "stdout": "0.5.23\n", "stderr": ""}
+
+    be = LiveBackend(argparse.Namespace(demo=True, interval=None, read_only=False, hosts=None, config=None))
+    assert await be.validator(["--port", "1"]) == [("warning", "flags not checked: no host connection yet")]
+    assert await be.planner(["--port", "1"], [0]) is None
+    be.links["demo"] = Link()
+    be.LEARN_WAIT_S = 0.05
+    first = await be.validator(["--bogus-flag", "1"], host="demo")
+    assert first[0][0] == "note" and "learning the server's --help" in first[0][1]
+    await asyncio.sleep(0.4)
+    found = await be.validator(["--bogus-flag", "1", "--port", "30000"], host="demo")
+    assert any(sev == "error" and "--bogus-flag" in msg for sev, msg in found)
+    ok = await be.validator(["--model-path", "/m", "--port", "30000"], host="elsewhere")  # unknown: the first
+    assert ok[0][0] == "ok"
+    assert sum(a[-1] == "--help" for a in runs) == 1  # learned once
+
+    async def verdict(link, req):
+        return {"512": ("does_not_fit", "no room for the KV cache"), "16": ("fits", "fits")}.get(req.flags[-1], (None, "no --model-path"))
+    monkeypatch.setattr(lifecycle, "memory_verdict", verdict)
+    assert await be.planner(["--max-running-requests", "512"], [0], host="demo") == \
+        ("error", "memory plan: does not fit — no room for the KV cache")
+    assert await be.planner(["--max-running-requests", "16"], [0], host="demo") == "memory plan: fits"
+    assert await be.planner(["--x", "1"], [0], host="demo") == "not planned: no --model-path"
