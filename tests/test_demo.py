@@ -92,3 +92,30 @@ def test_demo_tui_exits_clean_on_sigterm():
     time.sleep(0.5)
     assert ours() == []
     assert not Path(sim_dir).exists()
+
+
+def test_demo_relaunch_that_does_not_fit_is_refused_before_anything_is_killed(tmp_path):
+    """The incident's flags on GPU 0: the planner refuses, the hand-started server keeps running."""
+    import asyncio
+
+    from console.hostctx import connect_hosts
+    from console.model import KillTarget
+    from console.ops import lifecycle
+    from console.sim.demo import INCIDENT_FLAGS
+    import argparse
+
+    async def main():
+        args = argparse.Namespace(demo=True, hosts=None, ssh_config=None, config=None, interval=None,
+                                  audit_log=os.devnull, no_load=True)
+        async with connect_hosts(args) as (link,):
+            snap = await lifecycle._fresh(link)
+            (foreign,) = [p for p in snap.servers if p.role == "launcher"]  # only this demo's processes
+            model = next(a for a in foreign.argv if "mtpconsole-demo-" in a)
+            req = lifecycle.request_from_argv("demo", [*foreign.argv[:3], "--model-path", model, *INCIDENT_FLAGS],
+                                              [0], None)
+            r = await lifecycle.relaunch(link, KillTarget(host="demo", pid=foreign.pid,
+                                                          start_ticks=foreign.start_ticks), req)
+            assert not r.ok and "nothing was stopped" in r.error and r.cause == "gpu_oom"
+            after = await lifecycle._fresh(link)
+            assert any(p.pid == foreign.pid and p.alive for p in after.servers)
+    asyncio.run(main())

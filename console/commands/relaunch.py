@@ -22,6 +22,7 @@ def configure(p) -> None:
     p.add_argument("--wait", action="store_true")
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--grace", type=float, default=20.0)
+    p.add_argument("--force", action="store_true", help="relaunch even when the memory planner says it does not fit")
 
 
 def edit_flags(argv: list[str], sets: list[str], unsets: list[str]) -> list[str]:
@@ -82,7 +83,7 @@ async def run(args) -> int:
             port = None
         new_argv = edit_flags(argv, args.set, args.unset)
         require_utf8(new_argv, "flag")
-        req = request_from_argv(link.name, new_argv, list(gpus), port, env)
+        req = request_from_argv(link.name, new_argv, list(gpus), port, env).model_copy(update={"force": args.force})
         r = await relaunch(link, target, req, step_printer(args), wait=args.wait, timeout=args.timeout,
                            grace=args.grace)
     return emit_result(args, r)

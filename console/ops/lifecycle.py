@@ -567,6 +567,12 @@ async def relaunch(link: HostLink, target: KillTarget, req: LaunchRequest, on_st
         if on_steps:
             on_steps(list(collected))
 
+    verdict, plan_text = await memory_verdict(link, req)
+    if verdict == "does_not_fit" and not req.force:  # refuse before anything is killed
+        msg = f"memory plan: does not fit — {plan_text} (relaunch with force to try anyway); nothing was stopped"
+        return OperationResult(op="relaunch", host=link.name, ok=False, session_id=target.session_id,
+                               steps=[Step(name="memory plan", state="failed", evidence=msg)], error=msg,
+                               cause="gpu_oom", hint=plan_text)
     k = await kill(link, target, kill_steps, grace=grace)
     if not k.ok:
         return OperationResult(op="relaunch", host=link.name, ok=False, session_id=target.session_id,

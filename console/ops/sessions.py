@@ -160,7 +160,7 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             log_path=os.path.join(s.run_dir, "output.log")))
     # foreign launchers and orphaned workers
     procs_by_pid = {p.pid: p for p in snap.servers}
-    foreign = [p for p in snap.servers if not p.session_id and p.role == "launcher"]
+    foreign = [p for p in snap.servers if not p.session_id and p.role == "launcher" and p.alive]
     claimed: set[int] = set()
     for p in foreign:
         kids = [c for c in snap.servers if _descends(c, p.pid, procs_by_pid)]

@@ -31,6 +31,8 @@ import traceback
 
 AGENT_VERSION = 1
 SESSION_ENV = "MTPCONSOLE_SESSION"
+SIM_DIR_ENV = "MTPCONSOLE_SIM_DIR"
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", SESSION_ENV, SIM_DIR_ENV)
 RUN_SPEC, RUN_RECORD, RUN_LOG = "spec.json", "record.json", "output.log"
 RUN_STOP_REQUEST, RUN_EXIT = "stop-request.json", "exit.json"
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -451,6 +453,8 @@ class Agent(object):
         self.supervisor_src = cfg.get("supervisor_src") or ""
         self.launch_env = dict(cfg.get("launch_env") or {})
         self.gpu = open_gpu_source(cfg.get("gpu_source") or "auto", cfg.get("sim_dir"), cfg.get("sim_src"))
+        # A simulated host is a namespace on this machine: its process table is its simulation's.
+        self.sim_scope = cfg.get("sim_dir") if self.gpu.name == "sim" else None
         self.inbox = queue.Queue()
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
@@ -625,20 +629,22 @@ class Agent(object):
                     if rx.search(line):
                         fw, role = f, r
                         break
-                if role is None and "supervisor" in line and ".mtpconsole" in line:
+                if role is None and "supervisor" in line and (".mtpconsole" in line or self.runs_dir in line):
                     role = "supervisor"
                 env = None
                 if role is not None or pid in under or pid in gpu_mem:
-                    env = proc_environ(pid, ("CUDA_VISIBLE_DEVICES", SESSION_ENV))
+                    env = proc_environ(pid, ENV_NAMES)
                 info = (st["start_ticks"], argv, env, proc_uid(pid), fw, role)
             cache[pid] = info
             start, argv, env, uid, fw, role = info
             if role is None and pid not in under and pid not in gpu_mem:
                 continue
             if env is None and (pid in under or pid in gpu_mem):
-                env = proc_environ(pid, ("CUDA_VISIBLE_DEVICES", SESSION_ENV))
+                env = proc_environ(pid, ENV_NAMES)
                 cache[pid] = (start, argv, env, uid, fw, role)
             envd = env or {}
+            if self.sim_scope and role != "supervisor" and envd.get(SIM_DIR_ENV) != self.sim_scope:
+                continue  # a simulated host sees only the processes of its own simulation
             out.append({
                 "pid": pid, "ppid": st["ppid"], "pgid": st["pgid"], "sid": st["sid"],
                 "start_ticks": start, "state": st["state"], "uid": uid, "user": user_name(uid),

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import AsyncIterator
@@ -183,6 +184,8 @@ async def demo_environment(args=None) -> AsyncIterator[tuple[Config, list[str]]]
         port = 30000 if _port_free(30000) else free_port()  # two demos may run side by side
         cfg, foreign = stage(root, port=port)
         procs.append(foreign)
+        # we are its parent: reap it when it dies (killed from the console), so no zombie lingers
+        threading.Thread(target=foreign.wait, name="demo-reaper", daemon=True).start()
         await _wait_serving(foreign, port, timeout=30)
         if not getattr(args, "no_load", False):
             procs.append(start_load(root, port))
