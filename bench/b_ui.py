@@ -64,7 +64,7 @@ async def run(ctx, sec) -> None:
     upd_s, flood_s, keys_n = ctx.n(15.0, 2.0), ctx.n(30.0, 2.0), ctx.n(30, 3)
     rate, batch_every = 10_000, 0.01
     backend = f.FakeBackend(_views(f, hosts, gpus, 0))
-    app = make_app(backend, interval=1.0)
+    app = make_app(backend, interval=1.0, clock=lambda: f.NOW)  # the fake views are dated NOW: not STALE
     app.animation_level = "none"
     frames: list[float] = []
     orig_display = app._display
