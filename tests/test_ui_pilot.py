@@ -72,7 +72,7 @@ async def test_launch_steps_to_ready():
         await settle(pilot)
         assert badge(app, "host-a", 0) == "READY"
         steps = app.query_one(StepsView)
-        assert [s.state for s in steps.steps] == ["ok"] * 6 and steps.result.ok
+        assert [s.state for s in steps.steps] == ["ok"] * 7 and steps.result.ok
         assert app.following == ("host-a", "s-new-1")  # the new session's own log, nothing else
         assert list(app.query_one(LogPane).lines) == ["fresh session line 1", "fresh session line 2"]
 
@@ -93,7 +93,7 @@ async def test_launch_failed_shows_cause_and_keeps_form_values():
         assert "Not enough memory" in text
         steps = app.query_one(StepsView)
         assert steps.result is not None and not steps.result.ok
-        assert [s.state for s in steps.steps][4:] == ["failed", "skipped"]
+        assert [s.state for s in steps.steps][4:] == ["failed", "skipped", "skipped"]
         assert any("launch FAILED: gpu_oom" in n for n in notes(app))
         await pilot.press("l")  # the next try starts from what was typed
         await settle(pilot)

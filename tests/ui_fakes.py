@@ -17,7 +17,9 @@ ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/demo-2
         "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
         "--speculative-num-draft-tokens", "4", "--mem-fraction-static", "0.85", "--max-running-requests", "48",
         "--port", "30000"]
-LAUNCH_STEPS = ["preflight", "process started", "flags match", "log created", "port answers", "health 200 + ready"]
+from console.ops import lifecycle as _lifecycle  # noqa: E402
+
+LAUNCH_STEPS = ["preflight", *_lifecycle.LAUNCH_STEPS]  # the real confirmation steps, by name
 
 
 def gpu(i: int, *, used: int = 1024, power: float = 95.0, procs: list[GpuProc] | None = None, **kw) -> GpuSample:
@@ -60,7 +62,7 @@ def snapshot(name="host-a", *, gpus: list[GpuSample] | None = None, state="conne
              servers: list[ServerProc] | None = None, error: str | None = None, **kw) -> HostSnapshot:
     return HostSnapshot(
         name=name, connection=ConnectionInfo(state=state, rtt_ms=12.4 if state == "connected" else None, error=error),
-        sampled_at=NOW - age - 0.1, received_at=NOW - age, gpu_source="nvml" if gpus else "none",
+        sampled_at=NOW - age - 0.1, received_at=NOW - age, gpu_source=("sim" if name == "demo" else "nvml") if gpus else "none",
         gpus=gpus or [], servers=servers or [], **kw)
 
 
