@@ -1,4 +1,4 @@
-"""The soak's ~30 s variant (tests/soak.py --quick): launch/load/relaunch/kill cycles over the test sshd with
+"""The soak's ~20 s variant (tests/soak.py --quick): launch/load/relaunch/kill cycles over the test sshd with
 simulated GPUs; no failed operation, no leaked fd, task, agent, SSH session or server process."""
 
 from __future__ import annotations
