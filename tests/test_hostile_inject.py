@@ -209,3 +209,30 @@ async def test_argument_list_too_long_is_a_clear_failure(link, runs_dir):
                                                    flags=["--x", "y" * 200_000], gpus=[0], port=free_port()),
                                timeout=20)
     assert not r.ok and "Argument list too long" in r.error, r
+
+
+async def test_host_config_values_never_reach_a_shell(sshd, tmp_path):
+    """The host's python path is the one word of the bootstrap line the remote shell sees (quoted); the runs
+    dir travels in JSON. Metacharacters in either stay literal."""
+    from console.errors import HostError
+
+    canary = tmp_path / "CANARY"
+    lk = ssh_link(sshd, tmp_path / "runs", python=f"python3;touch {canary}")
+    with pytest.raises(HostError, match="cannot start the agent|exited at start"):
+        await lk.open()
+    await lk.close()
+    odd = tmp_path / f"runs;touch {canary};$(touch {canary})"
+    lk = ssh_link(sshd, odd)
+    await lk.open()
+    try:
+        r = await lifecycle.launch(lk, LaunchRequest(host="testhost", command=[sys.executable, ECHO],
+                                                     flags=["--model-path", "/m"], gpus=[0], port=free_port()),
+                                   wait=False)
+        assert r.ok, r
+        assert (odd / r.session_id / "spec.json").exists()
+        k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=3)
+        assert k.ok, k
+    finally:
+        await lk.close()
+        cleanup_runs(odd)
+    assert not canary.exists()
