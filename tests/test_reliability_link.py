@@ -317,3 +317,40 @@ async def test_abort_with_request_in_flight_launch_says_lost_contact_server_surv
         await lk.close()
         runner.cancel()
         cleanup_runs(runs_dir)
+
+
+async def test_tui_tracker_log_path_survives_drops_exactly(sshd, runs_dir):
+    """The TUI's path (HostTracker over HostLink.run): the lines a followed session shows are the file's lines,
+    in order, none lost and none twice, across two connection drops."""
+    from console.ops.tracker import HostTracker
+
+    lk = ssh_link(sshd, runs_dir)
+    shown: list[str] = []
+    views = []
+    tr = HostTracker(lk, interval=0.3, on_view=views.append,
+                     on_log=lambda host, sid, lines: shown.extend(lines))
+    runner = asyncio.create_task(lk.run())
+    try:
+        await _reconnected(lk)
+        r = await lifecycle.launch(lk, req(free_port(), "--delay", "1.5"), wait=False)
+        assert r.ok, r
+        assert await wait_until(lambda: r.session_id in tr.rings, 10)
+        shown[:0] = await tr.follow(r.session_id, 5000)
+        for _ in range(2):
+            await asyncio.sleep(0.7)
+            lk.abort_connection()
+            await wait_until(lambda: lk.chan is None, 5)
+            await _reconnected(lk)
+        await wait_until(lambda: any("ready to roll" in x for x in shown), 15)
+        await asyncio.sleep(0.3)
+        file_lines = (runs_dir / r.session_id / "output.log").read_text().splitlines()
+        assert shown == file_lines[:len(shown)] and len(shown) >= len(file_lines) - 1, (shown, file_lines)
+        assert any("Load weight end" in x for x in shown)  # written after the first drop
+        live = [v for v in views[-1].sessions if v.session_id == r.session_id]
+        assert live and live[0].state == "ready", live
+        k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=5)
+        assert k.ok, k
+    finally:
+        await lk.close()
+        runner.cancel()
+        cleanup_runs(runs_dir)
