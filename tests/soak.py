@@ -1,7 +1,7 @@
 """Bounded soak: launch / load / relaunch / kill cycles through the real console stack, measuring leaks.
 
     python tests/soak.py --minutes 10         # the full soak (default 10 minutes)
-    python tests/soak.py --quick              # ~20 s, what CI runs (tests/test_reliability_soak.py)
+    python tests/soak.py --quick              # ~15 s, what CI runs (tests/test_reliability_soak.py)
 
 The host is a real OpenSSH sshd on 127.0.0.1 (the test suite's fixture code, with temporary keys) with
 simulated GPUs (``gpu_source="sim"``) and the SGLang stand-in as the server; the console side is one
@@ -251,12 +251,12 @@ async def soak(seconds: float, speed: float, use_ssh: bool, verbose: bool) -> di
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--quick", action="store_true", help="about 20 s")
+    ap.add_argument("--quick", action="store_true", help="about 15 s")
     ap.add_argument("--speed", type=float, default=20.0, help="stand-in time scale (default 20)")
     ap.add_argument("--local", action="store_true", help="local transport instead of the sshd")
     ap.add_argument("-v", "--verbose", action="store_true", help="one JSON line per cycle")
     a = ap.parse_args(argv)
-    seconds = 20.0 if a.quick else a.minutes * 60.0
+    seconds = 15.0 if a.quick else a.minutes * 60.0
     summary = asyncio.run(soak(seconds, a.speed, not a.local, a.verbose))
     print(json.dumps(summary, indent=2))
     return 0 if not summary["failures"] and not summary["leaks"] else 1

@@ -1,4 +1,4 @@
-"""The soak's ~20 s variant (tests/soak.py --quick): launch/load/relaunch/kill cycles over the test sshd with
+"""The soak's ~15 s variant (tests/soak.py --quick): launch/load/relaunch/kill cycles over the test sshd with
 simulated GPUs; no failed operation, no leaked fd, task, agent, SSH session or server process."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def test_quick_soak_leaks_nothing():
                        cwd=REPO, timeout=150)
     summary = json.loads(p.stdout[p.stdout.index("{"):])
     assert p.returncode == 0, (summary, p.stderr[-2000:])
-    assert summary["cycles"] >= 2 and not summary["failures"] and not summary["leaks"]
+    assert summary["cycles"] >= 1 and not summary["failures"] and not summary["leaks"]
     assert summary["leftover_server_procs"] == {"max_after_kill": 0, "after_close": 0}
     if summary["transport"] == "ssh":
         assert summary["agents"]["end"] == 1 and summary["sshd_sessions"]["end"] == summary["sshd_sessions"]["start"]
