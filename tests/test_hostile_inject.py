@@ -164,7 +164,8 @@ def test_secrets_never_on_host_cmdline_in_logs_or_json(sshd, tmp_path, runs_dir)
             assert q.returncode == 0, q.stderr
             outputs += [q.stdout, q.stderr]
         sessions_json = outputs[2]
-        assert sid in sessions_json and '"--api-key"' in sessions_json and '"***"' in sessions_json  # masked, not absent
+        # masked, not absent:
+        assert sid in sessions_json and '"--api-key"' in sessions_json and '"***"' in sessions_json
         # argv of every process on the host
         api_key_in_argv = False
         for name in os.listdir("/proc"):

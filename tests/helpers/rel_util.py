@@ -24,8 +24,8 @@ SERVER = str(REPO / "tests" / "helpers" / "sgl_like.py")
 
 
 def ssh_link(sshd, runs_dir, **cfg) -> HostLink:
-    hc = HostConfig(runs_dir=str(runs_dir), python=cfg.pop("python", "python3"), gpu_source=cfg.pop("gpu_source", "none"),
-                    **cfg)
+    hc = HostConfig(runs_dir=str(runs_dir), python=cfg.pop("python", "python3"),
+                    gpu_source=cfg.pop("gpu_source", "none"), **cfg)
     return HostLink(parse_host_spec(sshd.alias), hc, ssh_config=str(sshd.ssh_config), interval=0.3)
 
 
