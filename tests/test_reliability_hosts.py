@@ -271,3 +271,36 @@ async def test_host_whose_python_hangs_is_bounded_and_says_what_it_printed(sshd,
     assert time.monotonic() - t0 < 6
     assert "did not answer within 2 s" in str(e.value) and "loading site environment" in str(e.value)
     await lk.close()
+
+
+async def test_long_outage_retries_leak_no_descriptors(bad_hosts, sshd, monkeypatch):
+    """Hours of an unreachable or stalling host, compressed: many reconnect attempts (backoff shortened),
+    each failing clearly; the console's open file descriptors do not grow."""
+    from console.remote import link as link_mod
+    from console.remote.link import HostLink
+    from console.remote.ssh import parse_host_spec
+    from console.config import HostConfig
+
+    monkeypatch.setattr(link_mod, "BACKOFF_BASE_S", 0.01)
+    monkeypatch.setattr(link_mod, "BACKOFF_CAP_S", 0.05)
+    cfg, _, _ = bad_hosts
+    links = [HostLink(parse_host_spec(h), HostConfig(python="python3", connect_timeout=0.3), ssh_config=str(cfg))
+             for h in ("deadhost", "stallhost", "badauth")]
+    fds0 = len(os.listdir("/proc/self/fd"))
+    tasks = [asyncio.create_task(lk.run()) for lk in links]
+    try:
+        await asyncio.sleep(1.0)
+        mid = len(os.listdir("/proc/self/fd"))
+        await asyncio.sleep(3.0)
+        for lk in links:
+            snap = lk.snapshot()
+            assert snap.connection.state in ("unreachable", "reconnecting") and snap.connection.error, snap
+            # (the stalling host's ssh_config ConnectTimeout of 2 s bounds each of its attempts)
+            assert lk.attempts >= (1 if lk.name == "stallhost" else 4), (lk.name, lk.attempts)
+        fds = len(os.listdir("/proc/self/fd"))
+        assert fds <= max(mid, fds0) + 3, (fds0, mid, fds)
+    finally:
+        for lk in links:
+            await lk.close()
+        for t in tasks:
+            t.cancel()
