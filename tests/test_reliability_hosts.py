@@ -304,3 +304,15 @@ async def test_long_outage_retries_leak_no_descriptors(bad_hosts, sshd, monkeypa
             await lk.close()
         for t in tasks:
             t.cancel()
+
+
+def test_cli_missing_server_binary_clear_error_nothing_left(sshd, tmp_path, runs_dir):
+    conf = write_config(tmp_path / "config.toml", {"testhost": {"python": "python3", "runs_dir": str(runs_dir),
+                                                               "gpu_source": "none"}})
+    for command, why in (("/nonexistent/sglang serve", "does not exist or is not executable"),
+                         ("no-such-sglang-binary serve", "not found on the host's PATH")):
+        p = cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "launch", "--host", "testhost",
+                "--port", str(free_port()), "--command", command, "--", "--model-path", "/m",
+                env={"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl")})
+        assert p.returncode == 1 and why in p.stdout and "Traceback" not in p.stderr, p.stdout + p.stderr
+    assert [x for x in runs_dir.iterdir() if not x.name.startswith(".")] == []
