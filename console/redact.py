@@ -12,6 +12,8 @@ _PATTERNS = [
     (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}"), r"\1***"),
     (re.compile(r"(--(?:(?:admin-)?api-key|hf-token|token|ssl-keyfile-password)[= ])\S+"), r"\1***"),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), "sk-***"),
+    # SGLang's start-up dump: server_args=ServerArgs(..., api_key='VALUE', admin_api_key=None, ...)
+    (re.compile(r"\b((?:admin_)?api_key|ssl_keyfile_password|hf_token)=(['\"])(?:(?!\2).)+\2"), r"\1=\2***\2"),
 ]
 
 

@@ -209,3 +209,15 @@ def test_agent_read_chunk_reassembles_exactly(data, max_bytes):
             off += len(chunk)
         cut = data.rfind(b"\n") + 1
         assert got == data[:len(got)] and len(got) >= cut
+
+
+@FAST
+@given(st.text(alphabet=st.characters(codec="ascii", exclude_characters="'\"\n"), min_size=1, max_size=40),
+       st.sampled_from(["api_key", "admin_api_key", "ssl_keyfile_password"]), st.sampled_from(["'", '"']))
+def test_redaction_hides_keys_in_sglang_args_dump(value, key, q):
+    """SGLang prints its ServerArgs at start-up, API key included; the console's echo of log lines (a failed
+    launch's log tail, step evidence) masks it."""
+    line = f"[2026-01-01 00:00:00] server_args=ServerArgs(model_path='/m', {key}={q}{value}{q}, port=30000)"
+    out = redact_text(line)
+    assert f"{key}={q}***{q}" in out and "port=30000" in out
+    assert value not in out.replace(f"{key}={q}***{q}", "") or value in line.replace(f"{key}={q}{value}{q}", "")
