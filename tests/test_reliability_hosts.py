@@ -316,3 +316,55 @@ def test_cli_missing_server_binary_clear_error_nothing_left(sshd, tmp_path, runs
                 env={"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl")})
         assert p.returncode == 1 and why in p.stdout and "Traceback" not in p.stderr, p.stdout + p.stderr
     assert [x for x in runs_dir.iterdir() if not x.name.startswith(".")] == []
+
+
+def _lines(p, n: int, timeout: float = 20.0) -> list[str]:
+    """n lines of a child's stdout, or fewer if the deadline passes (never blocks for ever)."""
+    import queue
+    import threading
+
+    if not hasattr(p, "_rel_q"):
+        p._rel_q = queue.Queue()
+        threading.Thread(target=lambda: [p._rel_q.put(x) for x in iter(p.stdout.readline, "")],
+                         daemon=True).start()
+    out, deadline = [], time.monotonic() + timeout
+    while len(out) < n:
+        try:
+            out.append(p._rel_q.get(timeout=max(0.01, deadline - time.monotonic())))
+        except queue.Empty:
+            break
+    return out
+
+
+def test_logs_follow_survives_agent_death_masks_secrets_and_escapes(sshd, tmp_path, runs_dir):
+    """`logs -f` across a dead agent: it reconnects and resumes from the byte offset (every line once);
+    secrets in the server's own start-up dump are masked; on a terminal, escape sequences are removed."""
+    from console.commands.logs import _printer
+    from tests.helpers.rel_util import agent_pids, descendants_of
+
+    sid = "20260101-000000-gpu0-logsf"
+    (runs_dir / sid).mkdir()
+    log = runs_dir / sid / "output.log"
+    log.write_text("line 0\n")
+    conf = write_config(tmp_path / "config.toml", {"testhost": {"python": "python3", "runs_dir": str(runs_dir),
+                                                               "gpu_source": "none"}})
+    p = popen_cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "logs", "--host", "testhost", sid,
+                  "-f", env={"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl")})
+    try:
+        assert _lines(p, 1) == ["line 0\n"]
+        agents = [a for a in agent_pids() if a in descendants_of(sshd.proc.pid)]
+        assert agents
+        with open(log, "a") as f:
+            f.write("line 1 server_args=ServerArgs(api_key='sk-RELdumpKEY0123456789', port=1)\n")
+        assert "api_key='***'" in _lines(p, 1)[0]
+        for a in agents:  # this console's agent (and any other of this sshd) dies
+            os.kill(a, signal.SIGKILL)
+        with open(log, "a") as f:
+            f.write("".join(f"line {i}\n" for i in range(2, 50)))
+        got = _lines(p, 48)
+        assert got == [f"line {i}\n" for i in range(2, 50)]
+    finally:
+        p.kill()
+        p.wait(5)
+    assert _printer(True)("\x1b]52;c;SGVsbG8=\x07\x1b[2Jhello \x1b[31mred") == "hello red"
+    assert _printer(False)("api_key='abc'") == "api_key='***'"

@@ -9,6 +9,7 @@ import sys
 from console.commands._ops import single_host
 from console.errors import UserError
 from console.hostctx import connect_hosts
+from console.redact import redact_text
 from console.remote.link import RequestError
 
 HELP = "print (or follow) one session's own log"
@@ -18,6 +19,16 @@ def configure(p) -> None:
     p.add_argument("session", help="session id")
     p.add_argument("-n", "--lines", type=int, default=50, help="last N lines (default 50)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C to stop)")
+
+
+def _printer(tty: bool):
+    """Lines as the terminal may show them: secrets masked always; on a terminal, escape and control
+    sequences removed too (a log line must never retitle, recolour or write the operator's clipboard)."""
+    if tty:
+        from console.ui.format import clean
+
+        return lambda line: clean(redact_text(line), 1 << 20)
+    return redact_text
 
 
 async def run(args) -> int:
@@ -31,16 +42,23 @@ async def run(args) -> int:
             raise UserError(str(e), exit_code=1) from None
         lines = r["data"].splitlines()[-args.lines:] if args.lines > 0 else []
         if args.json and not args.follow:
-            print(json.dumps({"session_id": args.session, "offset": r["offset"], "end": r["end"], "lines": lines}))
+            print(json.dumps({"session_id": args.session, "offset": r["offset"], "end": r["end"],
+                              "lines": [redact_text(x) for x in lines]}))
             return 0
+        show = _printer(sys.stdout.isatty())
         for line in lines:
-            print(line)
+            print(show(line))
         if not args.follow:
             return 0
         q: asyncio.Queue = asyncio.Queue()
         link.listeners.append(lambda kind, msg: q.put_nowait(msg) if kind == "log" else None)
         await link.follow_log(args.session, r["end"])
-        while True:
-            msg = await q.get()
-            sys.stdout.write(msg["data"])
-            sys.stdout.flush()
+        runner = asyncio.create_task(link.run())  # reconnects and re-follows from the byte offset
+        try:
+            while True:
+                msg = await q.get()
+                for line in msg["data"].splitlines():
+                    print(show(line))
+                sys.stdout.flush()
+        finally:
+            runner.cancel()

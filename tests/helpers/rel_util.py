@@ -127,3 +127,24 @@ def write_config(path: Path, hosts: dict[str, dict]) -> Path:
             lines.append(f"{k} = {v}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def descendants_of(root: int) -> set[int]:
+    """Every live process below ``root`` in the process tree."""
+    parent = {}
+    for n in os.listdir("/proc"):
+        if n.isdigit():
+            try:
+                raw = Path(f"/proc/{n}/stat").read_text()
+                parent[int(n)] = int(raw[raw.rfind(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out = set()
+    for p in parent:
+        cur, k = p, 0
+        while cur and k < 64:
+            cur, k = parent.get(cur), k + 1
+            if cur == root:
+                out.add(p)
+                break
+    return out
