@@ -246,3 +246,38 @@ async def test_host_config_values_never_reach_a_shell(sshd, tmp_path):
         await lk.close()
         cleanup_runs(odd)
     assert not canary.exists()
+
+
+def test_cli_text_output_masks_secrets_and_on_a_terminal_strips_escapes(monkeypatch):
+    """`status`, `sessions`, launch/kill results print remote text (process argv, log lines, errors): a server
+    started by hand with --api-key, or a process whose argv carries escape sequences, cannot leak the key or
+    drive the operator's terminal."""
+    import time as _t
+
+    from console.commands import _ops
+    from console.commands.status import render_text
+    from console.model import ConnectionInfo, HostSnapshot, OperationResult, ServerProc
+
+    snap = HostSnapshot(name="h", connection=ConnectionInfo(state="connected", since=_t.time()), servers=[
+        ServerProc(pid=1, ppid=0, pgid=1, start_ticks=1, role="launcher",
+                   argv=["python3", "-m", "sglang.launch_server", "--api-key", SECRET_API, "--port", "1"]),
+        ServerProc(pid=2, ppid=0, pgid=2, start_ticks=1, role="worker", argv=["sglang::x\x1b]0;pwned\x07\x1b[2J"])])
+    plain = render_text(snap)
+    assert SECRET_API not in plain and "--api-key ***" in plain
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    tty = render_text(snap)
+    assert "\x1b" not in tty and "\x07" not in tty and SECRET_API not in tty
+    r = OperationResult(op="launch", host="h", ok=False, state="failed", cause="other",
+                        line=f"\x1b]52;c;Zm9v\x07api_key='{SECRET_API}'", hint="\x1b[2Jhint",
+                        log_tail=[f"--api-key {SECRET_API}\x1b[31m"], left=["\x1b[5mleft"])
+
+    class A:
+        json = False
+    import contextlib
+    import io
+    buf = io.StringIO()
+    buf.isatty = lambda: True
+    with contextlib.redirect_stdout(buf):
+        _ops.emit_result(A(), r)
+    out = buf.getvalue()
+    assert SECRET_API not in out and "\x1b" not in out and "\x07" not in out

@@ -11,6 +11,17 @@ from console.redact import redact_obj, redact_text
 MARK = {"ok": "✓", "failed": "✗", "running": "…", "pending": " ", "skipped": "-"}
 
 
+def term(text: str) -> str:
+    """Remote text as this terminal may print it: secrets masked; on a terminal, escape and control
+    sequences removed (a log line or a process title must never retitle, clear or recolour it)."""
+    text = redact_text(text)
+    if sys.stdout.isatty():
+        from console.ui.format import clean
+
+        text = clean(text, 1 << 16)
+    return text
+
+
 def single_host(args) -> str:
     hosts = getattr(args, "hosts", None) or []
     if getattr(args, "demo", False) and not hosts:
@@ -33,7 +44,7 @@ def step_printer(args):
             if s.state in ("ok", "failed", "skipped") and (s.name, s.state) not in shown:
                 shown.add((s.name, s.state))
                 t = f" ({s.elapsed_s:.2f} s)" if s.elapsed_s is not None else ""
-                print(f"  {MARK[s.state]} {s.name}{t}: {redact_text(s.evidence or '')}", flush=True)
+                print(f"  {MARK[s.state]} {s.name}{t}: {term(s.evidence or '')}", flush=True)
     return on_steps
 
 
@@ -51,16 +62,16 @@ def emit_result(args, r: OperationResult) -> int:
             if r.cause:
                 print(f"  cause: {r.cause}")
             if r.line:
-                print(f"  line:  {redact_text(r.line)}")
+                print(f"  line:  {term(r.line)}")
             if r.hint:
-                print(f"  hint:  {r.hint}")
+                print(f"  hint:  {term(r.hint)}")
             if r.error and not r.cause:
-                print(f"  error: {redact_text(r.error)}")
+                print(f"  error: {term(r.error)}")
             for x in r.left:
-                print(f"  left:  {x}")
+                print(f"  left:  {term(x)}")
             if r.log_tail:
                 print("  last lines of this session's log:")
                 for line in r.log_tail:
-                    print("    " + redact_text(line))
+                    print("    " + term(line))
     sys.stdout.flush()
     return 0 if r.ok else 1

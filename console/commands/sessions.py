@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from console.commands._ops import single_host
+from console.commands._ops import single_host, term
 from console.hostctx import connect_hosts
 from console.ops.lifecycle import _fresh
 from console.ops.sessions import derive_views
@@ -48,5 +48,5 @@ async def run(args) -> int:
         what = v.session_id or f"foreign pid {v.launcher_pid}"
         extra = f" {v.cause}: {v.line}" if v.state == "failed" and v.cause else ""
         print(f"{what:<36} {v.state.upper():<10} GPU {','.join(map(str, v.gpus)) or '-':<5} "
-              f"port {v.port or '-':<6} {v.flags_summary}{extra}")
+              f"port {v.port or '-':<6} {term(v.flags_summary + extra)}")
     return 0

@@ -49,20 +49,23 @@ async def run(args) -> int:
 
 def render_text(s: HostSnapshot) -> str:
     c = s.connection
+    from console.commands._ops import term
+    from console.redact import redact_argv
+
     lines = [f"{s.name}: {c.state}" + (f" ({c.rtt_ms:.0f} ms)" if c.rtt_ms is not None else "")
-             + (f" — {c.error}" if c.error else "")]
+             + (f" — {term(c.error)}" if c.error else "")]
     if c.state != "connected":
         return lines[0]
     if not s.gpus:
-        lines.append(f"  GPUs: none ({s.gpu_error or s.gpu_source})")
+        lines.append(f"  GPUs: none ({term(s.gpu_error or s.gpu_source)})")
     for g in s.gpus:
         def f(v, unit, fmt="{:.0f}"):
             return "N/A" if v is None else fmt.format(v) + unit
-        lines.append(f"  GPU {g.index} {g.name or ''}: {f(g.power_w, ' W')}/{f(g.power_limit_w, ' W')}  "
+        lines.append(f"  GPU {g.index} {term(g.name or '')}: {f(g.power_w, ' W')}/{f(g.power_limit_w, ' W')}  "
                      f"util {f(g.util_pct, '%')}  mem {f(g.mem_used_mib, '')}/{f(g.mem_total_mib, ' MiB')}  "
                      f"{f(g.temp_c, '°C')}  procs {', '.join(str(p.pid) for p in g.procs) or '-'}")
     for p in s.servers:
-        lines.append(f"  pid {p.pid} [{p.role}] {' '.join(p.argv)[:100]}")
+        lines.append(f"  pid {p.pid} [{p.role}] {term(' '.join(redact_argv(p.argv)))[:100]}")
     for ss in s.sessions:
         state = "ended" if ss.exit else ("alive" if ss.server_alive else "starting")
         lines.append(f"  session {ss.session_id}: {state}")
