@@ -178,7 +178,7 @@ async def test_runs_dir_full_or_read_only_clear_error_nothing_half_created(sshd,
 def _launch_args(sshd, conf, port, *extra):
     return ["--ssh-config", str(sshd.ssh_config), "--config", str(conf), "launch", "--host", "testhost",
             "--gpu", "0", "--port", str(port), "--command", f"{sys.executable} {SERVER}", *extra, "--",
-            "--model-path", "/m", "--delay", "2"]
+            "--model-path", "/m", "--delay", "1.2"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
@@ -206,10 +206,14 @@ def test_console_sigkilled_mid_launch_sessions_finds_true_state(sshd, tmp_path, 
         views = [v for v in json.loads(s.stdout) if v["session_id"] and (runs_dir / v["session_id"]).is_dir()]
         assert len(views) == 1 and views[0]["state"] in ("launching", "loading", "ready"), views
         sid = views[0]["session_id"]
-        time.sleep(2.5)  # the server finishes starting with nobody watching
-        s = cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "sessions", "--host", "testhost",
-                "--json", env=env)
-        assert next(v for v in json.loads(s.stdout) if v["session_id"] == sid)["state"] == "ready", s.stdout
+        deadline = time.monotonic() + 15  # the server finishes starting with nobody watching
+        state = None
+        while state != "ready" and time.monotonic() < deadline:
+            time.sleep(0.3)
+            s = cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "sessions", "--host", "testhost",
+                    "--json", env=env)
+            state = next(v for v in json.loads(s.stdout) if v["session_id"] == sid)["state"]
+        assert state == "ready", s.stdout
         k = cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "kill", sid, "--host", "testhost",
                 "--grace", "5", "--json", env=env)
         assert k.returncode == 0 and json.loads(k.stdout)["ok"], k.stdout + k.stderr
