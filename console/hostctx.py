@@ -12,7 +12,7 @@ from typing import AsyncIterator
 
 from console.audit import Audit, default_audit_path
 from console.config import Config, HostConfig, load_config
-from console.errors import UserError
+from console.errors import HostKeyError, UserError
 from console.remote.link import HostLink
 from console.remote.ssh import HostSpec, default_ssh_config, parse_host_spec
 
@@ -84,7 +84,7 @@ async def connect_hosts(args, *, require: bool = True) -> AsyncIterator[list[Hos
                 if isinstance(r, BaseException):
                     if require:
                         raise r if isinstance(r, UserError) else UserError(f"{link.name}: {r}", exit_code=1)
-                    link._set_state("unreachable", str(r))
+                    link._set_state("failed" if isinstance(r, HostKeyError) else "unreachable", str(r))
             yield links
         finally:
             await asyncio.gather(*(l.close() for l in links), return_exceptions=True)

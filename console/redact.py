@@ -17,8 +17,14 @@ _PATTERNS = [
 ]
 
 
+# One cheap scan decides whether any pattern can match (most log lines carry no secret).
+_MAYBE = re.compile(r"hf_|(?i:bearer)|api-key|api_key|hf-token|hf_token|--token|sk-|keyfile.password")
+
+
 def redact_text(text: str) -> str:
     """Mask tokens (hf_..., Bearer ..., --api-key VALUE, sk-...) in free text."""
+    if not _MAYBE.search(text):
+        return text
     for rx, rep in _PATTERNS:
         text = rx.sub(rep, text)
     return text

@@ -99,6 +99,7 @@ def test_host_key_mismatch_refused_with_fingerprint(sshd, tmp_path):
     err = json.loads(r.stdout)["hosts"][0]["connection"]["error"]
     real_fp = subprocess.run(["ssh-keygen", "-lf", str(sshd.host_pub)], capture_output=True, text=True).stdout.split()[1]
     assert "HOST KEY CHANGED" in err and real_fp in err
+    assert json.loads(r.stdout)["hosts"][0]["connection"]["state"] == "failed"  # not retried like a network fault
 
 
 @pytest.mark.sshd

@@ -108,6 +108,7 @@ class _SessionWatch:
         self.exited = asyncio.Event()
         self.exit: dict | None = None
         self.changed = asyncio.Event()
+        self.rec: dict | None = None
         link.listeners.append(self._on)
 
     def _on(self, kind: str, msg: dict) -> None:
@@ -193,6 +194,7 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
                                                + [f"memory plan: {verdict or 'skipped'} ({plan_text})"]))
         await link.follow_log(sid, 0)
         rec = info.get("record")
+        watch.rec = rec
         ex = info.get("exit")
 
         # 1. spawned
@@ -349,6 +351,15 @@ async def _failed(link: HostLink, watch: _SessionWatch, st: Stepper, res: dict, 
     reason = str(e)
     if c.state == "failed":
         reason = f"{reason}: {c.cause}" + (f" — {c.line}" if c.line else "")
+    if step == "spawned" and watch.rec and not watch.exited.is_set():
+        try:  # we started something we cannot vouch for: stop it rather than leave it running
+            await link.request("kill", {"pid": watch.rec["pid"], "start_ticks": watch.rec["start_ticks"],
+                                        "pgid": watch.rec["pgid"], "signal": 9, "session_id": res["session_id"]})
+            reason += "; the process was stopped"
+        except (LinkDown, RequestError, asyncio.TimeoutError) as err:
+            reason += f"; could not stop pid {watch.rec['pid']}: {err}"
+    elif watch.rec and not watch.exited.is_set() and c.state != "failed":
+        reason += f"; the server is still running (session {res['session_id']}): kill it or wait"
     st.finish(step, "failed", reason)
     for i, s in enumerate(st.steps):
         if s.state == "pending":
@@ -475,7 +486,7 @@ async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: floa
         if target.session_id:  # the supervisor records the exit after it cleaned up the group
             deadline = time.monotonic() + 10.0
             while time.monotonic() < deadline and not any(
-                    x.session_id == target.session_id and x.exit for x in snap.sessions):
+                    x.session_id == target.session_id and (x.exit or not x.supervisor_alive) for x in snap.sessions):
                 await asyncio.sleep(0.1)
                 snap = await _fresh(link)
         orphans = [p for p in snap.servers if p.alive and p.role != "supervisor" and (

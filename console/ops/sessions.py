@@ -102,6 +102,8 @@ def session_state(s: SessionInfo, cls: Classification | None) -> str:
     if s.record is None:
         return "launching"
     if not s.server_alive:
+        if not s.supervisor_alive:
+            return "failed"  # both gone and no exit record: the supervisor itself was killed
         return "stopping" if s.stop_requested else "failed"
     if s.stop_requested:
         return "stopping"
@@ -145,6 +147,11 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
         cause = cls.cause if cls and failed else None
         if failed and cause is None and s.exit is not None:
             cause = "signal_killed" if s.exit.signal else "other"
+        hint = cls.hint if cls and failed else None
+        if failed and s.exit is None and s.record is not None and not s.supervisor_alive:
+            cause = cause or "other"
+            hint = ("the session's supervisor is gone without writing an exit record (killed on the "
+                    "host?): the exit code is unknown; check for leftover processes")
         views.append(SessionView(
             host=snap.name, session_id=s.session_id, state=state,
             gpus=list(spec.gpus) if spec and spec.gpus else _gpus_of(procs),
@@ -153,7 +160,7 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             launcher_pid=s.record.pid if s.record else None,
             launcher_start_ticks=s.record.start_ticks if s.record else None,
             argv=argv, flags_summary=flags_summary(argv[1:]) if argv else "",
-            cause=cause, line=cls.line if cls and failed else None, hint=cls.hint if cls and failed else None,
+            cause=cause, line=cls.line if cls and failed else None, hint=hint,
             metrics=cls.metrics if cls and state == "ready" else None, step=step,
             started_at=s.record.started_at if s.record else (spec.created_at if spec else None),
             ended_at=s.exit.ended_at if s.exit else None,

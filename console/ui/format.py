@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from console.redact import redact_text
+
 import re
 import time
 
@@ -23,7 +25,7 @@ def clean(text: str, limit: int = MAX_LINE) -> str:
     """Make remote text safe to draw: no escapes or control characters, one line, bounded."""
     if "\r" in text:
         text = text.rstrip("\r").rsplit("\r", 1)[-1]  # progress bars: keep the last redraw
-    text = _CTRL.sub("", _ANSI.sub("", text.replace("\t", "    ").replace("\n", " ")))
+    text = redact_text(_CTRL.sub("", _ANSI.sub("", text.replace("\t", "    ").replace("\n", " "))))
     if len(text) > limit:
         text = f"{text[:limit]}… [+{len(text) - limit} chars]"
     return text
