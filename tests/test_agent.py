@@ -187,3 +187,40 @@ def test_agent_survives_bad_requests(tmp_path):
     finally:
         agent.stdin.close()
         agent.wait(5)
+
+
+async def test_truncated_log_is_followed_from_the_start_again(tmp_path):
+    """An operator's `> output.log` mid-follow: the console is told, and nothing written after is skipped."""
+    import asyncio
+
+    from console.config import HostConfig
+    from console.remote.link import HostLink
+    from console.remote.ssh import HostSpec
+
+    runs = tmp_path / "runs"
+    (runs / "s1").mkdir(parents=True)
+    log = runs / "s1" / "output.log"
+    log.write_text("one\ntwo\n")
+    link = HostLink(HostSpec(name="local", local=True), HostConfig(python=sys.executable, runs_dir=str(runs),
+                                                                    gpu_source="none"))
+    got, events = [], []
+    link.listeners.append(lambda kind, msg: got.extend(msg["data"].splitlines()) if kind == "log" else
+                          events.append(msg.get("kind")) if kind == "event" else None)
+    await link.open()
+    try:
+        await link.follow_log("s1", 0)
+        for _ in range(50):
+            if got == ["one", "two"]:
+                break
+            await asyncio.sleep(0.02)
+        log.write_text("")  # truncated by hand
+        await asyncio.sleep(0.2)
+        with open(log, "a") as f:
+            f.write("three\n")
+        for _ in range(100):
+            if "three" in got:
+                break
+            await asyncio.sleep(0.02)
+        assert got == ["one", "two", "three"] and "log_truncated" in events
+    finally:
+        await link.close()

@@ -669,6 +669,9 @@ class Agent(object):
                 continue
             d = os.path.join(self.runs_dir, sid)
             c = self.session_cache.get(sid)
+            if c is not None and c.get("final"):
+                out[sid] = c  # ended, and nothing of it runs: its files no longer change
+                continue
             if c is None:
                 if not os.path.isdir(d):
                     continue
@@ -690,6 +693,7 @@ class Agent(object):
                                                               rec.get("supervisor_start_ticks"))
             if rec and c["exit"] is None and c["server_alive"]:
                 self.ensure_watch(rec["pid"], rec.get("start_ticks"), sid)
+            c["final"] = c["exit"] is not None and not c["server_alive"] and not c["supervisor_alive"]
             out[sid] = c
         self.session_cache = dict((k, v) for k, v in self.session_cache.items() if k in out)
         self.session_cache.update(out)
@@ -784,7 +788,12 @@ class Agent(object):
                 size = os.stat(path).st_size
             except (OSError, OpError):
                 continue
-            if size <= off:
+            if size < off:  # truncated by hand: say so and start over, never skip what follows
+                self.follows[sid] = 0
+                self.send({"type": "event", "kind": "log_truncated", "session_id": sid, "size": size,
+                           "at": now()})
+                continue
+            if size == off:
                 continue
             try:
                 start, data, size = self.read_chunk(path, off, MAX_LOG_CHUNK)

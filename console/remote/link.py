@@ -258,6 +258,8 @@ class HostLink:
                     self.follows[sid] + len(msg.get("data", "").encode("utf-8")))
                 self._notify("log", msg)
         elif t == "event":
+            if msg.get("kind") == "log_truncated" and msg.get("session_id") in self.follows:
+                self.follows[msg["session_id"]] = 0  # the agent restarts the follow from the beginning
             self._notify("event", msg)
         elif t in ("error", "fatal"):
             self._notify("error", msg)
