@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.links import open_link
 from bench.procstat import descendants, self_cpu, self_rss, stat, tree_cpu
 from bench.simhost import start_stand_in, stop, write_sim_dir
-from bench.stats import cell, num, summarize
+from bench.stats import cell, summarize
 from console.model import HostView
 from console.ops.sessions import derive_views
 

@@ -174,10 +174,9 @@ async def run(ctx, sec) -> None:
         stop = asyncio.Event()
         probe = asyncio.create_task(_lag_probe(lag, stop))
         rss_series: list[tuple[float, float]] = []
-        per = int(rate * batch_every)
         pushed = 0
         c0, t0 = self_cpu(), time.perf_counter()
-        next_rss, flood_keys = t0, []
+        next_rss = t0
         while time.perf_counter() - t0 < flood_s and key is not None:
             now = time.perf_counter()
             due = int((now - t0) * rate)

@@ -6,7 +6,6 @@ redacted before they are stored: env values and secrets never reach the log.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import deque

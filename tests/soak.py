@@ -144,8 +144,9 @@ async def soak(seconds: float, speed: float, use_ssh: bool, verbose: bool) -> di
     else:
         link = HostLink(HostSpec(name="local", local=True), hc, interval=1.0)
     views = {"n": 0}
-    tracker = HostTracker(link, interval=1.0, on_view=lambda v: views.__setitem__("n", views["n"] + 1),
-                          on_log=lambda *a: None)
+    # the tracker registers itself as the link's listener, as in the TUI
+    HostTracker(link, interval=1.0, on_view=lambda v: views.__setitem__("n", views["n"] + 1),
+                on_log=lambda *a: None)
     runner = asyncio.create_task(link.run())
     sids: set[str] = set()
     samples: list[dict] = []

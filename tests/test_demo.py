@@ -27,8 +27,6 @@ def _demo_procs() -> list[int]:
 
 
 def test_status_demo_shows_the_staged_incident_and_cleans_up():
-    before = set(_demo_procs())
-    dirs_before = set(Path("/tmp").glob("mtpconsole-demo-*"))
     r = subprocess.run([sys.executable, "-m", "console", "status", "--demo", "--json"], capture_output=True,
                        text=True, timeout=90, env=ENV)
     assert r.returncode == 0, r.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 from console.hostctx import connect_hosts
 from console.model import HostSnapshot
@@ -21,11 +20,7 @@ def configure(p) -> None:
 async def _one(link, timeout: float) -> HostSnapshot:
     if link.chan is not None:
         try:
-            t0 = time.perf_counter()
-            link.sample = await link.request("snapshot", timeout=timeout, audit=False)
-            link.rtt_ms = (time.perf_counter() - t0) * 1000.0
-            link.received_at = time.time()
-            link._snapshot = None
+            return await link.refresh(timeout)
         except (LinkDown, RequestError, asyncio.TimeoutError) as e:
             link._set_state("unreachable", f"{link.name}: no snapshot: {str(e) or 'timed out'}")
     return link.snapshot()

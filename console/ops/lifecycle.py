@@ -399,9 +399,7 @@ def _members(snap: HostSnapshot, target: KillTarget, pgid: int | None) -> list[S
 
 
 async def _fresh(link: HostLink) -> HostSnapshot:
-    link.sample = await link.request("snapshot", audit=False)
-    link.received_at, link._snapshot = time.time(), None
-    return link.snapshot()
+    return await link.refresh()
 
 
 async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: float = 20.0,

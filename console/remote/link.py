@@ -379,6 +379,14 @@ class HostLink:
             await self.request("unfollow_log", {"session_id": session_id})
 
     # ------------------------------------------------------------ snapshots
+    async def refresh(self, timeout: float = 30.0) -> HostSnapshot:
+        """Ask the agent for a sample now (not the next tick) and return the new snapshot."""
+        t0 = time.perf_counter()
+        self.sample = await self.request("snapshot", timeout=timeout, audit=False)
+        self.rtt_ms = (time.perf_counter() - t0) * 1000.0
+        self.received_at, self._snapshot = self.clock(), None
+        return self.snapshot()
+
     def snapshot(self) -> HostSnapshot:
         """The latest immutable view of this host (rebuilt only when something changed)."""
         if self._snapshot is not None:

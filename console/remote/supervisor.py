@@ -29,7 +29,6 @@ What happens:
 """
 
 import ctypes
-import errno
 import json
 import os
 import select
