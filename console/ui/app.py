@@ -9,6 +9,7 @@ containers and applied by timers, at most 10 times a second, one ``batch_update`
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections import deque
@@ -18,7 +19,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 
 from console.backend import Backend
 from console.model import AuditEntry, HostView, KillTarget, LaunchRequest, OperationResult, SessionView, Step
@@ -28,6 +29,7 @@ from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
 from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
 from console.ui.widgets.audit import AuditPane
+from console.ui.widgets.footer import QuietFooter
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
@@ -126,7 +128,7 @@ class MtpConsoleApp(App):
                 yield StepsView(self.clock, id="steps")
                 yield LogPane(id="log")
                 yield AuditPane(id="audit")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         self._loop_thread = threading.get_ident()
@@ -172,10 +174,26 @@ class MtpConsoleApp(App):
             return
         now = self.clock()
         with self.batch_update():
+            mounted = False
             for host, view in pending.items():
                 self.views[host] = view
-                self.section(host).apply(self._with_refusals(view), now, self.interval)
+                mounted |= self.section(host).apply(self._with_refusals(view), now, self.interval)
             self._selection_changed()
+        if mounted:
+            self.call_after_refresh(self._freeze_heap)
+
+    def _freeze_heap(self) -> None:
+        """Move what exists once panels are mounted (widgets, styles, caches: most of the heap) out of
+        the cyclic garbage collector's sight. A full collection otherwise walks all of it: ~100 ms
+        pauses with 64 panels, the bulk of the keypress p95. Undone when the app unmounts."""
+        gc.collect()
+        gc.freeze()
+        self._heap_frozen = True
+
+    def on_unmount(self) -> None:
+        if getattr(self, "_heap_frozen", False):
+            gc.unfreeze()
+            self._heap_frozen = False
 
     def _with_refusals(self, view: HostView) -> HostView:
         """``view`` plus a FAILED entry for each GPU where a launch was refused before it started

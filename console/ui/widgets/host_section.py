@@ -72,8 +72,9 @@ class HostSection(Vertical):
     def panels(self) -> list[GpuPanel]:
         return list(self.query_one(".gpus", Container).query_children(GpuPanel))
 
-    def apply(self, view: HostView, now: float, interval: float) -> None:
-        """Show ``view``; mounts panels for new GPUs, removes panels of vanished ones."""
+    def apply(self, view: HostView, now: float, interval: float) -> bool:
+        """Show ``view``; mounts panels for new GPUs, removes panels of vanished ones.
+        Returns whether it mounted any."""
         self.view = view
         snap = view.snapshot
         self.level = self.query_one(HostHeader).show(snap, view.sessions, now, interval)
@@ -98,6 +99,7 @@ class HostSection(Vertical):
         if note != getattr(self, "_note_text", None):
             self._note_text = note
             self.query_one(".host-note", Static).update(note)
+        return bool(new)
 
     def age(self, now: float, interval: float) -> None:
         """Redraw only what depends on the age of the last sample: the header and the badges."""
