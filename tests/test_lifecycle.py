@@ -205,3 +205,39 @@ async def test_missing_server_binary_clear_error_nothing_left(link, runs_dir):
                                                    port=free_port()))
     assert not r.ok and "does not exist" in r.error
     assert [p for p in runs_dir.iterdir() if not p.name.startswith(".")] == []
+
+
+async def test_connection_dropped_mid_launch_the_launch_resumes_to_ready(link):
+    """The link is kept up (as the TUI and `launch` do): a drop after 'spawned' is waited out."""
+    runner = asyncio.create_task(link.run())
+    dropped = []
+
+    def on_steps(steps):
+        if not dropped and any(s.name == "spawned" and s.state == "ok" for s in steps):
+            dropped.append(True)
+            asyncio.get_running_loop().call_soon(link.abort_connection)
+
+    try:
+        r = await lifecycle.launch(link, req(free_port(), "--delay", "1.5"), on_steps, timeout=60)
+        assert dropped and r.ok and r.state == "ready", r
+        assert link.attempts == 0 and link.state == "connected"
+        k = await lifecycle.kill(link, KillTarget(host="testhost", session_id=r.session_id), grace=5)
+        assert k.ok
+    finally:
+        runner.cancel()
+
+
+async def test_server_dying_while_disconnected_is_still_reported_failed(link):
+    runner = asyncio.create_task(link.run())
+    dropped = []
+
+    def on_steps(steps):
+        if not dropped and any(s.name == "spawned" and s.state == "ok" for s in steps):
+            dropped.append(True)
+            asyncio.get_running_loop().call_soon(link.abort_connection)
+
+    try:
+        r = await lifecycle.launch(link, req(free_port(), "--delay", "0.5", mode="oom"), on_steps, timeout=60)
+        assert dropped and not r.ok and r.cause == "gpu_oom", r
+    finally:
+        runner.cancel()

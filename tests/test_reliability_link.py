@@ -293,7 +293,7 @@ async def test_frozen_agent_is_reported_not_waited_on(sshd, runs_dir):
         await lk.close()
 
 
-async def test_abort_with_request_in_flight_launch_says_lost_contact_server_survives(sshd, runs_dir):
+async def test_abort_with_request_in_flight_launch_resumes_and_confirms_ready(sshd, runs_dir):
     lk = ssh_link(sshd, runs_dir)
     await lk.open()
     runner = asyncio.create_task(lk.run())
@@ -304,10 +304,9 @@ async def test_abort_with_request_in_flight_launch_says_lost_contact_server_surv
                 lk.abort_connection()  # the port_open request goes out on a dying connection
 
         r = await asyncio.wait_for(lifecycle.launch(lk, req(free_port(), "--delay", "1.0"), on_steps, timeout=30), 40)
-        assert not r.ok and "lost contact with the host" in (r.error or ""), r
-        assert r.session_id and r.cause is None  # not blamed on the server
-        await _reconnected(lk)
-        await wait_until(lambda: "ready to roll" in (runs_dir / r.session_id / "output.log").read_text(), 15)
+        # the link is kept up (HostLink.run): the launch waits out the drop and confirms every step
+        assert r.ok and r.state == "ready", r
+        assert getattr(on_steps, "done", False)
         snap = await lifecycle._fresh(lk)
         s = next(x for x in snap.sessions if x.session_id == r.session_id)
         assert s.server_alive and s.exit is None

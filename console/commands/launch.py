@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 
 from console.commands._ops import emit_result, single_host, step_printer
@@ -99,7 +100,11 @@ async def run(args) -> int:
     async with connect_hosts(args) as links:
         link = links[0]
         req = build_request(args, link.name)
-        r = await launch(link, req, step_printer(args), wait=args.wait, timeout=args.timeout,
-                         allow_busy=args.allow_busy)
+        keeper = asyncio.create_task(link.run())  # a dropped connection is re-made; the launch goes on
+        try:
+            r = await launch(link, req, step_printer(args), wait=args.wait, timeout=args.timeout,
+                             allow_busy=args.allow_busy)
+        finally:
+            keeper.cancel()
     del host
     return emit_result(args, r)

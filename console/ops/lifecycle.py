@@ -150,7 +150,14 @@ async def _wait_for(cond, watch: _SessionWatch, timeout: float, step: str, poll:
     while True:
         if watch.exited.is_set():
             raise LaunchFailed(step, "the server exited")
-        ev = await cond()
+        try:
+            ev = await cond()
+        except LinkDown:
+            # The connection dropped; the server does not care. If the link is being kept up
+            # (HostLink.run), wait for it, catch up on what happened meanwhile, and go on confirming.
+            if not await _reattach(watch, deadline):
+                raise
+            continue
         if ev:
             return ev
         if time.monotonic() > deadline:
@@ -160,6 +167,23 @@ async def _wait_for(cond, watch: _SessionWatch, timeout: float, step: str, poll:
             await asyncio.wait_for(wake.wait(), poll)
         except asyncio.TimeoutError:
             pass
+
+
+async def _reattach(watch: _SessionWatch, deadline: float) -> bool:
+    """Wait for a kept-up link to reconnect, then learn from the run dir whether the server ended."""
+    link = watch.link
+    if not link.running:
+        return False
+    try:
+        await asyncio.wait_for(link.connected.wait(), max(0.1, deadline - time.monotonic()))
+        sessions = await link.request("sessions", audit=False)
+    except (asyncio.TimeoutError, LinkDown, RequestError):
+        return False
+    mine = next((x for x in sessions if x.get("session_id") == watch.sid), None)
+    if mine and (mine.get("exit") or not mine.get("server_alive")):
+        watch.exit = mine.get("exit") or {}
+        watch.exited.set()
+    return True
 
 
 async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: bool = True,

@@ -110,6 +110,8 @@ class HostLink:
         self.listeners: list[Callable[[str, dict], None]] = []
         """Called with (kind, message) for every sample, event and log message, and on state changes."""
         self.connected = asyncio.Event()
+        self.running = False
+        """True while :meth:`run` keeps the link up (operations may then wait out a drop)."""
 
     # ------------------------------------------------------------ connection
     def _set_state(self, state: str, error: str | None = None) -> None:
@@ -266,6 +268,13 @@ class HostLink:
 
     async def run(self) -> None:
         """Keep the link up until :meth:`close`: reconnect with exponential backoff and jitter."""
+        self.running = True
+        try:
+            await self._keep_up()
+        finally:
+            self.running = False
+
+    async def _keep_up(self) -> None:
         while not self._closed:
             if self.chan is None:
                 try:
