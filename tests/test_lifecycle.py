@@ -207,20 +207,24 @@ async def test_missing_server_binary_clear_error_nothing_left(link, runs_dir):
     assert [p for p in runs_dir.iterdir() if not p.name.startswith(".")] == []
 
 
+def drop_after_spawned(link):
+    """An on_steps callback that aborts the SSH connection once 'spawned' is confirmed."""
+    def on_steps(steps):
+        if not on_steps.dropped and any(s.name == "spawned" and s.state == "ok" for s in steps):
+            on_steps.dropped = True
+            asyncio.get_running_loop().call_soon(link.abort_connection)
+    on_steps.dropped = False
+    return on_steps
+
+
 async def test_connection_dropped_mid_launch_the_launch_resumes_to_ready(link):
     """The link is kept up (as the TUI and `launch` do): a drop after 'spawned' is waited out."""
     runner = asyncio.create_task(link.run())
-    dropped = []
-
-    def on_steps(steps):
-        if not dropped and any(s.name == "spawned" and s.state == "ok" for s in steps):
-            dropped.append(True)
-            asyncio.get_running_loop().call_soon(link.abort_connection)
-
+    on_steps = drop_after_spawned(link)
     try:
         r = await lifecycle.launch(link, req(free_port(), "--delay", "1.5"), on_steps, timeout=60)
-        assert dropped and r.ok and r.state == "ready", r
-        assert link.attempts == 0 and link.state == "connected"
+        assert on_steps.dropped and r.ok and r.state == "ready", r
+        assert link.state == "connected"
         k = await lifecycle.kill(link, KillTarget(host="testhost", session_id=r.session_id), grace=5)
         assert k.ok
     finally:
@@ -229,15 +233,9 @@ async def test_connection_dropped_mid_launch_the_launch_resumes_to_ready(link):
 
 async def test_server_dying_while_disconnected_is_still_reported_failed(link):
     runner = asyncio.create_task(link.run())
-    dropped = []
-
-    def on_steps(steps):
-        if not dropped and any(s.name == "spawned" and s.state == "ok" for s in steps):
-            dropped.append(True)
-            asyncio.get_running_loop().call_soon(link.abort_connection)
-
+    on_steps = drop_after_spawned(link)
     try:
         r = await lifecycle.launch(link, req(free_port(), "--delay", "0.5", mode="oom"), on_steps, timeout=60)
-        assert dropped and not r.ok and r.cause == "gpu_oom", r
+        assert on_steps.dropped and not r.ok and r.cause == "gpu_oom", r
     finally:
         runner.cancel()
