@@ -8,7 +8,6 @@ from console.model import AuditEntry, HostView, KillTarget, OperationResult
 from console.ui.flag_values import split_argv
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
-from console.ui.widgets.badge import Badge
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
@@ -27,7 +26,7 @@ def panel(app, host: str, idx: int) -> GpuPanel:
 
 
 def badge(app, host: str, idx: int) -> str:
-    return panel(app, host, idx).query_one(Badge).label
+    return panel(app, host, idx).badge_label
 
 
 def last(be: FakeBackend, op: str) -> tuple:
@@ -89,7 +88,7 @@ async def test_launch_failed_shows_cause_and_keeps_form_values():
         await submit_form(app, pilot)
         await settle(pilot)
         assert badge(app, "host-a", 1) == "FAILED: gpu_oom"
-        text = str(panel(app, "host-a", 1).query_one(".body", Static).render())
+        text = panel(app, "host-a", 1).body.plain
         assert "Not enough memory" in text
         steps = app.query_one(StepsView)
         assert steps.result is not None and not steps.result.ok
@@ -352,8 +351,8 @@ async def test_remote_text_is_never_markup():
         await settle(pilot)
         await focus_gpu(app, pilot, 0)
         p = panel(app, "host-a", 0)
-        assert "[b]evil[/b] [red" in str(p.query_one(".title", Static).render())
-        assert "s-[i]x" in str(p.query_one(".body", Static).render())
+        assert "[b]evil[/b] [red" in p.title_text
+        assert "s-[i]x" in p.body.plain
         assert list(app.query_one(LogPane).lines) == ["[bold]not bold[/bold] [/]"]
         be.on_audit(AuditEntry(at=NOW, host="host-a", op="[b]op", result="[/]"))
         app.say("[/] bad")
@@ -373,7 +372,7 @@ async def test_compact_is_a_grid_sized_by_width():
         p0, p1 = panel(app, "host-a", 0), panel(app, "host-a", 1)
         assert p0.region.y == p1.region.y and p1.region.x > p0.region.x  # side by side
         assert p0.region.height == 6 < full  # title, power, stats, session + border
-        assert "no processes" not in str(p0.query_one(".body", Static).render())
+        assert "no processes" not in p0.body.plain
         await pilot.resize_terminal(120, 50)
         await settle(pilot)
         assert app.grid_columns() < cols
@@ -381,7 +380,7 @@ async def test_compact_is_a_grid_sized_by_width():
         await pilot.press("c")
         await settle(pilot)
         assert panel(app, "host-a", 0).region.height == full and panel(app, "host-a", 1).region.y > full
-        assert "no processes" in str(panel(app, "host-a", 0).query_one(".body", Static).render())
+        assert "no processes" in panel(app, "host-a", 0).body.plain
 
 
 async def test_form_hooks_get_the_host_and_a_plan_error_needs_force():
@@ -434,7 +433,7 @@ async def test_launch_refused_before_start_shows_failed_on_the_gpu():
         await submit_form(app, pilot)
         await settle(pilot)
         assert badge(app, "host-a", 1) == "FAILED: gpu_oom" and badge(app, "host-a", 0) == "IDLE"
-        assert "not started: memory plan: does not fit" in str(panel(app, "host-a", 1).query_one(".body", Static).render())
+        assert "not started: memory plan: does not fit" in panel(app, "host-a", 1).body.plain
         await pilot.press("e")  # nothing to kill: edit its flags and launch them
         await settle(pilot)
         assert isinstance(app.screen, FlagForm) and "launch again" in app.screen.title_text

@@ -305,14 +305,25 @@ class MtpConsoleApp(App):
         if not panels:
             return
         i = panels.index(self.selected) if self.selected in panels else -step if step > 0 else 0
-        panels[(i + step) % len(panels)].focus()
+        self._focus_panel(panels[(i + step) % len(panels)])
+
+    @staticmethod
+    def _focus_panel(panel: GpuPanel) -> None:
+        """Focus ``panel`` and scroll the hosts pane only as far as needed to show it.
+
+        Textual's own focus scroll centres a widget that the last frame did not show entirely;
+        right after a layout change (the first tab after start) that frame can be out of date,
+        and the pane jumped by a few lines with the panel already in view.
+        """
+        panel.focus(scroll_visible=False)
+        panel.scroll_visible(animate=False)
 
     def action_select_panel(self) -> None:
         p = self.selected
         if p is None or not p.is_attached:
             self.action_next_panel(1)
             return
-        p.focus()
+        self._focus_panel(p)
         self._follow_session(p.host, p.session)  # explicit: switch to the session there now
 
     def action_filter_log(self) -> None:
@@ -332,7 +343,7 @@ class MtpConsoleApp(App):
         self.compact = not self.compact
         with self.batch_update():
             # Inline styles, not a class on #hosts: a class there restyles every widget below it
-            # (~750 with 64 panels), this touches two containers per host and two parts per panel.
+            # (~100 with 64 panels), this touches two containers per host and one widget per panel.
             for sec in self.sections.values():
                 sec.set_compact(self.compact, self.grid_columns())
 

@@ -3,30 +3,35 @@
 Mounted once per GPU and updated in place with :meth:`GpuPanel.apply`; the power history
 (60 samples) lives here, one point per new host sample.
 
-Updates are cheap by construction: a line is redrawn only when its text changes, and a redraw
-asks for a layout pass only when the number of lines of a multi-line part changes (every
-other part is one line high in the TCSS), so 64 panels at 1 Hz never reflow the screen.
+One widget per panel, drawn by :meth:`GpuPanel.render` (a layout pass costs in proportion to
+widgets, and the compact toggle lays out all 64 panels). Updates are cheap by construction: the
+panel is redrawn only when what it shows changes, and asks for a layout pass only when its
+number of body lines changes (its height is set in cells), so 64 panels at 1 Hz never reflow
+the screen.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import ClassVar
 
-from textual.app import ComposeResult
-from textual.containers import Horizontal
 from textual.content import Content
+from textual.geometry import Region
 from textual.message import Message
+from textual.renderables.text_opacity import TextOpacity
+from textual.strip import Strip
+from textual.style import Style
 from textual.widget import Widget
-from textual.widgets import Static
 
 from console.model import GpuSample, HostSnapshot, ServerProc, SessionView
 from console.ui.format import NA, clean, gpu_list, na, short
-from console.ui.widgets.badge import Badge, badge_for
+from console.ui.widgets.badge import BADGE_KINDS, badge_for
 
 BAR = 16
 HISTORY = 60
 SPARK = "▁▂▃▄▅▆▇█"
 PROCS_SHOWN = 2
+SPARK_MAX = 60
 
 
 def power_bar(w: float | None, limit: float | None) -> Content:
@@ -98,20 +103,6 @@ def _lines(content: Content | str) -> int:
     return text.count("\n") + 1 if text else 0
 
 
-def put(w: Static, content: Content | str) -> bool:
-    """Update ``w`` only when what it shows changes; returns whether it did.
-
-    A layout pass is requested only when the number of lines changes: every part of a panel
-    has a fixed width, so a redraw with as many lines cannot change any size.
-    """
-    old = getattr(w, "_shown", None)
-    if old == content:
-        return False
-    w._shown = content
-    w.update(content, layout=old is None or _lines(old) != _lines(content))
-    return True
-
-
 def spark_text(history: list[float], limit: float | None, width: int) -> str:
     """The last ``width`` power samples as block characters, on an absolute 0..limit scale.
 
@@ -141,37 +132,25 @@ def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc
     return Content("\n").join(parts)
 
 
-class PowerLine(Widget):
+def power_line(w: float | None, limit: float | None, history: list[float], width: int) -> Content:
     """``pwr ████░░ 612/700 W`` and the power history (one character per sample, newest right)."""
-
-    DEFAULT_CSS = "PowerLine { height: 1; width: 1fr; }"
-    SPARK_MAX = 60
-
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self.state: tuple = ()
-
-    def show(self, w: float | None, limit: float | None, history: list[float]) -> None:
-        state = (w, limit, history)
-        if state != self.state:
-            self.state = state
-            self.refresh()  # one line, fixed width: no layout pass
-
-    def render(self) -> Content:
-        if not self.state:
-            return Content("")
-        w, limit, history = self.state
-        bar = power_bar(w, limit)
-        pad = max(1, BAR + 17 - bar.cell_length)
-        room = min(self.SPARK_MAX, self.size.width - bar.cell_length - pad)
-        return Content.assemble(bar, " " * pad, (spark_text(history, limit, room), "$text-success"))
+    bar = power_bar(w, limit)
+    pad = max(1, BAR + 17 - bar.cell_length)
+    room = min(SPARK_MAX, width - bar.cell_length - pad)
+    return Content.assemble(bar, " " * pad, (spark_text(history, limit, room), "$text-success"))
 
 
 class GpuPanel(Widget, can_focus=True):
     """The panel of GPU ``index`` on ``host``: a title row with the badge, the power line, a body.
 
-    Six widgets per panel (a layout pass over 64 panels costs in proportion to widgets).
+    One widget that draws all of it (a layout pass over 64 panels costs in proportion to
+    widgets): the badge is a span styled by the component class ``gpu-panel--badge-<kind>``
+    (colours per theme in the TCSS), and old data is dimmed by :meth:`render_lines`.
     """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"gpu-panel--badge-{kind}" for kind in BADGE_KINDS}
+    DIM = 0.55
+    """Text opacity of the power line and the body of a panel whose data is old."""
 
     class Selected(Message):
         def __init__(self, panel: GpuPanel) -> None:
@@ -188,19 +167,16 @@ class GpuPanel(Widget, can_focus=True):
         self.servers: dict[int, ServerProc] = {}
         self.history: deque[float] = deque(maxlen=HISTORY)
         self._last_sample: float | None = None
-        self._pending: tuple | None = None
+        self.title_text = f"GPU {index}"
+        self.badge: tuple[str, str] = ("IDLE", "idle")
+        """(label, kind) of the badge, as :func:`badge_for` decides."""
+        self.power: tuple = ()
+        self.body = Content("")
+        self.stale = False
 
-    def compose(self) -> ComposeResult:
-        with Horizontal(classes="row"):
-            yield Static(f"GPU {self.index}", classes="title", markup=False)
-            yield Badge()
-        yield PowerLine(classes="power")
-        yield Static("", classes="body", markup=False)
-
-    def on_mount(self) -> None:
-        self._ready = True
-        if self._pending:
-            self.apply(*self._pending)
+    @property
+    def badge_label(self) -> str:
+        return self.badge[0]
 
     def on_focus(self) -> None:
         self.post_message(self.Selected(self))
@@ -208,45 +184,72 @@ class GpuPanel(Widget, can_focus=True):
     def set_compact(self, on: bool) -> None:
         """Compact: four lines (title and badge, power, stats, session); no processes or detail."""
         self.compact = on
-        if getattr(self, "_ready", False) and self.gpu is not None:
+        if self.gpu is not None:
             self._body(body_text(self.gpu, self.session, self.servers, on))
 
     def _body(self, content: Content) -> None:
-        """Show the body; heights are set here, in cells, so a layout pass never measures text."""
-        body = self._parts()[3]
-        if put(body, content):
-            n = max(1, _lines(content))
-            if body.styles.height is None or body.styles.height.value != n:
-                body.styles.height = n
-                self.styles.height = n + 4  # title row, power line, the border
+        """Show the body; the height is set here, in cells, so a layout pass never measures text
+        (and there is one only when the number of lines changes)."""
+        if content == self.body:
+            return
+        self.body = content
+        n = max(1, _lines(content)) + 4  # title row, power line, the border
+        if self.styles.height is None or self.styles.height.value != n:
+            self.styles.height = n  # asks for a layout pass itself
+        self.refresh()
 
     def apply(self, g: GpuSample, s: SessionView | None, snap: HostSnapshot, servers: dict[int, ServerProc],
               now: float, interval: float) -> None:
-        """Show one sample of this GPU and the session on it."""
+        """Show one sample of this GPU and the session on it; redraws only when what it shows changes."""
         self.session, self.gpu, self.snap, self.servers = s, g, snap, servers
         if snap.sampled_at != self._last_sample:
             self._last_sample = snap.sampled_at
             self.history.append(g.power_w or 0.0)
-        if not getattr(self, "_ready", False):
-            self._pending = (g, s, snap, servers, now, interval)
-            return
-        self._pending = None
-        title, _badge, power, _body = self._parts()
-        put(title, f"GPU {g.index} · {clean(g.name or NA, 60)}")
+        title = f"GPU {g.index} · {clean(g.name or NA, 60)}"
+        power = (g.power_w, g.power_limit_w, list(self.history))
+        if title != self.title_text or power != self.power:
+            self.title_text, self.power = title, power
+            self.refresh()  # fixed size: no layout pass
         self.age(snap, now, interval)
-        power.show(g.power_w, g.power_limit_w, list(self.history))
         self._body(body_text(g, s, servers, self.compact))
 
     def age(self, snap: HostSnapshot, now: float, interval: float) -> None:
         """Only what depends on the sample's age: the badge and the dimming of old data."""
-        if not getattr(self, "_ready", False):
-            return
-        label, kind = badge_for(self.session, snap, now, interval)
-        self._parts()[1].set(label, kind)
-        self.set_class(kind in ("stale", "unreachable"), "-stale")  # old data looks old
+        badge = badge_for(self.session, snap, now, interval)
+        stale = badge[1] in ("stale", "unreachable")  # old data looks old
+        if badge != self.badge or stale != self.stale:
+            self.badge, self.stale = badge, stale
+            self.refresh()
 
-    def _parts(self) -> tuple:
-        if not hasattr(self, "_cached"):
-            q = self.query_one
-            self._cached = (q(".title", Static), q(Badge), q(PowerLine), q(".body", Static))
-        return self._cached
+    def render(self) -> Content:
+        width = self.content_size.width
+        label, kind = self.badge
+        colours = self._badge_style(kind)
+        badge = Content.assemble((" ", colours), (label, colours + Style(bold=True)), (" ", colours))
+        title = Content.styled(self.title_text, "bold").truncate(max(0, width - badge.cell_length),
+                                                                 ellipsis=True, pad=True)
+        power = power_line(*self.power, width) if self.power else Content("")
+        return Content("\n").join([Content.assemble(title, badge), power, self.body])
+
+    def _badge_style(self, kind: str) -> Style:
+        """The colours of a badge of ``kind`` in the current theme (its label is bold)."""
+        return Style.from_rich_style(self.get_component_rich_style(f"gpu-panel--badge-{kind}"))
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The panel; when its data is old, the power line and the body at 55% text opacity."""
+        strips = super().render_lines(crop)
+        if not self.stale:
+            return strips
+        w, h = self.outer_size  # with the border
+        left, right = max(0, 1 - crop.x), min(crop.width, w - 1 - crop.x)  # inside the border
+        if right <= left:
+            return strips
+        app = self.app
+        out = []
+        for y, strip in enumerate(strips, crop.y):
+            if 2 <= y < h - 1:  # below the title row, above the bottom border
+                mid = Strip(TextOpacity.process_segments(strip.crop(left, right), self.DIM, app.ansi_theme,
+                                                         app.native_ansi_color))
+                strip = Strip.join([strip.crop(0, left), mid, strip.crop(right)])
+            out.append(strip)
+        return out
