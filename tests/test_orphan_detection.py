@@ -18,6 +18,7 @@ from console.remote.link import HostLink
 from console.remote.ssh import HostSpec
 from console.sim.demo import MODEL_CONFIG
 from tests.conftest import free_port
+from tests.helpers.rel_util import kill_quietly
 
 
 async def test_orphaned_scheduler_is_reported_with_its_gpu_memory(tmp_path):
@@ -64,12 +65,4 @@ async def test_orphaned_scheduler_is_reported_with_its_gpu_memory(tmp_path):
         assert any(p.pid in orphans for p in snap.gpus[0].procs)  # still holding GPU memory
     finally:
         await link.close()
-        for pid in orphans:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.killpg(launcher.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        kill_quietly(orphans, [launcher.pid])

@@ -23,7 +23,7 @@ from console.remote.link import HostLink
 from console.remote.ssh import HostSpec
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs, wait_until
+from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly, wait_until
 
 
 @pytest.fixture
@@ -136,12 +136,4 @@ async def test_orphan_holding_gpu_blocks_relaunch_until_cleared(link, sim, tmp_p
         k2 = await lifecycle.kill(link, KillTarget(host="local", session_id=r2.session_id), grace=5)
         assert k2.ok, k2
     finally:
-        for pid in orphans:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.killpg(by_hand.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        kill_quietly(orphans, [by_hand.pid])

@@ -148,3 +148,13 @@ def descendants_of(root: int) -> set[int]:
                 out.add(p)
                 break
     return out
+
+
+def kill_quietly(pids=(), groups=()) -> None:
+    """Teardown: SIGKILL these processes and process groups; ones already gone are fine."""
+    for fn, targets in ((os.kill, pids), (os.killpg, groups)):
+        for t in targets:
+            try:
+                fn(t, signal.SIGKILL)
+            except OSError:
+                pass
