@@ -85,7 +85,7 @@ def render(sections: list[Section], mach: dict, *, quick: bool, started: float, 
                "are not: read a bad tail as 'possibly somebody else's compile' unless it repeats.")
     out.append("- Network is loopback only (127.0.0.1): latencies exclude real round trips. On a real network add "
                "≈ 4–6 RTT per fresh SSH connection, 1 RTT per agent request and ½ RTT per pushed sample "
-               "(see `/work/shared/reference/operations.md`).")
+               "(key exchange, authentication and channel set-up).")
     out.append("- Format of a figure: `median unit (p95 x; min–max; n=samples)`. CPU is user+system time from "
                "`getrusage`/`/proc/<pid>/stat` (10 ms clock ticks: per-operation CPU is a total over many "
                "operations divided by their number).")

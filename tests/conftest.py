@@ -19,7 +19,8 @@ import hypothesis  # noqa: F401,E402
 from tests.helpers.sshd import Sshd, SshdUnavailable, free_port, start_sshd  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "reference" / "data"
+SGLANG_DATA = REPO / "console" / "data"  # the bundled 0.5.23 help text and flag schema
+TEST_SGLANG_DATA = REPO / "tests" / "data" / "sglang"  # recorded facts used only by tests
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

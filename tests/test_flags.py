@@ -30,10 +30,10 @@ from console.ops.flags import (
     validate,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "data"
+DATA = Path(__file__).resolve().parents[1] / "console" / "data"
 HELP_0523 = DATA / "sglang-0.5.23-launch-server-help.txt"
 FLAGS_0523 = DATA / "sglang-0.5.23-flags.json"
-NAMES_BY_VERSION = DATA / "sglang-flag-names-by-version.json"
+NAMES_BY_VERSION = Path(__file__).resolve().parent / "data" / "sglang" / "sglang-flag-names-by-version.json"
 OLD_HELP = Path(__file__).resolve().parent / "data" / "help" / "sglang-old-style-help.txt"
 
 INCIDENT = (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HELP_0523 = REPO.parent / "shared" / "reference" / "data" / "sglang-0.5.23-launch-server-help.txt"
+HELP_0523 = REPO / "console" / "data" / "sglang-0.5.23-launch-server-help.txt"
 OLD_HELP = REPO / "tests" / "data" / "help" / "sglang-old-style-help.txt"
 
 INCIDENT = (

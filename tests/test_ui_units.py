@@ -197,7 +197,7 @@ async def test_live_backend_form_hooks(tmp_path, monkeypatch):
     from console.ops import lifecycle
     from console.ops.backend import LiveBackend
 
-    help_text = (Path(__file__).resolve().parents[2] / "shared" / "reference" / "data"
+    help_text = (Path(__file__).resolve().parents[1] / "console" / "data"
                  / "sglang-0.5.23-launch-server-help.txt").read_text()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     runs = []

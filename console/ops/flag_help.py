@@ -32,7 +32,7 @@ _INT_RE = re.compile(r"^[+-]?\d+$")
 _FLOAT_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+|inf|nan)$", re.IGNORECASE)
 
 # Value types of well-known SGLang flags whose --help shows no default to infer them from.
-# Facts from sglang 0.5.23 (shared/reference/data/sglang-0.5.23-flags.json, field "type");
+# Facts from sglang 0.5.23 (console/data/sglang-0.5.23-flags.json, field "type");
 # stable names in every release since 0.4.10. Only used for flags that take one plain value.
 KNOWN_TYPES: dict[str, TypeGuess] = {
     "--mem-fraction-static": "float",

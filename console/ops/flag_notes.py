@@ -1,7 +1,7 @@
 """Pre-launch notes on a flag set: SGLang's speculative-decoding rules and security warnings.
 
 These are things argparse accepts but SGLang changes or rejects after parsing (the
-speculative rules, as of 0.5.23 — see shared/reference/sglang.md), and things an operator
+speculative rules, as of 0.5.23 — see docs/sglang-facts.md), and things an operator
 should not do (an unauthenticated API on every interface, secrets in argv). Pure functions
 over argv and a :class:`~console.ops.flag_models.FlagSchema`.
 """

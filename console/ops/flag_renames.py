@@ -1,7 +1,7 @@
 """Flags that SGLang renamed between releases: facts, with where each one comes from.
 
 Source for every release number below: the per-release flag names extracted from the PyPI
-wheels (``shared/reference/data/sglang-flag-names-by-version.json``, releases 0.4.10.post2,
+wheels (``tests/data/sglang/sglang-flag-names-by-version.json``, releases 0.4.10.post2,
 0.5.3, 0.5.6, 0.5.9, 0.5.12, 0.5.15, 0.5.18, 0.5.20, 0.5.22, 0.5.23). ``new_since`` is the
 first sampled release that has the new name, ``old_removed_in`` the first sampled release
 without the old one (the real change may sit in an unsampled release in between). Diffing
@@ -39,7 +39,7 @@ class Rename(BaseModel):
 
 RENAMES: list[Rename] = [
     # The incident's flag. Both names in 0.5.15 and 0.5.18, old gone in 0.5.20; same
-    # choices (auto|no_buffer|extra_buffer...). Also stated in shared/reference/sglang.md.
+    # choices (auto|no_buffer|extra_buffer...). Also in docs/sglang-facts.md.
     Rename(old="--mamba-scheduler-strategy", new="--mamba-radix-cache-strategy",
            new_since="0.5.15", old_removed_in="0.5.20"),
     # Split per phase: -decode/-prefill added in 0.5.15, the plain name gone in 0.5.20 (where it
