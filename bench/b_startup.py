@@ -87,8 +87,8 @@ def run(ctx, sec) -> None:
         for cname, env in conds.items():
             for name, argv in (("python -c pass", [sys.executable, "-c", "pass"]),
                                ("python -m console --help", [sys.executable, "-m", "console", "--help"]),
-                               (f"{entry} --help", [str(entry), "--help"] if entry.exists() else None),
-                               (f"mtpconsole --help (PATH: {which})",
+                               ("mtpconsole --help (entry point beside the interpreter)", [str(entry), "--help"] if entry.exists() else None),
+                               ("mtpconsole --help (another one on PATH)",
                                 ["mtpconsole", "--help"] if which and Path(which) != entry else None)):
                 if argv:
                     walls.setdefault((name, cname), []).extend(_wall(argv, n // 2 or 1, env))
