@@ -216,17 +216,24 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         self.armed = None
         self.query_one("#launch", Button).label = "Launch"
 
-    def on_input_changed(self) -> None:
+    def _changed(self) -> None:
+        """The flags changed: the last Check's results (and diff) describe other flags, so hide them."""
         if self.armed is not None:
             self._disarm()
+        for sel in ("#checks", "#diff"):
+            box = self.query_one(sel, Static)
+            if box.display:
+                box.update("")
+                box.display = False
+
+    def on_input_changed(self) -> None:
+        self._changed()
 
     def on_switch_changed(self) -> None:
-        if self.armed is not None:
-            self._disarm()
+        self._changed()
 
     def on_select_changed(self) -> None:
-        if self.armed is not None:
-            self._disarm()
+        self._changed()
 
     def action_cancel(self) -> None:
         self.dismiss(None)
