@@ -189,6 +189,59 @@ class ServeMetrics(Frozen):
     token_usage: float | None = None
 
 
+class Figure(Frozen):
+    """One serving figure with where it came from and when it was read (its age is now - at)."""
+
+    value: float
+    source: Literal["metrics", "log"]
+    at: float
+
+
+class ServingFigures(Frozen):
+    """A server's serving figures, each from ``/metrics`` or the log (None: not known)."""
+
+    gen_throughput: Figure | None = None
+    """Generated tokens per second."""
+    running: Figure | None = None
+    queue: Figure | None = None
+    token_usage: Figure | None = None
+    """KV-cache usage, 0..1."""
+    accept_length: Figure | None = None
+    """Speculative decoding: mean accepted tokens per step."""
+    accept_rate: Figure | None = None
+    ttft_s: Figure | None = None
+    """Mean time to first token since the server started (histogram sum / count)."""
+    itl_s: Figure | None = None
+    """Mean inter-token latency since the server started."""
+    retracted_total: Figure | None = None
+
+
+class Suggestion(Frozen):
+    """A flag change the advisor proposes, with what checked it."""
+
+    flags: list[str] = Field(default_factory=list)
+    """The server flags to launch with (the whole set, ready for ``e``/relaunch)."""
+    change: str = ""
+    """The change in words, e.g. ``--max-running-requests 48 -> 96``."""
+    valid: bool | None = None
+    """The flag validator's verdict on ``flags`` (None: not checked)."""
+    planner: str = ""
+    """The memory planner's verdict, or why it could not check (no model config)."""
+
+
+class Advice(Frozen):
+    """One piece of advice about a server on a GPU, with the evidence behind it."""
+
+    host: str
+    gpu: int | None = None
+    session_id: str | None = None
+    pid: int | None = None
+    kind: str
+    message: str
+    evidence: list[str] = Field(default_factory=list)
+    suggestion: Suggestion | None = None
+
+
 class Classification(Frozen):
     """Result of classifying a session's log (plus its exit record)."""
 

@@ -1,0 +1,120 @@
+"""Serving figures of a server: from its Prometheus ``/metrics`` text, else from its log.
+
+The agent on the host fetches ``/metrics`` (only when the server runs with ``--enable-metrics``)
+and ships the raw text; it is parsed here with ``prometheus_client``'s text parser, never by
+hand. Without metrics the log's ``Decode batch`` lines (already read into
+:class:`~console.model.ServeMetrics` by the classifier) are the fallback. Every figure carries
+its source and the time it was read, so the UI and ``status --json`` can show its age.
+
+SGLang exports one series per scheduler rank (labels ``tp_rank``, ``dp_rank``, ...). Counts of
+requests and throughput are summed over data-parallel ranks and taken from tensor-parallel rank
+0 only (every TP rank of one DP group reports the same batch); ratios are averaged.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from console.model import Figure, ServeMetrics, ServingFigures
+
+# One name per figure; SGLang's prefix is ``sglang:`` (older exporters and some proxies
+# rewrite it to ``sglang_``; both are accepted).
+SUMMED = {
+    "gen_throughput": "gen_throughput",
+    "running": "num_running_reqs",
+    "queue": "num_queue_reqs",
+}
+AVERAGED = {
+    "token_usage": "token_usage",
+    "accept_length": "spec_accept_length",
+    "accept_rate": "spec_accept_rate",
+}
+COUNTERS = {"retracted_total": "num_retracted_requests"}
+HISTOGRAM_MEANS = {"ttft_s": "time_to_first_token_seconds", "itl_s": "inter_token_latency_seconds"}
+PREFIXES = ("sglang:", "sglang_")
+
+MAX_METRICS_BYTES = 4 << 20
+"""Refuse to parse more than this (the agent already caps what it fetches at a smaller size)."""
+
+
+class MetricsParseError(ValueError):
+    """The text is not Prometheus exposition format (the message says where it broke)."""
+
+
+def _short(name: str) -> str | None:
+    for p in PREFIXES:
+        if name.startswith(p):
+            return name[len(p):]
+    return None
+
+
+def _rank0(labels: dict[str, str]) -> bool:
+    return labels.get("tp_rank", "0") == "0" and labels.get("pp_rank", "0") == "0"
+
+
+def parse_sglang_metrics(text: str, at: float) -> ServingFigures:
+    """The figures in one ``/metrics`` response read at ``at`` (epoch seconds)."""
+    if len(text) > MAX_METRICS_BYTES:
+        raise MetricsParseError(f"metrics text of {len(text)} bytes is over the {MAX_METRICS_BYTES} byte cap")
+    values: dict[str, list[float]] = defaultdict(list)
+    hist_sum: dict[str, float] = defaultdict(float)
+    hist_count: dict[str, float] = defaultdict(float)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                short = _short(sample.name)
+                if short is None or not _rank0(sample.labels):
+                    continue
+                if short.endswith("_sum") and short[:-4] in HISTOGRAM_MEANS.values():
+                    hist_sum[short[:-4]] += sample.value
+                elif short.endswith("_count") and short[:-6] in HISTOGRAM_MEANS.values():
+                    hist_count[short[:-6]] += sample.value
+                else:
+                    values[short].append(sample.value)
+    except (ValueError, TypeError, IndexError) as e:
+        raise MetricsParseError(f"not Prometheus text: {e}") from e
+
+    out: dict[str, Figure] = {}
+
+    def put(field: str, v: float | None) -> None:
+        if v is not None and v == v:  # NaN is "not exported yet"
+            out[field] = Figure(value=v, source="metrics", at=at)
+
+    for field, name in SUMMED.items():
+        put(field, sum(values[name]) if values.get(name) else None)
+    for field, name in AVERAGED.items():
+        vs = values.get(name)
+        put(field, sum(vs) / len(vs) if vs else None)
+    for field, name in COUNTERS.items():
+        vs = values.get(name + "_total") or values.get(name)
+        put(field, sum(vs) if vs else None)
+    for field, name in HISTOGRAM_MEANS.items():
+        if hist_count.get(name):
+            put(field, hist_sum[name] / hist_count[name])
+    return ServingFigures(**out)
+
+
+def figures_from_log(metrics: ServeMetrics | None, at: float | None) -> ServingFigures:
+    """The fallback: the last ``Decode batch`` figures of the session's log, read at ``at``."""
+    if metrics is None or at is None:
+        return ServingFigures()
+    pairs: Iterable[tuple[str, float | int | None]] = (
+        ("gen_throughput", metrics.gen_throughput), ("running", metrics.running_req),
+        ("queue", metrics.queue_req), ("token_usage", metrics.token_usage),
+        ("accept_length", metrics.accept_len),
+    )
+    return ServingFigures(**{k: Figure(value=float(v), source="log", at=at) for k, v in pairs if v is not None})
+
+
+def merge(primary: ServingFigures, fallback: ServingFigures) -> ServingFigures:
+    """Per figure, the newer of the two (``primary`` on a tie): metrics are usually fresher than a log line."""
+    merged: dict[str, Figure] = {}
+    for name in ServingFigures.model_fields:
+        a, b = getattr(primary, name), getattr(fallback, name)
+        pick = a if a is not None and (b is None or a.at >= b.at) else b
+        if pick is not None:
+            merged[name] = pick
+    return ServingFigures(**merged)
