@@ -88,6 +88,12 @@ class ServerProc(Frozen):
     gpu_mem_mib: dict[int, int] = Field(default_factory=dict)
     """GPU index -> MiB attributed by the driver to this pid."""
     rss_kib: int | None = None
+    metrics_text: str | None = None
+    """The server's Prometheus ``/metrics`` text (launchers run with ``--enable-metrics`` only), as fetched."""
+    metrics_at: float | None = None
+    """Host clock when ``metrics_text`` was fetched."""
+    metrics_error: str | None = None
+    """Why the last fetch failed (refused, timeout, over the size cap)."""
 
     @property
     def title(self) -> str:
