@@ -51,6 +51,8 @@ class GpuSample(Frozen):
     procs: list[GpuProc] = Field(default_factory=list)
     errors: dict[str, str] = Field(default_factory=dict)
     """Field name -> why it is missing ("not supported", "permission denied", ...)."""
+    throttle_reasons: list[str] | None = None
+    """NVML clock event reasons active now (``sw_power_cap``, ``hw_slowdown``, ...); None if unknown."""
 
     @property
     def mem_free_mib(self) -> int | None:
