@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -22,11 +21,10 @@ from textual.screen import Screen
 from textual.widgets import Header
 
 from console.backend import Backend
-from console.model import AuditEntry, HostView, KillTarget, LaunchRequest, OperationResult, SessionView, Step
-from console.ui.flag_values import from_argv, split_argv
-from console.ui.format import clean, clock_text, gpu_list, short
-from console.ui.screens.confirm import ConfirmScreen
-from console.ui.screens.flag_form import FlagForm
+from console.model import AuditEntry, HostView, OperationResult, SessionView
+from console.ui.format import clean, short
+from console.ui.log_follow import LogFollower
+from console.ui.operations import Operations
 from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
 from console.ui.widgets.audit import AuditPane
 from console.ui.widgets.footer import QuietFooter
@@ -38,7 +36,6 @@ from console.ui.widgets.steps import StepsView
 DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
 COMPACT_CELL = 44
 """Width of one GPU panel in compact mode (the stats line fits)."""
-KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
 
 
 class MainScreen(Screen):
@@ -98,20 +95,31 @@ class MtpConsoleApp(App):
         self.register_theme(HIGH_CONTRAST)
         self.pending_views: dict[str, HostView] = {}
         self.views: dict[str, HostView] = {}
-        self.log_queue: deque[tuple[str, str, list[str]]] = deque()
         self.audit_queue: deque[AuditEntry] = deque()
         self.selected: GpuPanel | None = None
-        self.following: tuple[str, str] | None = None
-        self.follow_busy = False
-        self.op_busy = False
-        self.form_memory: dict[tuple[str, int], dict[str, Any]] = {}
-        self.results: list[OperationResult] = []
+        self.ops = Operations(self)
+        self.log_follower = LogFollower(self)
         self.sections: dict[str, HostSection] = {}
         """host → its section, filled at compose (a DOM query per host per apply was the top cost)."""
         self.compact = False
-        self.refusals: dict[tuple[str, int], SessionView] = {}
-        """(host, GPU) → a launch that failed before any server started (shown as FAILED on the panel)."""
-        self._loop_thread = threading.get_ident()
+
+    @property
+    def following(self) -> tuple[str, str] | None:
+        """(host, session id) whose log the log pane shows."""
+        return self.log_follower.key
+
+    @property
+    def follow_busy(self) -> bool:
+        """A log switch is in progress (the new session's tail is on its way)."""
+        return self.log_follower.busy
+
+    @property
+    def op_busy(self) -> bool:
+        return self.ops.busy
+
+    @property
+    def results(self) -> list[OperationResult]:
+        return self.ops.results
 
     # ------------------------------------------------------------------ layout
     def get_default_screen(self) -> Screen:
@@ -131,7 +139,6 @@ class MtpConsoleApp(App):
         yield QuietFooter()
 
     def on_mount(self) -> None:
-        self._loop_thread = threading.get_ident()
         self.sub_title = "READ-ONLY" if self.read_only else f"{len(self.backend.hosts)} host(s)"
         self.set_theme(self.theme_name)
         self.set_interval(0.1, self.apply_views)
@@ -152,7 +159,7 @@ class MtpConsoleApp(App):
         self.pending_views[view.snapshot.name] = view
 
     def on_log(self, host: str, session_id: str, lines: list[str]) -> None:
-        self.log_queue.append((host, session_id, list(lines)))
+        self.log_follower.on_log(host, session_id, lines)
 
     def on_audit(self, entry: AuditEntry) -> None:
         self.audit_queue.append(entry)
@@ -199,14 +206,15 @@ class MtpConsoleApp(App):
         """``view`` plus a FAILED entry for each GPU where a launch was refused before it started
         (e.g. the memory preflight): the panel says so instead of going back to IDLE."""
         host = view.snapshot.name
-        mine = [(k, s) for k, s in self.refusals.items() if k[0] == host]
+        refusals = self.ops.refusals
+        mine = [(k, s) for k, s in refusals.items() if k[0] == host]
         if not mine:
             return view
         extra = []
         for (h, idx), s in mine:
             live = [x for x in view.sessions if idx in x.gpus and (x.started_at or 0) >= (s.started_at or 0)]
             if live:  # something newer runs there now: the refusal is history
-                self.refusals.pop((h, idx), None)
+                refusals.pop((h, idx), None)
             elif s not in extra:
                 extra.append(s)
         return view.model_copy(update={"sessions": [*view.sessions, *extra]}) if extra else view
@@ -223,15 +231,7 @@ class MtpConsoleApp(App):
             audit = self.query_one(AuditPane)
             while self.audit_queue:
                 audit.add_entry(self.audit_queue.popleft())
-        if self.follow_busy or not self.log_queue:
-            return
-        batch: list[str] = []
-        while self.log_queue:
-            host, sid, lines = self.log_queue.popleft()
-            if (host, sid) == self.following:
-                batch.extend(lines)
-        if batch:
-            self.query_one(LogPane).add_lines(batch)
+        self.log_follower.flush()
 
     def _spin(self) -> None:
         if self.animation_level != "none":
@@ -255,47 +255,14 @@ class MtpConsoleApp(App):
         if self.following is None and p.session is not None and p.session.session_id:
             self._follow_session(p.host, p.session)
         elif self.following is not None:
-            s = self.find_session(*self.following)
-            if s is not None:
-                self.query_one(LogPane).show_banner(self.banner(s))
+            self.log_follower.refresh_banner(self.find_session(*self.following))
+
+    def _follow_session(self, host: str, s: SessionView | None, sid: str | None = None) -> None:
+        self.log_follower.show(host, s, sid)
 
     def find_session(self, host: str, sid: str) -> SessionView | None:
         view = self.views.get(host)
         return next((s for s in view.sessions if s.session_id == sid), None) if view else None
-
-    @staticmethod
-    def banner(s: SessionView) -> str:
-        argv = short(clean(" ".join(s.argv)), 400) or "N/A"
-        return (f"session {clean(s.session_id or '', 80)} · {s.state.upper()} · {s.host} · GPUs {gpu_list(s.gpus)}\n"
-                f"started {clock_text(s.started_at)}\n$ {argv}")
-
-    def _follow_session(self, host: str, s: SessionView | None, sid: str | None = None) -> None:
-        sid = sid or (s.session_id if s else None)
-        key = (host, sid) if sid else None
-        pane = self.query_one(LogPane)
-        if key is None:  # nothing to follow here: say why, even if nothing was followed before
-            pane.stop(f"foreign server (pid {s.launcher_pid or 'N/A'}): no mtpconsole session log" if s
-                      else "no server on this GPU")
-        if key == self.following:
-            return
-        old, self.following = self.following, key
-        if key is not None:
-            pane.start(host, sid, self.banner(s) if s else f"session {clean(sid, 80)} · {host}")
-        self.follow_busy = True
-        self.run_worker(self._switch_log(old, key), group="follow", exit_on_error=False)
-
-    async def _switch_log(self, old: tuple[str, str] | None, new: tuple[str, str] | None) -> None:
-        try:
-            if old is not None:
-                await self.backend.unfollow_log(*old)
-            if new is not None:
-                tail = await self.backend.follow_log(new[0], new[1], 500)
-                if self.following == new:
-                    self.query_one(LogPane).add_lines(tail)
-        except Exception as e:
-            self.say(f"log: {short(clean(str(e)), 200)}", severity="warning")
-        finally:
-            self.follow_busy = False
 
     def panels(self) -> list[GpuPanel]:
         return list(self.query(GpuPanel))
@@ -406,170 +373,17 @@ class MtpConsoleApp(App):
         self._refuse("edit")
 
     # ------------------------------------------------------------------ actions
-    def _target(self, need_session: bool) -> tuple[GpuPanel, SessionView | None] | None:
-        p = self.selected
-        if p is None or not p.is_attached:
-            self.say("select a GPU panel first (tab / enter)", severity="warning")
-            return None
-        s = p.session
-        if need_session and (s is None or s.state in ("stopped", "idle") or not (s.session_id or s.pids)):
-            self.say(f"no running server on {p.host} GPU {p.index}", severity="warning")
-            return None
-        return p, s
-
-    @staticmethod
-    def kill_target(s: SessionView) -> KillTarget:
-        if s.session_id:
-            return KillTarget(host=s.host, session_id=s.session_id)
-        pid = s.launcher_pid or (s.pids[0] if s.pids else None)
-        return KillTarget(host=s.host, pid=pid, start_ticks=s.launcher_start_ticks)
-
-    def _who(self, s: SessionView) -> list[str]:
-        return [
-            f"host:     {s.host}",
-            f"GPUs:     {gpu_list(s.gpus)}",
-            f"session:  {clean(s.session_id or 'foreign (not launched by mtpconsole)', 80)}",
-            f"pids:     {', '.join(map(str, s.pids)) or 'N/A'}",
-        ]
-
     def action_launch(self) -> None:
-        t = self._target(need_session=False)
-        if t is None or self._busy():
-            return
-        p = t[0]
-        tpl: LaunchRequest | None = None
-        try:
-            tpl = self.backend.launch_template(p.host, p.index)
-        except Exception as e:
-            self.say(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
-        raw = self.form_memory.get((p.host, p.index))
-        if raw is None:
-            raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port) if tpl else {"gpus": str(p.index)}
-        form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(), template=tpl,
-                        remember=lambda r, key=(p.host, p.index): self.form_memory.__setitem__(key, r))
-        self.push_screen(form, callback=lambda req: req and self._run_op(
-            f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
-            lambda cb: self.backend.launch(req, cb), forget=(p.host, p.index), gpus=req.gpus, req=req))
-
-    def _checkers(self) -> dict[str, Any]:
-        return {"validator": getattr(self.backend, "validator", None),
-                "planner": getattr(self.backend, "planner", None)}
+        self.ops.launch()
 
     def action_kill(self) -> None:
-        t = self._target(need_session=True)
-        if t is None or self._busy():
-            return
-        s = t[1]
-        target = self.kill_target(s)  # captured now: a list shifting underneath cannot change it
-        lines = [*self._who(s), "", "then checks: " + KILL_CHECKS]
-        self.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
-                         callback=lambda ok: ok and self._run_op(
-                             f"kill · {s.host} · {s.session_id or 'pid ' + str(target.pid)}", "kill", s.host,
-                             lambda cb: self.backend.kill(target, cb)))
-
-    def _relaunch_request(self, s: SessionView) -> LaunchRequest:
-        command, flags = split_argv(s.argv)
-        return LaunchRequest(host=s.host, command=command or LaunchRequest.model_fields["command"].get_default(
-            call_default_factory=True), flags=flags, gpus=s.gpus or [0], port=s.port, replaces=s.session_id)
+        self.ops.kill()
 
     def action_relaunch(self) -> None:
-        t = self._target(need_session=True)
-        if t is None or self._busy():
-            return
-        s = t[1]
-        if not s.argv:
-            self.say("the server's command line is unknown: use e to relaunch with edited flags", severity="warning")
-            return
-        target, req = self.kill_target(s), self._relaunch_request(s)
-        lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
-                 "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
-        self.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines, "Relaunch"),
-                         callback=lambda ok: ok and self._start_relaunch(target, req))
+        self.ops.relaunch()
 
     def action_edit(self) -> None:
-        p = self.selected
-        s = p.session if p is not None and p.is_attached else None
-        if s is not None and s.state in ("failed", "stopped") and s.argv and not self._busy():
-            self._edit_stopped(s)  # nothing to kill: edit its flags and launch them
-            return
-        t = self._target(need_session=True)
-        if t is None or self._busy():
-            return
-        p, s = t
-        target = self.kill_target(s)
-        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, replaces=s.session_id,
-                        title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host} · GPUs {gpu_list(s.gpus)}",
-                        **self._checkers())
-        self.push_screen(form, callback=lambda req: req and self._start_relaunch(target, req))
-
-    def _edit_stopped(self, s: SessionView) -> None:
-        title = (f"Edit and launch again ({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
-                 f" on {s.host} · GPUs {gpu_list(s.gpus)}")
-        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, title=title,
-                        replaces=s.session_id, **self._checkers())
-        self.push_screen(form, callback=lambda req: req and self._run_op(
-            f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
-            lambda cb: self.backend.launch(req, cb), gpus=req.gpus, req=req))
-
-    def _start_relaunch(self, target: KillTarget, req: LaunchRequest) -> None:
-        self._run_op(f"relaunch · {req.host} · GPUs {gpu_list(req.gpus)}", "relaunch", req.host,
-                     lambda cb: self.backend.relaunch(target, req, cb), gpus=req.gpus, req=req)
-
-    def _busy(self) -> bool:
-        if self.op_busy:
-            self.say("an action is already running; wait for its steps to finish", severity="warning")
-        return self.op_busy
-
-    def _run_op(self, title: str, op: str, host: str, call: Callable, *, forget: tuple[str, int] | None = None,
-                gpus: list[int] | None = None, req: LaunchRequest | None = None) -> None:
-        if self._busy():
-            return
-        self.op_busy = True
-        for idx in gpus or []:
-            self.refusals.pop((host, idx), None)
-        self.query_one(StepsView).begin(title)
-        self.run_worker(self._op(op, host, call, forget, gpus, req), group="op", exit_on_error=False)
-
-    def on_steps(self, steps: list[Step]) -> None:
-        """Backend callback for progress; safe from another thread."""
-        if threading.get_ident() == self._loop_thread:
-            self.query_one(StepsView).set_steps(steps)
-        else:
-            self.call_from_thread(self.query_one(StepsView).set_steps, steps)
-
-    def _refused(self, req: LaunchRequest, result: OperationResult) -> None:
-        s = SessionView(host=req.host, session_id=None, state="failed", gpus=list(req.gpus), port=req.port,
-                        argv=[*req.command, *req.flags], cause=result.cause,
-                        line=f"not started: {result.error or 'refused'}", hint=result.hint, started_at=self.clock())
-        for idx in req.gpus:
-            self.refusals[(req.host, idx)] = s
-        if req.host in self.views:
-            self.pending_views.setdefault(req.host, self.views[req.host])  # redraw with it
-
-    async def _op(self, op: str, host: str, call: Callable, forget: tuple[str, int] | None,
-                  gpus: list[int] | None, req: LaunchRequest | None = None) -> None:
-        try:
-            result = await call(self.on_steps)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            result = OperationResult(op=op, host=host, ok=False, error=f"{type(e).__name__}: {e}")
-        finally:
-            self.op_busy = False
-        self.results.append(result)
-        self.query_one(StepsView).finish(result)
-        if result.ok:
-            self.say(f"{op} confirmed" + (f": {result.state.upper()}" if result.state else ""))
-            if forget:
-                self.form_memory.pop(forget, None)
-        else:
-            why = result.cause or result.error or "failed"
-            self.say(f"{op} FAILED: {short(clean(why), 200)}", severity="error", timeout=10)
-            if op in ("launch", "relaunch") and not result.session_id and req is not None:
-                self._refused(req, result)
-        p = self.selected
-        if result.session_id and p is not None and p.host == host and (gpus is None or p.index in gpus):
-            self._follow_session(host, self.find_session(host, result.session_id), result.session_id)
+        self.ops.edit()
 
     async def action_quit(self) -> None:
         try:

@@ -1,0 +1,225 @@
+"""The operations controller: launch, kill, relaunch and edit-and-relaunch from the UI.
+
+One operation at a time (``busy``). Each is confirmed in a dialog or the flag form first,
+then runs as a worker that calls the backend, draws its steps in the steps view and
+reports the result. The app owns one :class:`Operations` and calls it from its key actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from console.model import KillTarget, LaunchRequest, OperationResult, SessionView, Step
+from console.ui.flag_values import from_argv, split_argv
+from console.ui.format import clean, gpu_list, short
+from console.ui.screens.confirm import ConfirmScreen
+from console.ui.screens.flag_form import FlagForm
+from console.ui.widgets.gpu_panel import GpuPanel
+from console.ui.widgets.steps import StepsView
+
+if TYPE_CHECKING:
+    from console.ui.app import MtpConsoleApp
+
+KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
+
+
+def kill_target(s: SessionView) -> KillTarget:
+    """What a kill of ``s`` hits: its session, or the (pid, start time) of a foreign server."""
+    if s.session_id:
+        return KillTarget(host=s.host, session_id=s.session_id)
+    pid = s.launcher_pid or (s.pids[0] if s.pids else None)
+    return KillTarget(host=s.host, pid=pid, start_ticks=s.launcher_start_ticks)
+
+
+def relaunch_request(s: SessionView) -> LaunchRequest:
+    """The launch that repeats session ``s``: its command, flags, GPUs and port."""
+    command, flags = split_argv(s.argv)
+    return LaunchRequest(host=s.host, command=command or LaunchRequest.model_fields["command"].get_default(
+        call_default_factory=True), flags=flags, gpus=s.gpus or [0], port=s.port, replaces=s.session_id)
+
+
+def who(s: SessionView) -> list[str]:
+    """The lines of a confirmation dialog that name exactly what is hit."""
+    return [
+        f"host:     {s.host}",
+        f"GPUs:     {gpu_list(s.gpus)}",
+        f"session:  {clean(s.session_id or 'foreign (not launched by mtpconsole)', 80)}",
+        f"pids:     {', '.join(map(str, s.pids)) or 'N/A'}",
+    ]
+
+
+class Operations:
+    """Launch / kill / relaunch / edit for the app (see the module docstring)."""
+
+    def __init__(self, app: MtpConsoleApp) -> None:
+        self.app = app
+        self.busy = False
+        self.form_memory: dict[tuple[str, int], dict[str, Any]] = {}
+        """(host, GPU) → what the operator last typed in a launch form there (kept until it launches)."""
+        self.results: list[OperationResult] = []
+        self.refusals: dict[tuple[str, int], SessionView] = {}
+        self._loop_thread = threading.get_ident()
+
+    @property
+    def backend(self):
+        return self.app.backend
+
+    @property
+    def steps(self) -> StepsView:
+        return self.app.query_one(StepsView)
+
+    def _checkers(self) -> dict[str, Any]:
+        return {"validator": getattr(self.backend, "validator", None),
+                "planner": getattr(self.backend, "planner", None)}
+
+    def _busy(self) -> bool:
+        if self.busy:
+            self.app.say("an action is already running; wait for its steps to finish", severity="warning")
+        return self.busy
+
+    def _target(self, need_session: bool) -> tuple[GpuPanel, SessionView | None] | None:
+        p = self.app.selected
+        if p is None or not p.is_attached:
+            self.app.say("select a GPU panel first (tab / enter)", severity="warning")
+            return None
+        s = p.session
+        if need_session and (s is None or s.state in ("stopped", "idle") or not (s.session_id or s.pids)):
+            self.app.say(f"no running server on {p.host} GPU {p.index}", severity="warning")
+            return None
+        return p, s
+
+    # ---- the four actions
+    def launch(self) -> None:
+        t = self._target(need_session=False)
+        if t is None or self._busy():
+            return
+        p = t[0]
+        tpl: LaunchRequest | None = None
+        try:
+            tpl = self.backend.launch_template(p.host, p.index)
+        except Exception as e:
+            self.app.say(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
+        raw = self.form_memory.get((p.host, p.index))
+        if raw is None:
+            raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port) if tpl else {"gpus": str(p.index)}
+        form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(), template=tpl,
+                        remember=lambda r, key=(p.host, p.index): self.form_memory.__setitem__(key, r))
+        self.app.push_screen(form, callback=lambda req: req and self.run(
+            f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
+            lambda cb: self.backend.launch(req, cb), forget=(p.host, p.index), gpus=req.gpus, req=req))
+
+    def kill(self) -> None:
+        t = self._target(need_session=True)
+        if t is None or self._busy():
+            return
+        s = t[1]
+        assert s is not None
+        target = kill_target(s)  # captured now: a list shifting underneath cannot change it
+        lines = [*who(s), "", "then checks: " + KILL_CHECKS]
+        self.app.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
+                             callback=lambda ok: ok and self.run(
+                                 f"kill · {s.host} · {s.session_id or 'pid ' + str(target.pid)}", "kill", s.host,
+                                 lambda cb: self.backend.kill(target, cb)))
+
+    def relaunch(self) -> None:
+        t = self._target(need_session=True)
+        if t is None or self._busy():
+            return
+        s = t[1]
+        assert s is not None
+        if not s.argv:
+            self.app.say("the server's command line is unknown: use e to relaunch with edited flags",
+                         severity="warning")
+            return
+        target, req = kill_target(s), relaunch_request(s)
+        lines = [*who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
+                 "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
+        self.app.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
+                                           "Relaunch"), callback=lambda ok: ok and self._start_relaunch(target, req))
+
+    def edit(self) -> None:
+        p = self.app.selected
+        s = p.session if p is not None and p.is_attached else None
+        if s is not None and s.state in ("failed", "stopped") and s.argv and not self._busy():
+            self._edit_stopped(s)  # nothing to kill: edit its flags and launch them
+            return
+        t = self._target(need_session=True)
+        if t is None or self._busy():
+            return
+        p, s = t
+        assert s is not None
+        target = kill_target(s)
+        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, replaces=s.session_id,
+                        title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host}"
+                              f" · GPUs {gpu_list(s.gpus)}", **self._checkers())
+        self.app.push_screen(form, callback=lambda req: req and self._start_relaunch(target, req))
+
+    def _edit_stopped(self, s: SessionView) -> None:
+        title = (f"Edit and launch again ({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
+                 f" on {s.host} · GPUs {gpu_list(s.gpus)}")
+        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, title=title,
+                        replaces=s.session_id, **self._checkers())
+        self.app.push_screen(form, callback=lambda req: req and self.run(
+            f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
+            lambda cb: self.backend.launch(req, cb), gpus=req.gpus, req=req))
+
+    def _start_relaunch(self, target: KillTarget, req: LaunchRequest) -> None:
+        self.run(f"relaunch · {req.host} · GPUs {gpu_list(req.gpus)}", "relaunch", req.host,
+                 lambda cb: self.backend.relaunch(target, req, cb), gpus=req.gpus, req=req)
+
+    # ---- running one
+    def run(self, title: str, op: str, host: str, call: Callable, *, forget: tuple[str, int] | None = None,
+            gpus: list[int] | None = None, req: LaunchRequest | None = None) -> None:
+        if self._busy():
+            return
+        self.busy = True
+        for idx in gpus or []:
+            self.refusals.pop((host, idx), None)
+        self.steps.begin(title)
+        self.app.run_worker(self._op(op, host, call, forget, gpus, req), group="op", exit_on_error=False)
+
+    def on_steps(self, steps: list[Step]) -> None:
+        """Backend callback for progress; safe from another thread."""
+        if threading.get_ident() == self._loop_thread:
+            self.steps.set_steps(steps)
+        else:
+            self.app.call_from_thread(self.steps.set_steps, steps)
+
+    async def _op(self, op: str, host: str, call: Callable, forget: tuple[str, int] | None,
+                  gpus: list[int] | None, req: LaunchRequest | None = None) -> None:
+        try:
+            result = await call(self.on_steps)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            result = OperationResult(op=op, host=host, ok=False, error=f"{type(e).__name__}: {e}")
+        finally:
+            self.busy = False
+        self.results.append(result)
+        self.steps.finish(result)
+        app = self.app
+        if result.ok:
+            app.say(f"{op} confirmed" + (f": {result.state.upper()}" if result.state else ""))
+            if forget:
+                self.form_memory.pop(forget, None)
+        else:
+            why = result.cause or result.error or "failed"
+            app.say(f"{op} FAILED: {short(clean(why), 200)}", severity="error", timeout=10)
+            if op in ("launch", "relaunch") and not result.session_id and req is not None:
+                self._refused(req, result)
+        p = app.selected
+        if result.session_id and p is not None and p.host == host and (gpus is None or p.index in gpus):
+            app.log_follower.show(host, app.find_session(host, result.session_id), result.session_id)
+
+    def _refused(self, req: LaunchRequest, result: OperationResult) -> None:
+        s = SessionView(host=req.host, session_id=None, state="failed", gpus=list(req.gpus), port=req.port,
+                        argv=[*req.command, *req.flags], cause=result.cause,
+                        line=f"not started: {result.error or 'refused'}", hint=result.hint,
+                        started_at=self.app.clock())
+        for idx in req.gpus:
+            self.refusals[(req.host, idx)] = s
+        app = self.app
+        if req.host in app.views:
+            app.pending_views.setdefault(req.host, app.views[req.host])  # redraw with it
