@@ -1,0 +1,310 @@
+"""The advisor: rules, as one table, that read a serving GPU the way an experienced operator would.
+
+Each rule looks at one server (its GPU sample, serving figures over the last minutes, its
+resolved flags, the model's shape when known) and returns an :class:`~console.model.Advice`
+with the evidence it used. A rule that proposes a flag change builds the full new flag set and
+has it checked by the flag validator and the memory planner before it is shown; when the
+planner cannot check it (no model config), the suggestion says so instead of "fits".
+
+Thresholds are named constants below, each with the reason for its value. They were chosen
+from how SGLang and GPUs behave, not fitted to the demo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from console.model import Advice, GpuSample, ServingFigures, Suggestion
+from console.ops.model_config import ModelShape
+from console.ops.planner import SPEC_ALGOS, plan
+
+UNDERUSED_POWER_FRACTION = 0.75
+"""A GPU decoding flat out draws close to its limit; below 3/4 with requests waiting, the GPU
+waits on something (small batches, no speculation). The incident's GPU drew 400 of 600 W (0.67)."""
+
+LOW_ACCEPT_LENGTH = 1.5
+"""With speculative decoding each step costs one draft pass plus verification; below ~1.5
+accepted tokens per step the extra passes cost more than the tokens they win (SGLang's own
+benchmarks put useful EAGLE at 2-4)."""
+
+MIN_HISTORY_POINTS = 3
+"""Trends (a growing queue, a low accept length "over minutes") need at least this many readings."""
+
+KV_FULL_USAGE = 0.95
+"""Above 95 % KV-cache usage SGLang starts retracting requests (it re-queues them and redoes
+their prefill), which is what makes a nearly full cache expensive."""
+
+POWER_AT_LIMIT_FRACTION = 0.97
+"""Within 3 % of the limit counts as "at the limit" (NVML's power reading is an average that
+rarely touches the exact cap)."""
+
+RAISE_RUNNING_FACTOR = 2
+"""Raise --max-running-requests by at most this factor at once, then watch again."""
+
+DEFAULT_SPEC_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+                      "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+"""SGLang's usual automatic choice for EAGLE/MTP (steps 3, topk 1, 4 draft tokens)."""
+
+Validator = Callable[[list[str]], str | None]
+"""Returns None when the flags are valid, else the validator's first error."""
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """What the rules may read about one server; built by the caller from a HostView."""
+
+    host: str
+    gpu: GpuSample
+    session_id: str | None = None
+    pid: int | None = None
+    flags_argv: list[str] = field(default_factory=list)
+    """The server flags as launched (no program name)."""
+    flags: dict[str, Any] = field(default_factory=dict)
+    """Resolved flags, keyed by canonical name (``max-running-requests``)."""
+    figures: ServingFigures = field(default_factory=ServingFigures)
+    history: Sequence[ServingFigures] = ()
+    """Older readings, oldest first (the current one not included)."""
+    log_tail: Sequence[str] = ()
+    shape: ModelShape | None = None
+    throttle_reasons: Sequence[str] = ()
+    """NVML clock event reasons active now (e.g. ``sw_power_cap``, ``hw_slowdown``)."""
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """Host-wide facts for rules that are not about one server."""
+
+    host: str
+    gpus: Sequence[GpuSample] = ()
+    orphans: Sequence[tuple[int, int | None, int]] = ()
+    """(pid, gpu index or None, MiB) of processes holding GPU memory for no live session."""
+
+
+def _value(fig: Any) -> float | None:
+    return None if fig is None else fig.value
+
+
+def _series(ctx: ServerContext, name: str) -> list[float]:
+    out = [_value(getattr(h, name)) for h in ctx.history] + [_value(getattr(ctx.figures, name))]
+    return [v for v in out if v is not None]
+
+
+def _spec_on(ctx: ServerContext) -> bool:
+    algo = ctx.flags.get("speculative-algorithm")
+    return bool(algo) and str(algo).upper() in SPEC_ALGOS
+
+
+def _set_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """``argv`` with ``flag`` set to ``value`` (replacing ``--flag v`` and ``--flag=v`` forms)."""
+    out, skip = [], False
+    for i, tok in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if tok == flag:
+            skip = i + 1 < len(argv)
+            continue
+        if tok.startswith(flag + "="):
+            continue
+        out.append(tok)
+    return out + [flag, value]
+
+
+@dataclass(frozen=True)
+class Checker:
+    """The validator and the planner, as the advisor uses them."""
+
+    validate: Validator | None = None
+
+    def check(self, ctx: ServerContext, argv: list[str], change: str, flags: dict[str, Any]) -> Suggestion:
+        error = self.validate(argv) if self.validate else None
+        valid = None if self.validate is None else error is None
+        if ctx.shape is None or not ctx.gpu.mem_total_mib:
+            why = "no model config" if ctx.shape is None else "no GPU memory information"
+            verdict = f"not checked by the planner ({why})"
+        else:
+            try:
+                p = plan(ctx.shape, flags, ctx.gpu.mem_total_mib << 20)
+            except ValueError as e:
+                verdict = f"not checked by the planner ({e})"
+            else:
+                verdict = {"fits": "planner: fits", "tight": "planner: fits, tight"}.get(
+                    p.verdict, "planner: does not fit") + (f" — {p.reasons[0]}" if p.reasons else "")
+        if error:
+            verdict = f"flag validator: {error}; {verdict}"
+        return Suggestion(flags=argv, change=change, valid=valid, planner=verdict)
+
+
+# ------------------------------------------------------------------ rules, one function each
+
+def underused_without_speculation(ctx: ServerContext, chk: Checker) -> Advice | None:
+    g = ctx.gpu
+    queue = _value(ctx.figures.queue)
+    if _spec_on(ctx) or not g.power_w or not g.power_limit_w or queue is None or queue <= 0:
+        return None
+    frac = g.power_w / g.power_limit_w
+    if frac >= UNDERUSED_POWER_FRACTION:
+        return None
+    evidence = [f"power {g.power_w:.0f} W of {g.power_limit_w:.0f} W ({frac:.0%} < {UNDERUSED_POWER_FRACTION:.0%})",
+                f"{queue:.0f} request(s) queued", "speculative decoding off"]
+    tput = _value(ctx.figures.gen_throughput)
+    if tput is not None:
+        evidence.append(f"{tput:.0f} tok/s")
+    if ctx.shape is None:
+        return Advice(host=ctx.host, gpu=g.index, session_id=ctx.session_id, pid=ctx.pid, kind="gpu_underused",
+                      message="GPU underused; speculative decoding could help, but the model's config is unknown "
+                              "(no draft model or MTP head known to the planner)", evidence=evidence)
+    if ctx.shape.mtp_layers <= 0:
+        return Advice(host=ctx.host, gpu=g.index, session_id=ctx.session_id, pid=ctx.pid, kind="gpu_underused",
+                      message="GPU underused; the model has no MTP head known to the planner (a separate draft "
+                              "model would be needed for EAGLE)", evidence=evidence)
+    argv = list(ctx.flags_argv)
+    for k, v in zip(DEFAULT_SPEC_FLAGS[::2], DEFAULT_SPEC_FLAGS[1::2]):
+        argv = _set_flag(argv, k, v)
+    flags = dict(ctx.flags, **{"speculative-algorithm": "EAGLE", "speculative-num-steps": 3,
+                               "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4})
+    sug = chk.check(ctx, argv, "add EAGLE/MTP (steps 3, topk 1, 4 draft tokens)", flags)
+    return Advice(host=ctx.host, gpu=g.index, session_id=ctx.session_id, pid=ctx.pid, kind="gpu_underused",
+                  message=f"GPU underused; consider EAGLE/MTP ({sug.planner})", evidence=evidence, suggestion=sug)
+
+
+def speculation_costs_more(ctx: ServerContext, chk: Checker) -> Advice | None:
+    if not _spec_on(ctx):
+        return None
+    lengths = _series(ctx, "accept_length")
+    if len(lengths) < MIN_HISTORY_POINTS:
+        return None
+    mean = sum(lengths) / len(lengths)
+    if mean >= LOW_ACCEPT_LENGTH:
+        return None
+    argv, skip = [], False
+    for i, tok in enumerate(ctx.flags_argv):
+        if skip:
+            skip = False
+            continue
+        if tok.startswith("--speculative-"):
+            skip = "=" not in tok and i + 1 < len(ctx.flags_argv) and not ctx.flags_argv[i + 1].startswith("--")
+            continue
+        argv.append(tok)
+    flags = {k: v for k, v in ctx.flags.items() if not k.startswith("speculative-")}
+    sug = chk.check(ctx, argv, "remove the --speculative-* flags", flags)
+    return Advice(host=ctx.host, gpu=ctx.gpu.index, session_id=ctx.session_id, pid=ctx.pid,
+                  kind="speculation_costly",
+                  message="speculation costs more than it gives: accept length "
+                          f"{mean:.2f} < {LOW_ACCEPT_LENGTH} over the last {len(lengths)} readings",
+                  evidence=[f"accept length readings: {', '.join(f'{v:.2f}' for v in lengths[-6:])}"],
+                  suggestion=sug)
+
+
+def _largest_that_fits(ctx: ServerContext, low: int, high: int) -> int:
+    """The largest --max-running-requests in (low, high] the planner accepts (``high`` if it cannot check)."""
+    if ctx.shape is None or not ctx.gpu.mem_total_mib:
+        return high
+    shape, mem = ctx.shape, ctx.gpu.mem_total_mib << 20
+
+    def fits(n: int) -> bool:
+        try:
+            return plan(shape, dict(ctx.flags, **{"max-running-requests": n}), mem).verdict != "does_not_fit"
+        except ValueError:
+            return False
+
+    best = low
+    while low < high:  # bisection: at most log2(high - low) planner calls
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            best, low = mid, mid
+        else:
+            high = mid - 1
+    return best
+
+
+def running_at_limit(ctx: ServerContext, chk: Checker) -> Advice | None:
+    limit = ctx.flags.get("max-running-requests")
+    try:
+        limit_n = int(limit) if limit is not None else None
+    except (TypeError, ValueError):
+        limit_n = None
+    running, queue = _value(ctx.figures.running), _series(ctx, "queue")
+    if limit_n is None or running is None or running < limit_n or len(queue) < MIN_HISTORY_POINTS:
+        return None
+    if not all(b >= a for a, b in zip(queue, queue[1:])) or queue[-1] <= queue[0]:
+        return None
+    target = _largest_that_fits(ctx, limit_n, limit_n * RAISE_RUNNING_FACTOR)
+    if target <= limit_n:
+        return None
+    argv = _set_flag(list(ctx.flags_argv), "--max-running-requests", str(target))
+    sug = chk.check(ctx, argv, f"--max-running-requests {limit_n} -> {target}",
+                    dict(ctx.flags, **{"max-running-requests": target}))
+    return Advice(host=ctx.host, gpu=ctx.gpu.index, session_id=ctx.session_id, pid=ctx.pid, kind="running_at_limit",
+                  message=f"running requests at --max-running-requests ({limit_n}) with a growing queue; "
+                          f"raise it to {target} ({sug.planner})",
+                  evidence=[f"running {running:.0f} of {limit_n}",
+                            f"queue {', '.join(f'{v:.0f}' for v in queue[-6:])} (growing)"], suggestion=sug)
+
+
+def kv_cache_full(ctx: ServerContext, chk: Checker) -> Advice | None:
+    usage = _value(ctx.figures.token_usage)
+    retract = [line for line in ctx.log_tail if "Retract requests" in line or "retract" in line.lower()]
+    retracted = _value(ctx.figures.retracted_total)
+    if usage is None or usage <= KV_FULL_USAGE or not (retract or (retracted or 0) > 0):
+        return None
+    evidence = [f"KV-cache usage {usage:.0%} > {KV_FULL_USAGE:.0%}"]
+    evidence += [f"log: {retract[-1].strip()[:160]}"] if retract else [f"{retracted:.0f} request(s) retracted"]
+    mem = ctx.flags.get("mem-fraction-static")
+    running = ctx.flags.get("max-running-requests")
+    if running:
+        new_n = max(1, int(int(running) * 0.75))
+        argv = _set_flag(list(ctx.flags_argv), "--max-running-requests", str(new_n))
+        sug = chk.check(ctx, argv, f"--max-running-requests {running} -> {new_n}",
+                        dict(ctx.flags, **{"max-running-requests": new_n}))
+    elif mem:
+        new_m = round(min(0.95, float(mem) + 0.03), 2)
+        argv = _set_flag(list(ctx.flags_argv), "--mem-fraction-static", f"{new_m:.2f}")
+        sug = chk.check(ctx, argv, f"--mem-fraction-static {mem} -> {new_m:.2f}",
+                        dict(ctx.flags, **{"mem-fraction-static": new_m}))
+    else:
+        sug = None
+    return Advice(host=ctx.host, gpu=ctx.gpu.index, session_id=ctx.session_id, pid=ctx.pid, kind="kv_cache_full",
+                  message="KV cache full and requests retracted: lower --max-running-requests or raise "
+                          "--mem-fraction-static", evidence=evidence, suggestion=sug)
+
+
+def power_throttled(ctx: ServerContext, chk: Checker) -> Advice | None:
+    g = ctx.gpu
+    if not g.power_w or not g.power_limit_w or not ctx.throttle_reasons:
+        return None
+    if g.power_w < POWER_AT_LIMIT_FRACTION * g.power_limit_w:
+        return None
+    return Advice(host=ctx.host, gpu=g.index, session_id=ctx.session_id, pid=ctx.pid, kind="power_throttled",
+                  message="power at the limit with clocks throttled: expect lower throughput",
+                  evidence=[f"power {g.power_w:.0f} W of {g.power_limit_w:.0f} W",
+                            "clock event reasons: " + ", ".join(ctx.throttle_reasons)])
+
+
+SERVER_RULES: tuple[tuple[str, Callable[[ServerContext, Checker], Advice | None]], ...] = (
+    ("gpu_underused", underused_without_speculation),
+    ("speculation_costly", speculation_costs_more),
+    ("running_at_limit", running_at_limit),
+    ("kv_cache_full", kv_cache_full),
+    ("power_throttled", power_throttled),
+)
+"""The rule table: kind -> rule. Order is the order advice is shown in."""
+
+
+def orphans_holding_memory(host: HostContext) -> list[Advice]:
+    """GPU memory held by processes of no live session."""
+    return [Advice(host=host.host, gpu=gpu, pid=pid, kind="orphan_memory",
+                   message=f"pid {pid} holds {mib} MiB of GPU memory but belongs to no live session",
+                   evidence=[f"GPU {gpu if gpu is not None else '?'}: {mib} MiB held by pid {pid}"])
+            for pid, gpu, mib in host.orphans]
+
+
+def advise(servers: Sequence[ServerContext], host: HostContext | None = None, *,
+           validate: Validator | None = None) -> list[Advice]:
+    """Every piece of advice for these servers (and host-wide facts), in rule-table order per server."""
+    chk = Checker(validate=validate)
+    out = [a for ctx in servers for _, rule in SERVER_RULES if (a := rule(ctx, chk)) is not None]
+    if host is not None:
+        out += orphans_holding_memory(host)
+    return out
