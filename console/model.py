@@ -375,6 +375,51 @@ class SessionView(Frozen):
     started_at: float | None = None
     ended_at: float | None = None
     log_path: str | None = None
+    replaces: str | None = None
+    """The session this one relaunches (from its launch spec), if any."""
+    stopped_by: str | None = None
+    """For a STOPPED session: who stopped it ("this console", "an operator"), when known."""
+    acknowledged: bool = False
+    """The operator acknowledged this ended session: it is history, no GPU's current session."""
+    pending: bool = False
+    """A launch request sent by this console whose run directory the host has not reported yet."""
+
+
+class GpuCurrent(Frozen):
+    """The current session of one GPU, as the one rule in ``console/ops/current.py`` decides.
+
+    Everything the UI shows for the GPU (badge, session line, steps, log pane, header counts,
+    the targets of kill / relaunch / edit) derives from ``session``; None means IDLE.
+    """
+
+    index: int
+    session: SessionView | None = None
+    why: str = "idle"
+    """Which part of the rule chose it: "launch", "live", "ended" or "idle"."""
+
+
+class HostEvent(Frozen):
+    """Something that happened on a host that no badge keeps showing (console clock, epoch s)."""
+
+    at: float
+    host: str
+    kind: Literal["foreign_appeared", "foreign_vanished", "launch_refused", "session_stopped", "session_failed"]
+    text: str
+    session_id: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+
+
+class PendingLaunch(Frozen):
+    """A launch request this console has sent; shown as LAUNCHING n/6 from the moment it is sent."""
+
+    host: str
+    session_id: str
+    gpus: list[int] = Field(default_factory=list)
+    argv: list[str] = Field(default_factory=list)
+    port: int | None = None
+    sent_at: float
+    step: int = 0
+    replaces: str | None = None
 
 
 class HostView(Frozen):
@@ -382,6 +427,16 @@ class HostView(Frozen):
 
     snapshot: HostSnapshot
     sessions: list[SessionView] = Field(default_factory=list)
+    current: list[GpuCurrent] = Field(default_factory=list)
+    """One entry per GPU of the snapshot: its current session (empty when not computed)."""
+    counts: dict[str, int] = Field(default_factory=dict)
+    """Header counts: GPUs per badge state of their current session (a tp 2 session counts once)."""
+    events: list[HostEvent] = Field(default_factory=list)
+    """Recent events, oldest first (bounded)."""
+
+    def current_of(self, index: int) -> GpuCurrent | None:
+        """The current-session entry of GPU ``index``, if computed."""
+        return next((c for c in self.current if c.index == index), None)
 
 
 class LaunchRequest(Frozen):
