@@ -7,7 +7,7 @@ import urllib.request
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.model import Advice, ConnectionInfo, GpuSample, HostSnapshot, HostView, SessionView
+from console.model import Advice, ConnectionInfo, GpuCurrent, GpuSample, HostSnapshot, HostView, SessionView
 from console.ops.exporter import ViewCollector
 from tests.helpers.sshd import free_port
 
@@ -17,8 +17,9 @@ def view() -> HostView:
                         gpus=[GpuSample(index=0, power_w=412.0, power_limit_w=600.0, mem_used_mib=1024,
                                         mem_total_mib=2048, util_pct=87.0),
                               GpuSample(index=1, power_w=80.0, power_limit_w=600.0)])
-    return HostView(snapshot=snap, sessions=[
-        SessionView(host="b200", session_id="s1", state="failed", cause="gpu_oom", gpus=[1])])
+    failed = SessionView(host="b200", session_id="s1", state="failed", cause="gpu_oom", gpus=[1])
+    return HostView(snapshot=snap, sessions=[failed],
+                    current=[GpuCurrent(index=0), GpuCurrent(index=1, session=failed, why="ended")])
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

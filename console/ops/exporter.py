@@ -25,11 +25,17 @@ AdviceOf = Callable[[HostView], Sequence[Advice]]
 
 
 def gpu_states(view: HostView) -> dict[int, tuple[SessionState, str | None]]:
-    """GPU index -> (state, cause) of the session shown on it (idle when none)."""
+    """GPU index -> (state, cause) of the GPU's current session (the one rule's choice; idle when none)."""
     out: dict[int, tuple[SessionState, str | None]] = {g.index: ("idle", None) for g in view.snapshot.gpus}
-    for s in view.sessions:
-        for gpu in s.gpus:
-            out[gpu] = (s.state, s.cause)
+    if view.current:
+        for c in view.current:
+            if c.session is not None:
+                out[c.index] = (c.session.state, c.session.cause)
+        return out
+    for s in view.sessions:  # a view built without the rule: live sessions only
+        if s.state not in ("stopped", "failed") or s.ended_at is None:
+            for gpu in s.gpus:
+                out[gpu] = (s.state, s.cause)
     return out
 
 
