@@ -61,3 +61,6 @@ class Backend(Protocol):
 
     def launch_template(self, host: str, gpu: int) -> LaunchRequest:
         """A prefilled request for the flag form (profile or defaults for that host)."""
+
+    def acknowledge(self, host: str, session_id: str) -> None:
+        """The operator acknowledged an ended session: its GPU reads IDLE (it stays in the history)."""

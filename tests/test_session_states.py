@@ -75,3 +75,88 @@ def test_flags_summary_defaults():
     assert flags_summary([]) == "no spec · run auto"
     assert flags_summary(["--tp-size", "2", "--context-length", "32768", "--enable-hicache"]) == \
         "no spec · run auto · tp 2 · ctx 32768 · hicache"
+
+
+# ---------------------------------------------------------------- the current session of a GPU (issue 13)
+
+from console.model import GpuSample, HostView, OperationResult, PendingLaunch, SessionView  # noqa: E402
+from console.ops.current import CurrentState, current_by_gpu, header_counts  # noqa: E402
+
+
+def sv(sid, state, gpus=(0,), started=1.0, **kw) -> SessionView:
+    return SessionView(host="h", session_id=sid, state=state, gpus=list(gpus), started_at=started, **kw)
+
+
+def cur(sessions, idx=0, **kw):
+    (c,) = current_by_gpu(sessions, [idx], **kw)
+    return c.session.session_id if c.session else None
+
+
+def test_current_rule_launch_then_live_then_newest_ended():
+    old_fail = sv("f", "failed", started=1, cause="gpu_oom")
+    ready = sv("r", "ready", started=2)
+    assert cur([old_fail, ready]) == "r"
+    assert cur([old_fail, ready, sv("l", "launching", started=0.5)]) == "l"  # a launch outranks a live server
+    stopped = ready.model_copy(update={"state": "stopped"})
+    assert cur([old_fail, stopped]) == "r"  # STOPPED by the operator, never the older failure
+    assert cur([old_fail, stopped], superseded={"r"}) == "f"
+    assert cur([old_fail, stopped], superseded={"r", "f"}) is None
+    assert cur([old_fail.model_copy(update={"acknowledged": True})]) is None
+    elsewhere = sv("n", "ready", gpus=(1,), started=3, replaces="f")
+    assert cur([old_fail, elsewhere]) is None and cur([old_fail, elsewhere], 1) == "n"
+    fg = SessionView(host="h", state="foreign", gpus=[0, 1], launcher_pid=5)
+    assert cur([old_fail, fg], 1) is None and cur([old_fail, fg], 0) is None
+
+
+def test_header_counts_count_sessions_once_and_idle_gpus():
+    tp2 = sv("r", "ready", gpus=(0, 1))
+    counts = header_counts(current_by_gpu([tp2, sv("f", "failed", gpus=(2,))], range(4)))
+    assert counts == {"ready": 1, "failed": 1, "idle": 1}
+
+
+def _view(sessions, connected=True):
+    snap = HostSnapshot(name="h", connection=ConnectionInfo(state="connected" if connected else "reconnecting"),
+                        received_at=100.0, gpus=[GpuSample(index=i) for i in range(2)])
+    return HostView(snapshot=snap, sessions=sessions)
+
+
+def test_current_state_pending_refused_confirmed_and_events():
+    st = CurrentState("h", clock=lambda: 100.0)
+    fail = sv("f", "failed", cause="gpu_oom")
+    v = st.apply(_view([fail]))
+    assert v.current_of(0).session.session_id == "f" and v.counts == {"failed": 1, "idle": 1}
+    st.launch_sent(PendingLaunch(host="h", session_id="n", gpus=[0], argv=["python3", "--port", "1"], sent_at=99))
+    v = st.apply(_view([fail]))
+    c = v.current_of(0)
+    assert c.session.session_id == "n" and c.session.state == "launching" and c.session.step == 0 and c.session.pending
+    st.launch_done("n", OperationResult(op="launch", host="h", ok=False, error="memory plan: does not fit"))
+    v = st.apply(_view([fail]))
+    assert v.current_of(0).session.session_id == "f"  # refused: the GPU is left as it was
+    assert [e.kind for e in v.events] == ["launch_refused"] and "nothing started" in v.events[0].text
+    # a launch confirmed READY shows READY before the sample says so
+    st.launch_sent(PendingLaunch(host="h", session_id="m", gpus=[0], sent_at=101))
+    st.launch_done("m", OperationResult(op="launch", host="h", ok=True, session_id="m", state="ready"))
+    v = st.apply(_view([fail, sv("m", "loading", started=101)]))
+    assert v.current_of(0).session.state == "ready" and "f" in st.superseded
+    # killed here: STOPPED by this console at once, and stays STOPPED (never the older failure)
+    st.kill_done("m", None, OperationResult(op="kill", host="h", ok=True, session_id="m", state="stopped"))
+    v = st.apply(_view([fail, sv("m", "ready", started=101)]))
+    s = v.current_of(0).session
+    assert (s.session_id, s.state, s.stopped_by) == ("m", "stopped", "this console")
+    v = st.apply(_view([fail, sv("m", "stopped", started=101, stopped_by="an operator")]))
+    assert v.current_of(0).session.stopped_by == "this console"
+    st.acknowledge("m")
+    assert st.apply(_view([fail, sv("m", "stopped", started=101)])).current_of(0).session is None
+
+
+def test_foreign_appear_and_vanish_are_events():
+    st = CurrentState("h", clock=lambda: 100.0)
+    fg = SessionView(host="h", state="foreign", gpus=[1], launcher_pid=77, launcher_start_ticks=5)
+    st.apply(_view([]))
+    st.apply(_view([fg]))
+    st.apply(_view([], connected=False))  # a link drop is no vanishing
+    v = st.apply(_view([fg]))
+    assert [e.kind for e in v.events] == ["foreign_appeared"]
+    v = st.apply(_view([]))
+    assert v.events[-1].kind == "foreign_vanished" and "not stopped by this console" in v.events[-1].text
+    assert v.current_of(1).session is None

@@ -10,7 +10,7 @@ from console.audit import Audit
 from console.backend import OnAudit, OnLog, OnSteps, OnView
 from console.config import Config
 from console.hostctx import demo_or_config, host_names, load_args_config, make_audit, make_links
-from console.model import KillTarget, LaunchRequest, OperationResult
+from console.model import KillTarget, LaunchRequest, OperationResult, PendingLaunch
 from console.ops import lifecycle
 from console.ops.tracker import HostTracker
 from console.remote.link import HostLink
@@ -53,33 +53,64 @@ class LiveBackend:
         if self.audit:
             self.audit.close()
 
-    def _launch_steps(self, host: str, on_steps: OnSteps):
+    def _launch_steps(self, host: str, sid: str, on_steps: OnSteps, skip: int = 0) -> OnSteps:
+        """Progress of a launch, also counted into its GPU's LAUNCHING n/6 (``skip``: kill steps before it)."""
         tr = self.trackers[host]
 
         def cb(steps):
             on_steps(steps)
-            sid = getattr(cb, "sid", None)
-            if sid:
-                tr.launching[sid] = sum(1 for s in steps if s.state in ("ok", "skipped") and s.name != "preflight")
+            mine = [s for s in steps[skip:] if not s.name.startswith("kill: ")]
+            tr.launch_step(sid, sum(1 for s in mine if s.state in ("ok", "skipped") and s.name != "preflight"))
         return cb
+
+    def _pending(self, req: LaunchRequest, sid: str, replaces: str | None = None) -> PendingLaunch:
+        return PendingLaunch(host=req.host, session_id=sid, gpus=list(req.gpus), argv=[*req.command, *req.flags],
+                             port=req.port, sent_at=self.clock(), replaces=replaces or req.replaces)
 
     async def launch(self, req: LaunchRequest, on_steps: OnSteps) -> OperationResult:
         link = self.links[req.host]
+        tr = self.trackers[req.host]
         hc = self.cfg.host(req.host) if self.cfg else None
         env = {**lifecycle.host_env(hc.env_names if hc else []), **req.env}
         sid = lifecycle.new_session_id(req.gpus, self.clock())
-        cb = self._launch_steps(req.host, on_steps)
-        cb.sid = sid
+        tr.launch_sent(self._pending(req, sid))
+        result = OperationResult(op="launch", host=req.host, ok=False, error="launch interrupted")
         try:
-            return await lifecycle.launch(link, req.model_copy(update={"env": env}), cb, session_id=sid)
+            result = await lifecycle.launch(link, req.model_copy(update={"env": env}),
+                                            self._launch_steps(req.host, sid, on_steps), session_id=sid)
+            return result
         finally:
-            self.trackers[req.host].launching.pop(sid, None)
+            tr.launch_done(sid, result)
 
     async def kill(self, target: KillTarget, on_steps: OnSteps) -> OperationResult:
-        return await lifecycle.kill(self.links[target.host], target, on_steps)
+        result = await lifecycle.kill(self.links[target.host], target, on_steps)
+        self.trackers[target.host].kill_done(target.session_id, target.pid, result)
+        return result
 
     async def relaunch(self, target: KillTarget, req: LaunchRequest, on_steps: OnSteps) -> OperationResult:
-        return await lifecycle.relaunch(self.links[target.host], target, req, on_steps)
+        tr = self.trackers[target.host]
+        sid = lifecycle.new_session_id(req.gpus, self.clock())
+        sent = []
+
+        def on_launch() -> None:  # the old server is confirmed gone
+            sent.append(True)
+            tr.kill_done(target.session_id, target.pid,
+                         OperationResult(op="kill", host=target.host, ok=True, session_id=target.session_id))
+            tr.launch_sent(self._pending(req, sid, target.session_id))
+
+        result = OperationResult(op="relaunch", host=target.host, ok=False, error="relaunch interrupted")
+        try:
+            result = await lifecycle.relaunch(self.links[target.host], target, req,
+                                              self._launch_steps(req.host, sid, on_steps), session_id=sid,
+                                              on_launch=on_launch)
+            return result
+        finally:
+            if sent:
+                tr.launch_done(sid, result)
+
+    def acknowledge(self, host: str, session_id: str) -> None:
+        """The operator acknowledged an ended session: its GPU reads IDLE (it stays in the history)."""
+        self.trackers[host].acknowledge(session_id)
 
     async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
         return await self.trackers[host].follow(session_id, tail_lines)

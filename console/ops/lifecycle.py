@@ -591,7 +591,9 @@ async def _wait_port_closed(link: HostLink, port: int, timeout: float) -> bool:
 
 
 async def relaunch(link: HostLink, target: KillTarget, req: LaunchRequest, on_steps=None, *,
-                   wait: bool = True, timeout: float = 900.0, grace: float = 20.0) -> OperationResult:
+                   wait: bool = True, timeout: float = 900.0, grace: float = 20.0,
+                   session_id: str | None = None,
+                   on_launch: Callable[[], None] | None = None) -> OperationResult:
     """Confirmed kill, then launch. Refuses to start while anything of the old target remains."""
     collected: list[Step] = []
 
@@ -618,7 +620,9 @@ async def relaunch(link: HostLink, target: KillTarget, req: LaunchRequest, on_st
             on_steps(prefix + steps)
 
     req = req.model_copy(update={"replaces": target.session_id})
-    r = await launch(link, req, launch_steps, wait=wait, timeout=timeout)
+    if on_launch is not None:  # the old server is confirmed gone: the new launch starts now
+        on_launch()
+    r = await launch(link, req, launch_steps, wait=wait, timeout=timeout, session_id=session_id)
     return r.model_copy(update={"op": "relaunch", "steps": prefix + r.steps})
 
 

@@ -164,7 +164,9 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             metrics=cls.metrics if cls and state == "ready" else None, step=step,
             started_at=s.record.started_at if s.record else (spec.created_at if spec else None),
             ended_at=s.exit.ended_at if s.exit else None,
-            log_path=os.path.join(s.run_dir, "output.log")))
+            log_path=os.path.join(s.run_dir, "output.log"),
+            replaces=spec.replaces if spec else None,
+            stopped_by="an operator" if state == "stopped" and s.exit and s.exit.stopped_by_operator else None))
     # foreign launchers and orphaned workers
     procs_by_pid = {p.pid: p for p in snap.servers}
     foreign = [p for p in snap.servers if not p.session_id and p.role == "launcher" and p.alive]

@@ -13,8 +13,9 @@ import time
 from collections import deque
 from typing import Callable
 
-from console.model import Classification, ExitRecord, HostView
+from console.model import Classification, ExitRecord, HostView, OperationResult, PendingLaunch
 from console.ops.classify import LogClassifier, classify
+from console.ops.current import CurrentState
 from console.ops.sessions import derive_views
 from console.remote.link import HostLink, LinkDown, RequestError
 
@@ -34,6 +35,8 @@ class HostTracker:
         self.health: dict[str, bool] = {}
         self.health_at: dict[str, float] = {}
         self.launching: dict[str, int] = {}
+        self.current = CurrentState(link.name, clock)
+        """Launches sent, results confirmed, acknowledgements: the current session of each GPU."""
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         link.listeners.append(self._on)
@@ -101,11 +104,37 @@ class HostTracker:
             self._forget(snap)
         views = derive_views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
                              launching=self.launching)
-        self.on_view(HostView(snapshot=snap, sessions=views))
+        self.on_view(self.current.apply(HostView(snapshot=snap, sessions=views)))
+
+    # -------------------------------------------------------------- what this console did
+    def launch_sent(self, p: PendingLaunch) -> None:
+        """A launch request is on its way: its GPUs read LAUNCHING 0/6 now, not at the next sample."""
+        self.current.launch_sent(p)
+        self.emit()
+
+    def launch_step(self, session_id: str, step: int) -> None:
+        self.launching[session_id] = step
+        self.current.launch_step(session_id, step)
+
+    def launch_done(self, session_id: str, result: OperationResult) -> None:
+        """The launch's result is shown at once (READY, or refused: nothing started)."""
+        self.launching.pop(session_id, None)
+        if result.ok and result.state == "ready" and result.session_id == session_id:
+            self.health[session_id], self.health_at[session_id] = True, self.clock()  # just verified
+        self.current.launch_done(session_id, result)
+        self.emit()
+
+    def kill_done(self, session_id: str | None, pid: int | None, result: OperationResult) -> None:
+        self.current.kill_done(session_id, pid, result)
+        self.emit()
+
+    def acknowledge(self, session_id: str) -> None:
+        self.current.acknowledge(session_id)
+        self.emit()
 
     def _forget(self, snap) -> None:
         """Drop what is kept for sessions the host no longer reports (bounded memory over a long run)."""
-        keep = {s.session_id for s in snap.sessions} | self.ui_follows | set(self.launching)
+        keep = {s.session_id for s in snap.sessions} | self.ui_follows | set(self.launching) | set(self.current.pending)
         for d in (self.classifiers, self.classes, self.rings, self.health, self.health_at):
             for sid in [k for k in d if k not in keep]:
                 del d[sid]
