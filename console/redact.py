@@ -2,52 +2,31 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token", "--ssl-keyfile-password")
+from console.remote.hostsecrets import (
+    SECRET_FLAGS,
+    TOKEN_PATTERNS,
+    mask_argv,
+    mask_text,
+)
+
+__all__ = ["SECRET_FLAGS", "SECRET_ENV_HINTS", "TOKEN_PATTERNS", "redact_argv", "redact_obj", "redact_text"]
+
 SECRET_ENV_HINTS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-_PATTERNS = [
-    (re.compile(r"\bhf_[A-Za-z0-9]{6,}"), "hf_***"),
-    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}"), r"\1***"),
-    (re.compile(r"(--(?:(?:admin-)?api-key|hf-token|token|ssl-keyfile-password)[= ])\S+"), r"\1***"),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), "sk-***"),
-    # SGLang's start-up dump: server_args=ServerArgs(..., api_key='VALUE', admin_api_key=None, ...)
-    (re.compile(r"\b((?:admin_)?api_key|ssl_keyfile_password|hf_token)=(['\"])(?:(?!\2).)+\2"), r"\1=\2***\2"),
-]
-
-
-# One cheap scan decides whether any pattern can match (most log lines carry no secret).
-_MAYBE = re.compile(r"hf_|(?i:bearer)|api-key|api_key|hf-token|hf_token|--token|sk-|keyfile.password")
+# The secret flags and token patterns have one definition, shipped to hosts too:
+# console/remote/hostsecrets.py (the supervisor masks its own log with the same code).
 
 
 def redact_text(text: str) -> str:
-    """Mask tokens (hf_..., Bearer ..., --api-key VALUE, sk-...) in free text."""
-    if not _MAYBE.search(text):
-        return text
-    for rx, rep in _PATTERNS:
-        text = rx.sub(rep, text)
-    return text
+    """Mask secrets in free text: secret-flag values, SGLang's settings dump (``api_key='…'``,
+    ``'api_key': '…'``), argv dumped as JSON, and tokens (``hf_…``, ``sk-…``, ``Bearer …``)."""
+    return mask_text(text)
 
 
 def redact_argv(argv: list[str]) -> list[str]:
     """Mask the value following (or attached to) a secret flag, and tokens anywhere."""
-    out, hide = [], False
-    for a in argv:
-        if hide:
-            out.append("***")
-            hide = False
-            continue
-        name = a.split("=", 1)[0]
-        if name in SECRET_FLAGS:
-            if "=" in a:
-                out.append(f"{name}=***")
-            else:
-                out.append(a)
-                hide = True
-            continue
-        out.append(redact_text(a))
-    return out
+    return mask_argv(argv)
 
 
 def redact_obj(obj: Any) -> Any:

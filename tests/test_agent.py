@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,16 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from console.remote.protocol import BOOTSTRAP
-
-AGENT_PATH = Path(__file__).resolve().parents[1] / "console" / "remote" / "agent.py"
+from console.remote import gpus as gpus_module
+from console.remote.protocol import BOOTSTRAP, shipped_payload
 
 
 def load_agent():
-    spec = importlib.util.spec_from_file_location("agent_under_test", AGENT_PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The GPU sources module (it imports pynvml lazily, so a monkeypatched fake is seen)."""
+    return gpus_module
 
 
 class NVMLError(Exception):
@@ -127,7 +123,7 @@ def test_smi_csv_parser_malformed(garbage):
 
 def start_agent(tmp_path, interval=5.0):
     p = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    p.stdin.write((json.dumps(AGENT_PATH.read_text()) + "\n").encode())
+    p.stdin.write((json.dumps(shipped_payload()) + "\n").encode())
     p.stdin.write((json.dumps({"interval": interval, "runs_dir": str(tmp_path / "runs"), "gpu_source": "none"})
                    + "\n").encode())
     p.stdin.flush()

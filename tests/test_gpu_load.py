@@ -258,10 +258,9 @@ def _fake_pynvml(v2_error: Exception | None = None, v1_error: Exception | None =
 
 
 def _agent():
-    spec = importlib.util.spec_from_file_location("agent_under_test", str(REPO / "console" / "remote" / "agent.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from console.remote import gpus
+
+    return gpus
 
 
 def test_nvml_memory_is_v2_used_like_nvidia_smi(monkeypatch):

@@ -17,7 +17,13 @@ from console.errors import ConfigError, UserError
 from console.ops.classify import LogClassifier, classify
 from console.redact import redact_argv, redact_obj, redact_text
 from console.remote.ssh import HostSpec, parse_host_spec, resolve
-from console.ui.flag_values import FlagValues, field_errors, flag_diff, from_argv, parse_flags
+from console.ui.flag_values import (
+    FlagValues,
+    field_errors,
+    flag_diff,
+    from_argv,
+    parse_flags,
+)
 from console.ui.format import clean
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -192,7 +198,7 @@ def test_redaction_hides_secret_flag_values(sec, noise, flag):
 def test_agent_read_chunk_reassembles_exactly(data, max_bytes):
     """The agent's log reader (what follow_log and read_log use): chunks read from the returned offsets
     reassemble the file's bytes exactly, up to its last complete line; nothing lost, nothing twice."""
-    from console.remote.agent import Agent
+    from console.remote.logfollow import read_chunk
 
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "output.log")
@@ -201,7 +207,7 @@ def test_agent_read_chunk_reassembles_exactly(data, max_bytes):
         off, got, n = 0, b"", 0
         while n < 10_000:
             n += 1
-            start, chunk, size = Agent.read_chunk(None, p, off, max_bytes)
+            start, chunk, size = read_chunk(p, off, max_bytes)
             assert start == off and size == len(data)
             if not chunk:
                 break

@@ -2,22 +2,42 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from console.remote.launch import SUPERVISOR_BOOT, materialize
+from console.remote.protocol import shipped_sources
+
 REPO = Path(__file__).resolve().parents[1]
-SUPERVISOR = REPO / "console" / "remote" / "supervisor.py"
 FAKE = REPO / "tests" / "helpers" / "fake_servers.py"
 SECRET = "hf_s3cretTOKENvalue" + uuid.uuid4().hex[:8]
+
+
+_LIB: list[str] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shipped_package():
+    """The shipped modules written as the agent writes them on a host (once for this module)."""
+    _LIB.append(materialize(shipped_sources(), tempfile.mkdtemp(prefix="mtp-sup-lib-")))
+    yield
+    shutil.rmtree(os.path.dirname(_LIB.pop()), ignore_errors=True)
+
+
+def sup_cmd(*args) -> list[str]:
+    """The supervisor's command line as the agent runs it, from the written package."""
+    return [sys.executable, "-c", SUPERVISOR_BOOT, _LIB[0], *[str(a) for a in args]]
 
 
 # ------------------------------------------------------------------ /proc helpers
@@ -119,7 +139,7 @@ def launcher(tmp_path):
         if prepare:
             prepare(run_dir)
         line = stdin if stdin is not None else (json.dumps({"env": env or {}}) + "\n").encode()
-        proc = subprocess.run([sys.executable, str(SUPERVISOR), str(run_dir)], input=line,
+        proc = subprocess.run(sup_cmd(run_dir), input=line,
                               capture_output=True, timeout=15)
         launch_ = Launch(run_dir, session_id, proc)
         launches.append(launch_)
@@ -155,15 +175,14 @@ def fake(*args):
 # ------------------------------------------------------------------ tests
 
 def test_import_has_no_side_effects(tmp_path):
-    spec = importlib.util.spec_from_file_location("sup_under_test", SUPERVISOR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("console.remote.supervisor")
     assert callable(module.main)
     assert module.RUN_LOG == "output.log" and module.SESSION_ENV == "MTPCONSOLE_SESSION"
-    from console.remote import protocol
+    from console.remote import hostlib, protocol
+    assert module.atomic_write_json is hostlib.atomic_write_json  # imported, not a copy
     for name in ("RUN_SPEC", "RUN_RECORD", "RUN_LOG", "RUN_SUPERVISOR_LOG", "RUN_STOP_REQUEST",
                  "RUN_EXIT", "SESSION_ENV"):
-        assert getattr(module, name) == getattr(protocol, name)
+        assert vars(module)[name] is vars(hostlib)[name] is vars(protocol)[name]
 
 
 def test_launch_records_a_detached_server(launcher):
@@ -212,7 +231,7 @@ def test_caller_pipes_close_promptly(tmp_path):
     run_dir.mkdir()
     (run_dir / "spec.json").write_text(json.dumps(
         {"session_id": "t-pipes-" + uuid.uuid4().hex[:8], "argv": fake("sleep", 20)}))
-    proc = subprocess.Popen([sys.executable, str(SUPERVISOR), str(run_dir)], stdin=subprocess.PIPE,
+    proc = subprocess.Popen(sup_cmd(run_dir), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         started = time.monotonic()
@@ -370,15 +389,15 @@ def test_bad_spec_file_and_run_dir(tmp_path):
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     (run_dir / "spec.json").write_bytes(b"\x00garbage")
-    proc = subprocess.run([sys.executable, str(SUPERVISOR), str(run_dir)], input=b'{"env":{}}\n',
+    proc = subprocess.run(sup_cmd(run_dir), input=b'{"env":{}}\n',
                           capture_output=True, timeout=10)
     assert proc.returncode == 2 and b"Traceback" not in proc.stderr
     assert "spec.json" in json.loads((run_dir / "exit.json").read_text())["error"]
 
-    proc = subprocess.run([sys.executable, str(SUPERVISOR), str(tmp_path / "missing")],
+    proc = subprocess.run(sup_cmd(tmp_path / "missing"),
                           input=b'{"env":{}}\n', capture_output=True, timeout=10)
     assert proc.returncode == 2 and b"does not exist" in proc.stderr
-    proc = subprocess.run([sys.executable, str(SUPERVISOR)], input=b"", capture_output=True, timeout=10)
+    proc = subprocess.run(sup_cmd(), input=b"", capture_output=True, timeout=10)
     assert proc.returncode == 2 and b"usage" in proc.stderr
 
 

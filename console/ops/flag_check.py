@@ -16,18 +16,19 @@ from dataclasses import dataclass, field
 
 from console.ops.flag_models import Flag, FlagSchema, Problem
 from console.ops.flag_renames import Rename, find_rename
+from console.remote.hostsecrets import (
+    SECRET_FLAGS as SECRET_FLAGS,  # the one list, re-exported
+)
+from console.remote.hostsecrets import mask_text
 
 Value = str | bool | list[str]
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_SECRET_TOKEN = re.compile(r"\b(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{16,})")
-SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
-"""Flags whose value is a secret: never echoed in a message."""
 
 
 def redact(text: str) -> str:
-    """Replace token-looking secrets (``hf_...``, ``sk-...``) in ``text`` with ``***``."""
-    return _SECRET_TOKEN.sub(lambda m: m.group(0)[:3] + "***", text)
+    """Replace secrets (``hf_...``/``sk-...`` tokens, secret-flag values) in ``text`` with ``***``."""
+    return mask_text(text)
 
 
 @dataclass

@@ -162,13 +162,12 @@ class HostLink:
             raise HostError(f"{self.name}: connection timed out after {self.connect_timeout:.0f} s") from None
         agent_cfg = {
             "interval": self.interval, "runs_dir": self.cfg.runs_dir, "gpu_source": self.cfg.gpu_source,
-            "sim_dir": self.cfg.sim_dir, "supervisor_src": _source("supervisor.py"),
-            "launch_env": self.cfg.launch_env,
+            "sim_dir": self.cfg.sim_dir, "launch_env": self.cfg.launch_env,
             "sim_src": _source("simgpu.py", "console.sim") if self.cfg.gpu_source == "sim" or self.cfg.sim_dir else "",
         }
         noise: list[str] = []
         try:
-            await chan.write_line(_source("agent.py"))
+            await chan.write_line(protocol.shipped_payload())
             await chan.write_line(agent_cfg)
             msg = await asyncio.wait_for(_first_message(chan, noise), AGENT_START_TIMEOUT_S)
         except asyncio.TimeoutError:

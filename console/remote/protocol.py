@@ -1,16 +1,20 @@
 """The wire protocol between the console and the remote agent (JSON lines), and run-dir layout.
 
-This module is stdlib-only so the agent and the supervisor can share its constants
-(they are shipped as source; the console inlines what they need).
+Stdlib only. The run-directory layout and every other host-side fact are defined once, in the
+shipped module ``hostlib.py``, and re-exported here for the console.
 
 Bootstrap
 ---------
 The console starts ``<python> -u -c BOOTSTRAP`` on the host (over an SSH exec channel
-without a pty, or as a local subprocess for ``local``). Line 1 on stdin is the agent's
-source as a JSON string; line 2 is the agent's config object::
+without a pty, or as a local subprocess for ``local``). Line 1 on stdin is the shipped code,
+:func:`shipped_payload`: ``{"boot": <source of shipboot.py>, "modules": {name: source}}`` for
+every module in :data:`SHIPPED_MODULES` (all stdlib, Python >= 3.8). ``shipboot`` installs them
+as the package ``mtpconsole_remote`` and runs ``mtpconsole_remote.agent``. The agent writes the
+same modules once per digest under ``<runs_dir>/.lib-<digest>/`` and runs the supervisor from
+there, so agent and supervisor share one definition of every fact. Line 2 is the agent's config::
 
     {"interval": 1.0, "runs_dir": "~/.mtpconsole/runs", "gpu_source": "auto"|"nvml"|"nvidia-smi"|"sim"|"none",
-     "sim_dir": null | "/path", "supervisor_src": "<source of supervisor.py>"}
+     "sim_dir": null | "/path", "launch_env": {...}, "sim_src": "<source of simgpu.py>"}
 
 After that, every line either way is one JSON object.
 
@@ -51,25 +55,54 @@ Run directory (``<runs_dir>/<session_id>/``)
 ``supervisor.log``  the supervisor's own diagnostics
 ``stop-request.json`` written by the console's kill before signalling (marks "stopped by operator")
 ``exit.json``       ExitRecord, written atomically by the supervisor after the server ended
+``exits.jsonl``     one line per process of the session that ended (pid, role, GPU, exit code or
+                    signal, time, oom_kill delta), appended by the supervisor and the agent
 """
 
-AGENT_VERSION = 1
+from importlib import resources
 
-RUN_SPEC = "spec.json"
-RUN_RECORD = "record.json"
-RUN_LOG = "output.log"
-RUN_SUPERVISOR_LOG = "supervisor.log"
-RUN_STOP_REQUEST = "stop-request.json"
-RUN_EXIT = "exit.json"
+from console.remote.hostlib import (
+    AGENT_VERSION,
+    RUN_EXIT,
+    RUN_EXITS,
+    RUN_LOG,
+    RUN_RECORD,
+    RUN_SPEC,
+    RUN_STOP_REQUEST,
+    RUN_SUPERVISOR_LOG,
+    SESSION_ENV,
+)
 
-SESSION_ENV = "MTPCONSOLE_SESSION"
-"""Set in the server's environment so its processes (and orphaned workers) can be traced back."""
+__all__ = [
+    "AGENT_VERSION", "BOOTSTRAP", "RUN_EXIT", "RUN_EXITS", "RUN_LOG", "RUN_RECORD", "RUN_SPEC",
+    "RUN_STOP_REQUEST", "RUN_SUPERVISOR_LOG", "SESSION_ENV", "SHIPPED_MODULES", "shipped_payload",
+    "shipped_sources",
+]
+
+SHIPPED_MODULES = ("hostlib", "hostsecrets", "gpus", "procscan", "runs", "logfollow", "watch", "launch",
+                   "agent", "supervisor")
+"""The modules of ``console/remote`` sent to every host (stdlib only, Python >= 3.8, relative imports
+among themselves only; checked by tests/test_remote_sources.py)."""
 
 BOOTSTRAP = (
     "import sys,json;"
-    "src=json.loads(sys.stdin.readline());"
-    "g={'__name__':'__mtpconsole_agent__'};"
-    "exec(compile(src,'mtpconsole-agent','exec'),g);"
-    "g['main'](sys.stdin,sys.stdout)"
+    "m=json.loads(sys.stdin.readline());"
+    "g={'__name__':'mtpconsole_shipboot'};"
+    "exec(compile(m['boot'],'<mtpconsole>/shipboot.py','exec'),g);"
+    "sys.exit(g['main'](m['modules'],sys.stdin,sys.stdout))"
 )
 """The fixed program passed to ``python -c``: no part of it comes from user input."""
+
+
+def _read(name: str) -> str:
+    return resources.files("console.remote").joinpath(name + ".py").read_text(encoding="utf-8")
+
+
+def shipped_sources() -> dict[str, str]:
+    """{module name: source} of every shipped module, read from this installation."""
+    return {name: _read(name) for name in SHIPPED_MODULES}
+
+
+def shipped_payload() -> dict[str, object]:
+    """Line 1 of the bootstrap: the second-stage loader and the shipped modules."""
+    return {"boot": _read("shipboot"), "modules": shipped_sources()}

@@ -1,11 +1,11 @@
 """Per-launch supervisor: one detached process that starts, watches and records a server.
 
-Shipped to the remote host as a single file and run by the agent as::
+Shipped to the remote host with the agent's modules (it imports ``hostlib`` and ``hostsecrets``
+beside it) and run by the agent from the package it wrote (see ``launch.supervisor_argv``) as::
 
-    python3 supervisor.py RUN_DIR        # stdin: ONE JSON line {"env": {"K": "V", ...}} then EOF
+    python3 -c SUPERVISOR_BOOT LIB_ROOT RUN_DIR   # stdin: ONE JSON line {"env": {"K": "V", ...}} then EOF
 
-Stdlib only, Python >= 3.8, no import from ``console`` (the run-directory file names of
-``console/remote/protocol.py`` are inlined below). Importing this module has no side effects.
+Stdlib only, Python >= 3.8, no import from ``console``. Importing this module has no side effects.
 
 ``RUN_DIR/spec.json`` (a LaunchSpec: ``argv``, ``gpus``, ``cwd``, ``session_id``...) already
 exists. Env *values* (tokens included) travel only on stdin, never on a command line or in a log.
@@ -36,14 +36,21 @@ import signal
 import sys
 import time
 
-# Inlined from console/remote/protocol.py (this file is shipped alone).
-RUN_SPEC = "spec.json"
-RUN_RECORD = "record.json"
-RUN_LOG = "output.log"
-RUN_SUPERVISOR_LOG = "supervisor.log"
-RUN_STOP_REQUEST = "stop-request.json"
-RUN_EXIT = "exit.json"
-SESSION_ENV = "MTPCONSOLE_SESSION"
+from .hostlib import (
+    RUN_EXIT,
+    RUN_LOG,
+    RUN_RECORD,
+    RUN_SPEC,
+    RUN_STOP_REQUEST,
+    RUN_SUPERVISOR_LOG,
+    SESSION_ENV,
+    atomic_write_json,
+    boot_id,
+    proc_stat,
+    read_oom_kill,
+    start_ticks_of,
+)
+from .hostsecrets import mask_argv
 
 PR_SET_CHILD_SUBREAPER = 36
 MAX_ENV_LINE = 4 * 1024 * 1024
@@ -78,95 +85,6 @@ def log(message):
             sys.stderr.write(line)
     except Exception:
         pass
-
-
-SECRET_FLAGS = ("--api-key", "--admin-api-key", "--hf-token", "--token", "--ssl-keyfile-password")
-
-
-def masked_argv(argv):
-    """argv for the log: the value of a secret flag (``--api-key V`` or ``--api-key=V``) becomes ***."""
-    out, hide = [], False
-    for a in argv:
-        if hide:
-            out.append("***")
-            hide = False
-            continue
-        name = a.split("=", 1)[0]
-        if name in SECRET_FLAGS:
-            if "=" in a:
-                a = name + "=***"
-            else:
-                hide = True
-        out.append(a)
-    return out
-
-
-def atomic_write_json(path, obj):
-    """Write ``obj`` as JSON to ``path`` atomically: temp file, fsync, rename, fsync dir."""
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
-    data = (json.dumps(obj, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
-def read_stat_fields(pid):
-    """Fields 3.. of ``/proc/<pid>/stat`` (parsed after the last ')'), or None if unreadable."""
-    try:
-        with open("/proc/%s/stat" % pid, "rb") as f:
-            data = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    cut = data.rfind(")")
-    if cut < 0:
-        return None
-    return data[cut + 1:].split()
-
-
-def start_ticks_of(pid):
-    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None."""
-    fields = read_stat_fields(pid)
-    try:
-        return int(fields[19]) if fields else None
-    except (IndexError, ValueError):
-        return None
-
-
-def read_oom_kill():
-    """The ``oom_kill`` counter of ``/proc/vmstat``, or None when unreadable."""
-    try:
-        with open("/proc/vmstat", "r") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 2 and parts[0] == "oom_kill":
-                    return int(parts[1])
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def read_boot_id():
-    """The kernel boot id, or None."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "r") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
 
 
 def describe_status(status):
@@ -398,13 +316,9 @@ def list_procs():
     for name in names:
         if not name.isdigit():
             continue
-        fields = read_stat_fields(name)
-        if not fields or len(fields) < 3:
-            continue
-        try:
-            procs[int(name)] = (int(fields[1]), int(fields[2]), fields[0])
-        except ValueError:
-            continue
+        st = proc_stat(int(name))
+        if st is not None:
+            procs[int(name)] = (st["ppid"], st["pgid"], st["state"])
     return procs
 
 
@@ -489,8 +403,8 @@ def kill_leftovers(pgid, session_id, timeout=CLEANUP_TIMEOUT_S):
     parent = os.getppid()
     while parent > 1 and parent not in spare:  # never our own ancestors
         spare.add(parent)
-        fields = read_stat_fields(parent)
-        parent = int(fields[1]) if fields else 0
+        st = proc_stat(parent)
+        parent = st["ppid"] if st else 0
     killed = set()
     deadline = time.monotonic() + timeout
     try:
@@ -563,7 +477,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         log("oom_kill before: %s" % oom_before)
         environ = server_environ(os.environ, env, spec)
         log("starting %s (env names: %s; gpus: %s)" % (
-            json.dumps(masked_argv(spec["argv"])), ",".join(sorted(env)) or "-", ",".join(spec["gpus"]) or "-"))
+            json.dumps(mask_argv(spec["argv"])), ",".join(sorted(env)) or "-", ",".join(spec["gpus"]) or "-"))
         server, started_at, exec_error = spawn_server(spec["argv"], environ, out_fd)
         os.close(out_fd)
         out_fd = -1
@@ -586,7 +500,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
             "pgid": pgid,
             "start_ticks": start_ticks_of(server),
             "started_at": started_at,
-            "boot_id": read_boot_id(),
+            "boot_id": boot_id(),
         }
         atomic_write_json(os.path.join(run_dir, RUN_RECORD), record)
         log("record.json written: pid=%d pgid=%d start_ticks=%s" % (server, pgid, record["start_ticks"]))

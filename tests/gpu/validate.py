@@ -33,7 +33,6 @@ GPU (fake NVML and nvidia-smi, the load with ``--no-gpu``)::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shlex
@@ -392,9 +391,10 @@ def read_audit(run: Run) -> list:
 
 def tick_cost(run: Run) -> dict:
     """Time the agent's sampling pieces in this process (the agent module imported from its file)."""
-    spec = importlib.util.spec_from_file_location("mtp_agent", str(REPO / "console" / "remote" / "agent.py"))
-    agent = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(agent)
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from console.remote import gpus as agent  # the agent's GPU sources (its package imports relatively)
+
     out = {}
     nv = agent.NvmlGpus()
     nv.sample()

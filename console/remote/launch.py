@@ -1,0 +1,210 @@
+"""The agent's ``launch`` op: validate, preflight under a host-wide lock, start the supervisor.
+
+Stdlib only, Python >= 3.8; shipped with the agent. The supervisor runs from the shipped modules
+written once per content digest under ``<runs_dir>/.lib-<digest>/mtpconsole_remote/`` (the same
+sources the agent runs from), so agent and supervisor share one definition of every fact.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from .hostlib import (
+    RUN_EXIT,
+    RUN_LOG,
+    RUN_RECORD,
+    RUN_SPEC,
+    SESSION_ID_RE,
+    OpError,
+    atomic_write_json,
+    listening_ports,
+    load_json,
+    port_open,
+)
+
+PACKAGE = "mtpconsole_remote"
+"""The package name the shipped modules live under on the host."""
+
+SUPERVISOR_BOOT = ("import sys;sys.path.insert(0,sys.argv.pop(1));"
+                   "from mtpconsole_remote.supervisor import main;sys.exit(main())")
+"""The fixed program that runs the supervisor from a written package: argv is [lib_root, run_dir]."""
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def materialize(sources, root):
+    """Write the shipped modules as the package ``<root>/.lib-<digest>/mtpconsole_remote``; return the
+    directory to put on ``sys.path``. Written once per content (temp dir + rename: never half-written)."""
+    digest = hashlib.sha256(json.dumps(sorted(sources.items())).encode("utf-8")).hexdigest()[:16]
+    lib_root = os.path.join(root, ".lib-%s" % digest)
+    if os.path.isdir(os.path.join(lib_root, PACKAGE)):
+        return lib_root
+    tmp = "%s.tmp.%d" % (lib_root, os.getpid())
+    try:
+        pkg = os.path.join(tmp, PACKAGE)
+        os.makedirs(pkg)
+        with open(os.path.join(pkg, "__init__.py"), "w") as f:
+            f.write('"""mtpconsole modules shipped to this host (written by the agent)."""\n')
+        for name, src in sources.items():
+            with open(os.path.join(pkg, name + ".py"), "w") as f:
+                f.write(src)
+        try:
+            os.rename(tmp, lib_root)
+        except OSError:
+            if not os.path.isdir(os.path.join(lib_root, PACKAGE)):  # not a concurrent writer's win
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return lib_root
+
+
+def supervisor_argv(lib_root, run_dir):
+    """The supervisor's command line (a fixed program; the paths are plain arguments)."""
+    return [sys.executable, "-c", SUPERVISOR_BOOT, lib_root, run_dir]
+
+
+class Launcher(object):
+    """Launches sessions in ``runs_dir``; ``host`` is the agent (sessions, GPUs, watches, port owner)."""
+
+    def __init__(self, runs_dir, launch_env, sources, host):
+        self.runs_dir = runs_dir
+        self.launch_env = dict(launch_env or {})
+        self.sources = sources
+        self.host = host
+
+    def launch(self, spec, env=None, preflight=None):
+        """Preflight and spawn under a host-wide lock; return the new session's info.
+
+        Two consoles launching on the same GPU or port serialize on the lock; the second
+        one sees the first's live session and is told who holds it.
+        """
+        preflight = preflight or {}
+        env = dict(self.launch_env, **(env or {}))
+        sid = spec.get("session_id") or ""
+        if not SESSION_ID_RE.match(sid):
+            raise OpError("bad session id %r" % sid)
+        argv = spec.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+            raise OpError("argv must be a non-empty list of strings without NUL")
+        for k, v in env.items():
+            if not _ENV_NAME.match(k) or "\0" in str(v):
+                raise OpError("bad environment variable name or value for %r" % k)
+        path_env = env.get("PATH", os.environ.get("PATH", ""))
+        if "/" not in argv[0] and shutil.which(argv[0], path=path_env) is None:
+            raise OpError("server command %r not found on the host's PATH" % argv[0])
+        if "/" in argv[0] and not os.access(argv[0], os.X_OK):
+            raise OpError("server command %r does not exist or is not executable" % argv[0])
+        try:
+            os.makedirs(self.runs_dir, exist_ok=True)
+        except OSError as e:
+            raise OpError("cannot create runs directory %s: %s" % (self.runs_dir, e.strerror))
+        lock_fd = os.open(os.path.join(self.runs_dir, ".launch.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            checks = self.preflight(spec, preflight)
+            bad = [c for c in checks if c["ok"] is False]
+            if bad:
+                raise OpError("preflight failed: " + "; ".join(c["detail"] for c in bad))
+            info = self.spawn(spec, env)
+            info["preflight"] = checks
+            return info
+        finally:
+            os.close(lock_fd)
+
+    def preflight(self, spec, opts):
+        """Checks before a launch: no live session on the GPUs/port, port free, GPUs free enough."""
+        gpus = [int(g) for g in spec.get("gpus") or []]
+        port = spec.get("port")
+        checks = []
+        holders = []
+        for s in self.host.sessions.live():
+            sp = s.get("spec") or {}
+            shared = sorted(set(gpus) & set(int(g) for g in sp.get("gpus") or []))
+            same_port = port is not None and sp.get("port") == port
+            if shared or same_port:
+                rec = s.get("record") or {}
+                what = ("GPU %s" % ",".join(map(str, shared))) if shared else "port %s" % port
+                holders.append("%s is held by session %s (pid %s, launched by %s)" % (
+                    what, s["session_id"], rec.get("pid", "starting"), sp.get("launched_by") or "?"))
+        checks.append({"name": "no live session on GPU/port", "ok": not holders,
+                       "detail": "; ".join(holders) or "free"})
+        if port is not None:
+            busy = port_open(int(port)) or int(port) in listening_ports()
+            detail = "port %s is free" % port
+            if busy:
+                owner = self.host.op_port_owner(port)
+                detail = "port %s is in use%s" % (port, " by pid %s (%s)" % (
+                    owner["pid"], " ".join(owner["argv"] or [])[:120]) if owner and owner.get("pid") else "")
+            checks.append({"name": "port free", "ok": not busy, "detail": detail})
+        last_gpus, gpu_error = self.host.current_gpus()
+        if not last_gpus:
+            checks.append({"name": "GPUs free", "ok": None,
+                           "detail": "skipped: %s" % (gpu_error or "no GPU information")})
+        else:
+            by_index = dict((g["index"], g) for g in last_gpus)
+            problems, notes = [], []
+            need = opts.get("need_mib")
+            for i in gpus:
+                g = by_index.get(i)
+                if g is None:
+                    problems.append("GPU %d does not exist on this host (has %s)" % (
+                        i, ",".join(str(k) for k in sorted(by_index))))
+                    continue
+                foreign = [p for p in g.get("procs") or []]
+                if foreign and not opts.get("allow_busy"):
+                    problems.append("GPU %d has compute processes: %s" % (i, ", ".join(
+                        "pid %d (%s MiB)" % (p["pid"], p.get("used_mib")) for p in foreign)))
+                free = None
+                if g.get("mem_total_mib") is not None and g.get("mem_used_mib") is not None:
+                    free = g["mem_total_mib"] - g["mem_used_mib"] - (g.get("mem_reserved_mib") or 0)
+                if need and free is not None and free < need:
+                    problems.append("GPU %d has %d MiB free, the plan needs %d MiB" % (i, free, need))
+                notes.append("GPU %d: %s MiB free" % (i, free))
+            checks.append({"name": "GPUs free", "ok": not problems,
+                           "detail": "; ".join(problems) or "; ".join(notes)})
+        return checks
+
+    def spawn(self, spec, env):
+        """Create the run directory and start the supervisor; return the session as scanned."""
+        if not self.sources or "supervisor" not in self.sources:
+            raise OpError("no supervisor source was shipped to the agent")
+        run_dir = os.path.join(self.runs_dir, spec["session_id"])
+        try:
+            os.mkdir(run_dir, 0o755)
+        except FileExistsError:
+            raise OpError("run directory %s already exists: refusing to reuse a session" % run_dir)
+        except OSError as e:
+            raise OpError("cannot create %s: %s" % (run_dir, e.strerror))
+        try:
+            spec = dict(spec)
+            spec["env_names"] = sorted(env)
+            atomic_write_json(os.path.join(run_dir, RUN_SPEC), spec)
+            lib_root = materialize(self.sources, self.runs_dir)
+        except OSError as e:  # a full or failing disk: say where, leave nothing half-written
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise OpError("cannot write the run directory %s: %s" % (run_dir, e.strerror or e))
+        try:
+            p = subprocess.Popen(supervisor_argv(lib_root, run_dir), stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True, cwd=run_dir)
+            _, err = p.communicate((json.dumps({"env": env}) + "\n").encode("utf-8"), timeout=30)
+        except OSError as e:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise OpError("cannot start the supervisor: %s" % e)
+        except subprocess.TimeoutExpired:
+            raise OpError("the supervisor did not detach within 30 s (see %s)" % run_dir)
+        rec = load_json(os.path.join(run_dir, RUN_RECORD))
+        ex = load_json(os.path.join(run_dir, RUN_EXIT))
+        if rec is None and ex is None:
+            if not os.path.exists(os.path.join(run_dir, RUN_LOG)):
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise OpError("the supervisor exited (%s) without starting the server: %s" % (
+                p.returncode, err.decode("utf-8", "replace").strip()[-500:] or "no output"))
+        if rec:
+            self.host.watcher.ensure(rec["pid"], rec.get("start_ticks"), spec["session_id"])
+        self.host.sessions.forget(spec["session_id"])
+        return self.host.sessions.scan().get(spec["session_id"])

@@ -1,0 +1,161 @@
+"""Server processes from /proc: launchers, workers, supervisors and every member of a launch session.
+
+Stdlib only, Python >= 3.8; shipped with the agent. A process is classified from its title
+(argv) and its place in the process tree, and re-classified whenever its title changes: real
+SGLang workers start as ``python -c from multiprocessing.spawn import spawn_main ...
+--multiprocessing-fork`` and retitle to ``sglang::scheduler[_DP<d>][_TP<n>]`` seconds later.
+The classification is cached by (pid, start time, title hash), never by pid alone.
+"""
+
+import hashlib
+import os
+import re
+
+from .hostlib import (
+    ENV_NAMES,
+    SESSION_ENV,
+    SIM_DIR_ENV,
+    proc_cmdline,
+    proc_environ,
+    proc_stat,
+    proc_uid,
+    user_name,
+)
+
+SERVER_PATTERNS = [
+    (re.compile(r"^sglang::"), "sglang", "worker"),
+    (re.compile(r"^VLLM::"), "vllm", "worker"),
+    (re.compile(r"(^|\s|/)sglang(\.launch_server|\s+serve)\b|-m\s+sglang\.launch_server"), "sglang", "launcher"),
+    (re.compile(r"-m\s+console\.sim\.sglang(\s|$)"), "sglang", "launcher"),
+    (re.compile(r"(^|\s|/)vllm(\s+serve|\.entrypoints)"), "vllm", "launcher"),
+    (re.compile(r"sglang\.(srt|data_parallel|bench)"), "sglang", "worker"),
+]
+"""(title pattern, framework, role), first match wins."""
+
+SPAWN_CHILD = re.compile(r"multiprocessing\.spawn|--multiprocessing-fork")
+"""A multiprocessing 'spawn' child before it retitles: under a launcher, a worker from its start."""
+
+TP_RANK = re.compile(r"_TP(\d+)\b")
+DP_RANK = re.compile(r"_DP(\d+)\b")
+
+
+def classify_title(argv, runs_dir=None):
+    """(framework, role) of a process from its argv alone; role None when nothing matched."""
+    line = " ".join(argv)
+    for rx, fw, role in SERVER_PATTERNS:
+        if rx.search(line):
+            return fw, role
+    if "supervisor" in line and ("mtpconsole" in line or (runs_dir and runs_dir in line)):
+        return "unknown", "supervisor"
+    return "unknown", None
+
+
+def title_ranks(argv):
+    """(dp_rank, tp_rank) from an SGLang worker title (``sglang::scheduler_DP1_TP3``), None where absent.
+
+    SGLang names the TP rank only when tp > 1: a plain ``sglang::scheduler`` is rank 0.
+    """
+    if not argv or not argv[0].startswith("sglang::scheduler"):
+        return None, None
+    dp, tp = DP_RANK.search(argv[0]), TP_RANK.search(argv[0])
+    return (int(dp.group(1)) if dp else None), (int(tp.group(1)) if tp else 0)
+
+
+def _digest(argv):
+    return hashlib.sha1("\0".join(argv).encode("utf-8", "replace")).hexdigest()
+
+
+class ProcScanner(object):
+    """Scans /proc each tick; keeps per-process facts between ticks (keyed by identity and title)."""
+
+    def __init__(self, runs_dir, sim_scope=None):
+        self.runs_dir = runs_dir
+        self.sim_scope = sim_scope
+        self.cache = {}  # pid -> {"start", "comm", "digest", "argv", "fw", "role", "env", "uid"}
+        self.hot = set()  # pids reported last tick: their titles are re-read every tick
+
+    def _info(self, pid, st):
+        """The cached facts of ``pid``, refreshed when it is new, restarted, retitled or reported."""
+        prev = self.cache.get(pid)
+        same = prev is not None and prev["start"] == st["start_ticks"]
+        if same and prev["comm"] == st["comm"] and pid not in self.hot:
+            return prev
+        argv = proc_cmdline(pid)
+        if argv is None:
+            argv = prev["argv"] if same else []
+        digest = _digest(argv)
+        if same and prev["digest"] == digest:
+            prev["comm"] = st["comm"]
+            return prev
+        fw, role = classify_title(argv, self.runs_dir)
+        info = {"start": st["start_ticks"], "comm": st["comm"], "digest": digest, "argv": argv,
+                "fw": fw, "role": role, "env": prev["env"] if same else None,
+                "uid": prev["uid"] if same else proc_uid(pid)}
+        return info
+
+    def scan(self, gpus, sessions):
+        """Server processes as dicts (see ``console.model.ServerProc``)."""
+        stats = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                st = proc_stat(int(name))
+                if st is not None:
+                    stats[int(name)] = st
+        gpu_mem = {}
+        for g in gpus:
+            for p in g.get("procs") or []:
+                gpu_mem.setdefault(p["pid"], {})[g["index"]] = p.get("used_mib") or 0
+        children = {}
+        for pid, st in stats.items():
+            children.setdefault(st["ppid"], []).append(pid)
+        cache = {}
+        for pid, st in stats.items():
+            cache[pid] = self._info(pid, st)
+
+        def descendants(root):
+            out, stack = [], list(children.get(root, []))
+            while stack:
+                p = stack.pop()
+                out.append(p)
+                stack.extend(children.get(p, []))
+            return out
+
+        under = {}  # pid -> session id, for every descendant of a live session's supervisor
+        for s in sessions.values():
+            rec = s.get("record") or {}
+            if rec and not s.get("exit"):
+                for p in descendants(rec.get("supervisor_pid")):
+                    under.setdefault(p, s["session_id"])
+        family = {}  # pid -> framework of the launcher it descends from
+        for pid, info in cache.items():
+            if info["role"] == "launcher":
+                for p in descendants(pid):
+                    family.setdefault(p, info["fw"])
+        out = []
+        for pid, st in stats.items():
+            info = cache[pid]
+            fw, role = info["fw"], info["role"]
+            if pid in family and role in (None, "launcher"):
+                fw = family[pid] if fw == "unknown" else fw
+                if role is None:
+                    role = "worker" if SPAWN_CHILD.search(" ".join(info["argv"])) else "other"
+            if role is None and pid not in under and pid not in gpu_mem:
+                continue
+            if info["env"] is None:
+                info["env"] = proc_environ(pid, ENV_NAMES)
+            envd = info["env"] or {}
+            if self.sim_scope and role != "supervisor" and envd.get(SIM_DIR_ENV) != self.sim_scope:
+                continue  # a simulated host sees only the processes of its own simulation
+            dp, tp = title_ranks(info["argv"])
+            out.append({
+                "pid": pid, "ppid": st["ppid"], "pgid": st["pgid"], "sid": st["sid"],
+                "start_ticks": info["start"], "state": st["state"], "uid": info["uid"],
+                "user": user_name(info["uid"]), "argv": info["argv"], "role": role or "other", "framework": fw,
+                "cuda_visible_devices": envd.get("CUDA_VISIBLE_DEVICES"),
+                "session_id": envd.get(SESSION_ENV) or under.get(pid),
+                "gpu_mem_mib": dict((str(k), v) for k, v in gpu_mem.get(pid, {}).items()),
+                "rss_kib": st["rss_kib"], "tp_rank": tp, "dp_rank": dp,
+            })
+        self.cache = cache
+        self.hot = set(p["pid"] for p in out)
+        return out

@@ -1,0 +1,117 @@
+"""Launch sessions as the agent reads them from the runs directory (one run directory per session).
+
+Stdlib only, Python >= 3.8; shipped with the agent. Each tick re-reads what may still change
+(record, exit, log size, liveness); a session that ended and of which nothing runs is cached as
+final and never read again.
+"""
+
+import os
+
+from .hostlib import (
+    RUN_EXIT,
+    RUN_EXITS,
+    RUN_LOG,
+    RUN_RECORD,
+    RUN_SPEC,
+    RUN_STOP_REQUEST,
+    load_json,
+    load_json_lines,
+    proc_alive,
+)
+
+RECENT_ENDED_SESSIONS = 32
+"""How many ended sessions a sample carries (newest first); older ones stay on disk only."""
+
+
+def first_abnormal_exit(exits):
+    """The earliest process exit of a session that was not a clean one (None when all were clean).
+
+    Abnormal: a signal, a non-zero exit code, or the kernel's OOM killer having fired meanwhile.
+    A process merely seen "gone" (no code known) counts when the OOM counter moved.
+    """
+    bad = [e for e in exits if e.get("signal") or (e.get("exit_code") not in (None, 0))
+           or (e.get("oom_kill_delta") or 0) > 0]
+    return min(bad, key=lambda e: e.get("at") or 0) if bad else None
+
+
+class SessionStore(object):
+    """The sessions of one runs directory, cached between ticks."""
+
+    def __init__(self, runs_dir, on_alive=None):
+        self.runs_dir = runs_dir
+        self.on_alive = on_alive  # called (pid, start_ticks, session_id) for a live, unfinished server
+        self.cache = {}  # session_id -> dict
+
+    def run_dir(self, session_id):
+        return os.path.join(self.runs_dir, session_id)
+
+    def scan(self):
+        """Read every run directory (spec/record/exit cached once final)."""
+        try:
+            names = os.listdir(self.runs_dir)
+        except OSError:
+            return {}
+        out = {}
+        for sid in names:
+            if sid.startswith("."):
+                continue
+            d = os.path.join(self.runs_dir, sid)
+            c = self.cache.get(sid)
+            if c is not None and c.get("final"):
+                out[sid] = c  # ended, and nothing of it runs: its files no longer change
+                continue
+            if c is None:
+                if not os.path.isdir(d):
+                    continue
+                c = {"session_id": sid, "run_dir": d, "spec": None, "record": None, "exit": None}
+            if c["spec"] is None:
+                c["spec"] = load_json(os.path.join(d, RUN_SPEC))
+            if c["record"] is None:
+                c["record"] = load_json(os.path.join(d, RUN_RECORD))
+            if c["exit"] is None:
+                c["exit"] = load_json(os.path.join(d, RUN_EXIT))
+            try:
+                c["log_size"] = os.stat(os.path.join(d, RUN_LOG)).st_size
+            except OSError:
+                c["log_size"] = 0
+            c["stop_requested"] = os.path.exists(os.path.join(d, RUN_STOP_REQUEST))
+            c["exits"] = load_json_lines(os.path.join(d, RUN_EXITS))
+            c["first_abnormal_exit"] = first_abnormal_exit(c["exits"])
+            rec = c["record"] or {}
+            c["server_alive"] = bool(rec) and proc_alive(rec.get("pid", -1), rec.get("start_ticks"))
+            c["supervisor_alive"] = bool(rec) and proc_alive(rec.get("supervisor_pid", -1),
+                                                              rec.get("supervisor_start_ticks"))
+            if rec and c["exit"] is None and c["server_alive"] and self.on_alive is not None:
+                self.on_alive(rec["pid"], rec.get("start_ticks"), sid)
+            c["final"] = c["exit"] is not None and not c["server_alive"] and not c["supervisor_alive"]
+            out[sid] = c
+        self.cache = dict((k, v) for k, v in self.cache.items() if k in out)
+        self.cache.update(out)
+        return out
+
+    def forget(self, session_id):
+        self.cache.pop(session_id, None)
+
+    def set_exit(self, session_id, exit_record):
+        c = self.cache.get(session_id)
+        if c is not None:
+            c["exit"] = exit_record
+
+    @staticmethod
+    def visible(sessions):
+        """Live sessions and the most recent ended ones, by session id."""
+        live = [s for s in sessions.values() if not s.get("exit")]
+        ended = sorted((s for s in sessions.values() if s.get("exit")),
+                       key=lambda s: s["session_id"], reverse=True)[:RECENT_ENDED_SESSIONS]
+        return sorted(live + ended, key=lambda s: s["session_id"])
+
+    def live(self):
+        """Sessions whose server (or supervisor) may still hold a GPU or a port."""
+        out = []
+        for s in self.scan().values():
+            if s.get("exit"):
+                continue
+            if s.get("record") and not (s.get("server_alive") or s.get("supervisor_alive")):
+                continue
+            out.append(s)
+        return out
