@@ -23,7 +23,7 @@ from .hostlib import (
 )
 
 SERVER_PATTERNS = [
-    (re.compile(r"^sglang::"), "sglang", "worker"),
+    (re.compile(r"^(sglang|sgl_diffusion)::"), "sglang", "worker"),
     (re.compile(r"^VLLM::"), "vllm", "worker"),
     (re.compile(r"(^|\s|/)sglang(\.launch_server|\s+serve)\b|-m\s+sglang\.launch_server"), "sglang", "launcher"),
     (re.compile(r"-m\s+console\.sim\.sglang(\s|$)"), "sglang", "launcher"),
@@ -35,8 +35,8 @@ SERVER_PATTERNS = [
 SPAWN_CHILD = re.compile(r"multiprocessing\.spawn|--multiprocessing-fork")
 """A multiprocessing 'spawn' child before it retitles: under a launcher, a worker from its start."""
 
-TP_RANK = re.compile(r"_TP(\d+)\b")
-DP_RANK = re.compile(r"_DP(\d+)\b")
+TP_RANK = re.compile(r"_TP(\d+)(?!\d)")
+DP_RANK = re.compile(r"_DP(\d+)(?!\d)")
 
 
 def classify_title(argv, runs_dir=None):
