@@ -144,8 +144,7 @@ class LiveBackend:
         tasks = self.__dict__.setdefault("_schema_tasks", {})
         t = tasks.get(host)
         if t is None or (t.done() and (t.cancelled() or t.exception() is not None)):
-            from console.commands.flags import default_cache_dir
-            from console.ops.flags import learn_schema
+            from console.ops.flags import default_cache_dir, learn_schema
 
             command = list((self.cfg or Config()).host(host).server_command)
             t = tasks[host] = asyncio.ensure_future(learn_schema(self.links[host], command, default_cache_dir()))
@@ -190,7 +189,7 @@ class LiveBackend:
         req = LaunchRequest(host=name, command=list(hc.server_command), flags=list(flags), gpus=list(gpus) or [0])
         verdict, text = await lifecycle.memory_verdict(self.links[name], req)
         if verdict is None:
-            return f"not planned: {text}"
+            return text if text.startswith("not planned") else f"not planned: {text}"
         if verdict == "does_not_fit":
             return ("error", f"memory plan: does not fit — {text}")
         if verdict == "tight":

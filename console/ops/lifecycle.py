@@ -215,7 +215,8 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
                                    error=msg)
         pre = info.get("preflight") or []
         st.finish("preflight", "ok", "; ".join([f"{c['name']}: {c['detail']}" for c in pre]
-                                               + [f"memory plan: {verdict or 'skipped'} ({plan_text})"]))
+                                               + [f"memory plan: {verdict or 'skipped'}"
+                                                  + (f" ({plan_text})" if plan_text and plan_text != verdict else "")]))
         await link.follow_log(sid, 0)
         rec = info.get("record")
         watch.rec = rec
