@@ -17,7 +17,8 @@ from pathlib import Path
 
 from console.errors import UserError
 from console.ops.flags import DEFAULT_COMMAND, Flag, FlagSchema, key_flags, learn_schema, parse_help, search
-from console.ops.flag_help import MAX_HELP_CHARS
+from console.ops.flags.help import MAX_HELP_CHARS
+from console.ops.flags.learn import default_cache_dir
 
 HELP = "the host's server flags, learned from its --help"
 
@@ -37,11 +38,6 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
 def configure(p: argparse.ArgumentParser) -> None:
     add_source_options(p)
     p.add_argument("--search", metavar="WORDS", default=None, help="only flags matching these words")
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mtpconsole" / "flags"
 
 
 def command_of(args, fallback: list[str] | None = None) -> list[str]:

@@ -14,8 +14,8 @@ import difflib
 import re
 from dataclasses import dataclass, field
 
-from console.ops.flag_models import Flag, FlagSchema, Problem
-from console.ops.flag_renames import Rename, find_rename
+from console.ops.flags.models import Flag, FlagSchema, Problem
+from console.ops.flags.renames import Rename, find_rename
 from console.remote.hostsecrets import (
     SECRET_FLAGS as SECRET_FLAGS,  # the one list, re-exported
 )

@@ -3,15 +3,15 @@
 These are things argparse accepts but SGLang changes or rejects after parsing (the
 speculative rules, as of 0.5.23 — see docs/sglang-facts.md), and things an operator
 should not do (an unauthenticated API on every interface, secrets in argv). Pure functions
-over argv and a :class:`~console.ops.flag_models.FlagSchema`.
+over argv and a :class:`~console.ops.flags.models.FlagSchema`.
 """
 
 from __future__ import annotations
 
 import re
 
-from console.ops.flag_check import SECRET_FLAGS, Value, resolve
-from console.ops.flag_models import FlagSchema, Problem
+from console.ops.flags.check import SECRET_FLAGS, Value, resolve
+from console.ops.flags.models import FlagSchema, Problem
 
 SPEC_NUMS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
 MAMBA_TRACK_INTERVAL_DEFAULT = 256

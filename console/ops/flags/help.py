@@ -1,4 +1,4 @@
-"""Parse argparse ``--help`` output into a :class:`~console.ops.flag_models.FlagSchema`.
+"""Parse argparse ``--help`` output into a :class:`~console.ops.flags.models.FlagSchema`.
 
 Pure text in, schema out. It reads the usage block (for required flags: an option
 outside any ``[...]``) and every options section (``options:``, ``optional arguments:``,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from console.errors import UserError
-from console.ops.flag_models import Flag, FlagSchema, TypeGuess
+from console.ops.flags.models import Flag, FlagSchema, TypeGuess
 
 MAX_HELP_CHARS = 16 * 1024 * 1024
 """Refuse larger inputs: a real --help is ~150 kB (SGLang 0.5.23, 531 flags)."""

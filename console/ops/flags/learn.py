@@ -20,8 +20,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from console.errors import HostError, UserError
-from console.ops.flag_help import HelpParseError, parse_help
-from console.ops.flag_models import FlagSchema
+from console.ops.flags.help import HelpParseError, parse_help
+from console.ops.flags.models import FlagSchema
 
 HELP_TIMEOUT_S = 120
 VERSION_TIMEOUT_S = 60
@@ -45,6 +45,12 @@ class CachedSchema(BaseModel):
     version: str | None
     learned_at: str
     flag_schema: FlagSchema
+
+
+def default_cache_dir() -> Path:
+    """Where learned schemas are cached: ``$XDG_CACHE_HOME/mtpconsole/flags`` (``~/.cache/...``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mtpconsole" / "flags"
 
 
 def version_command(command: list[str]) -> list[str] | None:

@@ -1,7 +1,7 @@
 """Data models for a server's command-line flags and for problems found in a flag set.
 
 A :class:`FlagSchema` is what a server's ``--help`` says about its flags (parsed by
-:func:`console.ops.flag_help.parse_help`); a :class:`Problem` is one finding of the
+:func:`console.ops.flags.help.parse_help`); a :class:`Problem` is one finding of the
 validator or of the pre-launch notes. Both are frozen pydantic models so they cross the
 CLI ``--json`` boundary and the JSON schema cache unchanged.
 """

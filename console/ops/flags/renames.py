@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from console.ops.flag_models import FlagSchema
+from console.ops.flags.models import FlagSchema
 
 
 class Rename(BaseModel):

@@ -14,18 +14,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.ops.flag_check import SECRET_FLAGS, diff_flags, redact, resolve, validate
-from console.ops.flag_help import HelpParseError, parse_help
-from console.ops.flag_learn import cache_path, learn_schema, server_version, version_command
-from console.ops.flag_models import Flag, FlagSchema, Problem
-from console.ops.flag_notes import security_notes, speculative_notes
-from console.ops.flag_renames import RENAMES, Rename, find_rename
-from console.ops.flag_search import KEY_FLAGS, key_flags, search
+from console.ops.flags.check import SECRET_FLAGS, diff_flags, redact, resolve, validate
+from console.ops.flags.help import HelpParseError, parse_help
+from console.ops.flags.learn import cache_path, default_cache_dir, learn_schema, server_version, version_command
+from console.ops.flags.models import Flag, FlagSchema, Problem
+from console.ops.flags.notes import security_notes, speculative_notes
+from console.ops.flags.renames import RENAMES, Rename, find_rename
+from console.ops.flags.search import KEY_FLAGS, key_flags, search
 
 __all__ = [
     "Flag", "FlagSchema", "Problem", "HelpParseError", "parse_help", "validate", "resolve", "diff_flags",
     "speculative_notes", "security_notes", "check_all", "KEY_FLAGS", "key_flags", "search", "learn_schema",
-    "server_version", "version_command", "cache_path", "RENAMES", "Rename", "find_rename", "SECRET_FLAGS",
+    "server_version", "version_command", "cache_path", "default_cache_dir", "RENAMES", "Rename", "find_rename", "SECRET_FLAGS",
     "redact", "split_launch_command", "DEFAULT_COMMAND",
 ]
 

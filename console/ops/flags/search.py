@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console.ops.flag_models import Flag, FlagSchema
+from console.ops.flags.models import Flag, FlagSchema
 
 KEY_FLAGS: list[str] = [
     "--speculative-algorithm",
