@@ -24,7 +24,7 @@ from textual.style import Style
 from textual.widget import Widget
 
 from console.model import GpuSample, HostSnapshot, ServerProc, SessionView
-from console.ui.format import NA, clean, gpu_list, na, short
+from console.ui.format import NA, clean, gpu_list, hms, na, short
 from console.ui.widgets.badge import BADGE_KINDS, badge_for
 
 BAR = 16
@@ -89,6 +89,10 @@ def detail_line(s: SessionView | None) -> Content:
             line=short(clean(s.line or "no decisive log line"), 300),
             hint=f"\nhint: {short(clean(s.hint), 300)}" if s.hint else "",
         )
+    if s.state == "stopped":
+        return Content(f"stopped by {s.stopped_by or 'an operator'} at {hms(s.ended_at)}")
+    if s.pending:
+        return Content("launch request sent: waiting for the host to start it")
     m = s.metrics
     if m is None or s.state not in ("ready", "foreign"):
         return Content(f"log: {short(clean(s.line), 300)}" if s.line else "")
