@@ -43,9 +43,9 @@ async def run(args) -> int:
         print(json.dumps(redact_obj([v.model_dump(mode="json") for v in views]), indent=2))
         return 0
     if not views:
-        print(f"{link.name}: no sessions")
+        print(f"{term(link.name)}: no sessions")
     for v in views:
-        what = v.session_id or f"foreign pid {v.launcher_pid}"
+        what = term(v.session_id or f"foreign pid {v.launcher_pid}")
         extra = f" {v.cause}: {v.line}" if v.state == "failed" and v.cause else ""
         print(f"{what:<36} {v.state.upper():<10} GPU {','.join(map(str, v.gpus)) or '-':<5} "
               f"port {v.port or '-':<6} {term(v.flags_summary + extra)}")

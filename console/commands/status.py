@@ -32,7 +32,7 @@ def snapshot_json(snap: HostSnapshot) -> dict:
 
 async def run(args) -> int:
     async with connect_hosts(args, require=False) as links:
-        snaps = await asyncio.gather(*(_one(l, args.timeout) for l in links))
+        snaps = await asyncio.gather(*(_one(lk, args.timeout) for lk in links))
     ok = all(s.connection.state == "connected" for s in snaps)
     if args.json:
         print(json.dumps({"hosts": [snapshot_json(s) for s in snaps]}, indent=2))
@@ -47,7 +47,7 @@ def render_text(s: HostSnapshot) -> str:
     from console.commands._ops import term
     from console.redact import redact_argv
 
-    lines = [f"{s.name}: {c.state}" + (f" ({c.rtt_ms:.0f} ms)" if c.rtt_ms is not None else "")
+    lines = [f"{term(s.name)}: {c.state}" + (f" ({c.rtt_ms:.0f} ms)" if c.rtt_ms is not None else "")
              + (f" — {term(c.error)}" if c.error else "")]
     if c.state != "connected":
         return lines[0]
@@ -63,5 +63,5 @@ def render_text(s: HostSnapshot) -> str:
         lines.append(f"  pid {p.pid} [{p.role}] {term(' '.join(redact_argv(p.argv)))[:100]}")
     for ss in s.sessions:
         state = "ended" if ss.exit else ("alive" if ss.server_alive else "starting")
-        lines.append(f"  session {ss.session_id}: {state}")
+        lines.append(f"  session {term(ss.session_id)}: {state}")
     return "\n".join(lines)

@@ -20,6 +20,27 @@ from console.errors import HostError, HostKeyError, UserError
 _SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^:@\s\[\]]+)(?::(?P<port>\d{1,5}))?$")
 
 
+_OPENSSH_REFUSES = set("'`\"$\\;&<>|(){},")
+"""Characters OpenSSH refuses in a host or user name given on its command line ("hostname contains
+invalid characters"), besides whitespace and control characters: a ProxyCommand's ``%h`` is expanded
+into a shell line, so such a name would reach that shell."""
+_PATTERN_CHARS = set("*?!")
+"""SSH config pattern characters: a host is one name, never a pattern."""
+
+
+def invalid_host_chars(text: str) -> str:
+    """The characters of ``text`` a host name may not hold (shown escaped), or ``""`` when it is fine.
+
+    Refused: what OpenSSH refuses (see ``_OPENSSH_REFUSES``), whitespace, control characters (an escape
+    sequence in a name would drive the operator's terminal), other unprintable characters, and patterns.
+    """
+    bad = []
+    for c in text:
+        if (c in _OPENSSH_REFUSES or c in _PATTERN_CHARS or c.isspace() or not c.isprintable()) and c not in bad:
+            bad.append(c)
+    return " ".join(repr(c) for c in bad)
+
+
 class HostSpec(BaseModel):
     """A parsed ``--host`` value."""
 
@@ -37,8 +58,11 @@ def parse_host_spec(text: str) -> HostSpec:
     t = text.strip()
     if t == "local":
         return HostSpec(name="local", local=True)
-    if not t or any(c in t for c in "\0\n\r \t;|&$`'\"\\") or t.startswith("-"):
+    if not t or t.startswith("-"):
         raise UserError(f"invalid host {text!r}: expected an SSH alias, user@host[:port] or 'local'")
+    bad = invalid_host_chars(t)
+    if bad:
+        raise UserError(f"invalid host {text!r}: hostname contains invalid characters ({bad})")
     m = _SPEC.match(t)
     if not m:
         raise UserError(f"invalid host {text!r}: expected an SSH alias, user@host[:port] or 'local'")
