@@ -170,6 +170,8 @@ class SessionInfo(Frozen):
     spec: LaunchSpec | None = None
     record: SupervisorRecord | None = None
     exit: ExitRecord | None = None
+    acknowledged_at: float | None = None
+    """When an operator acknowledged this ended session (``ack.json`` in its run directory)."""
     log_size: int = 0
     server_alive: bool = False
     supervisor_alive: bool = False
@@ -381,6 +383,8 @@ class SessionView(Frozen):
     """For a STOPPED session: who stopped it ("this console", "an operator"), when known."""
     acknowledged: bool = False
     """The operator acknowledged this ended session: it is history, no GPU's current session."""
+    acknowledged_at: float | None = None
+    """When the acknowledgement was recorded in the run directory (any console), if it was."""
     pending: bool = False
     """A launch request sent by this console whose run directory the host has not reported yet."""
 
@@ -403,10 +407,16 @@ class HostEvent(Frozen):
 
     at: float
     host: str
-    kind: Literal["foreign_appeared", "foreign_vanished", "launch_refused", "session_stopped", "session_failed"]
+    kind: Literal["foreign_appeared", "foreign_vanished", "launch_refused", "session_stopped", "session_failed",
+                  "launched", "ready", "exited", "oom_kill", "health_flap", "stop_requested", "acknowledged",
+                  "orphan", "action"]
     text: str
     session_id: str | None = None
     gpus: list[int] = Field(default_factory=list)
+    pid: int | None = None
+    """The process concerned when there is no session (a foreign server, an orphan, an OOM-killed pid)."""
+    source: str = "console"
+    """Where it was learned: "console" (this console saw it), "run_dir", "exit_record", "kernel_log", "audit"."""
 
 
 class PendingLaunch(Frozen):
@@ -461,3 +471,5 @@ class KillTarget(Frozen):
     session_id: str | None = None
     pid: int | None = None
     start_ticks: int | None = None
+    port: int | None = None
+    """A port the target is known to hold (e.g. an orphan holding its dead session's port): checked closed."""
