@@ -330,6 +330,9 @@ class HostSnapshot(Frozen):
     servers: list[ServerProc] = Field(default_factory=list)
     sessions: list[SessionInfo] = Field(default_factory=list)
     agent_tick_ms: float | None = None
+    gpu_sampled_at: float | None = None
+    """When the GPU figures were taken on the host (sampled off the agent's loop: may be older than
+    ``sampled_at`` when the driver or nvidia-smi is slow; ``gpu_error`` then says so)."""
 
     def age_s(self, now: float) -> float | None:
         return None if self.received_at is None else max(0.0, now - self.received_at)

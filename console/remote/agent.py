@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 
-from .gpus import open_gpu_source
+from .gpus import GpuSampler, open_gpu_source
 from .hostlib import (
     AGENT_VERSION,
     CLK_TCK,
@@ -51,9 +51,17 @@ from .procscan import ProcScanner
 from .runs import SessionStore
 from .watch import ExitWatcher
 
+GPU_STALL_S = 5.0
+"""A GPU sample in flight longer than this (or 3 intervals) is reported as not answering."""
+
 
 class Agent(object):
     """The agent's state and ops; ``run`` is its loop. ``sources`` are the shipped modules (for the supervisor)."""
+
+    GPU_WAIT_S = 0.5
+    """A tick waits at most this long (the loop stays live) for the GPU sample it asked for."""
+    SNAPSHOT_GPU_WAIT_S = 2.0
+    """A ``snapshot`` request waits at most this long for a fresh GPU sample."""
 
     SLOW_OPS = ("launch", "http_get", "run", "port_open", "port_owner", "read_file")
     """Ops answered from a thread: they may block (network, subprocesses, the launch lock)."""
@@ -78,7 +86,12 @@ class Agent(object):
         self.procs = ProcScanner(self.runs_dir, sim_scope)
         self.logs = LogFollower(self.runs_dir, self.send)
         self.launcher = Launcher(self.runs_dir, cfg.get("launch_env"), sources, self)
-        self.last_gpus = []
+        # GPUs are sampled in a worker thread: a hung driver or nvidia-smi never blocks this loop
+        self.sampler = GpuSampler(self.gpu, self._wake, stall_s=max(float(cfg.get("gpu_stall_s") or GPU_STALL_S),
+                                                                     3 * self.interval))
+        self.tick_gen = None  # the GPU sample generation the pending tick waits for
+        self.tick_due = 0.0  # when the pending tick goes out with the GPU data it has
+        self.snapshots = []  # [(request id, generation, deadline, perf_counter at request)]
         self.stop = False
         self.next_tick = 0.0
         self.tick_ms = None
@@ -115,14 +128,29 @@ class Agent(object):
         except OSError:
             pass
 
+    def _wake(self):
+        try:
+            os.write(self.wake_w, b"g")
+        except OSError:
+            pass
+
     def run(self):
         threading.Thread(target=self.reader, name="stdin", daemon=True).start()
         while not self.stop:
             t = now()
-            if t >= self.next_tick:
-                self.tick()
+            if self.tick_gen is None and t >= self.next_tick:
+                self.tick_gen = self.sampler.request()
+                self.tick_due = t + min(self.GPU_WAIT_S, self.interval / 2.0)
                 self.next_tick = t + self.interval
+            if self.tick_gen is not None and (self.sampler.done(self.tick_gen) or now() >= self.tick_due):
+                self.tick_gen = None
+                self.tick()
+            self.answer_snapshots()
             timeout = self.next_tick - now()
+            if self.tick_gen is not None:
+                timeout = min(timeout, self.tick_due - now())
+            for _, _, deadline, _ in self.snapshots:
+                timeout = min(timeout, deadline - now())
             if self.watcher.pending:
                 timeout = min(timeout, 0.005)
             elif self.logs or self.watcher.polling():
@@ -160,7 +188,10 @@ class Agent(object):
                 self.send({"type": "error", "message": "bad request: %s" % e})
                 continue
             fn = getattr(self, "op_" + str(op), None)
-            if fn is None:
+            if op == "snapshot":  # answered by the loop once the GPU sample it asks for is in
+                self.snapshots.append((rid, self.sampler.request(), now() + self.SNAPSHOT_GPU_WAIT_S,
+                                       time.perf_counter()))
+            elif fn is None:
                 self.reply(rid, False, error="unknown op %r" % op)
             elif op in self.SLOW_OPS:
                 threading.Thread(target=self.call, args=(fn, rid, args), daemon=True).start()
@@ -189,28 +220,33 @@ class Agent(object):
         sample["tick_ms"] = round(self.tick_ms, 3)
         self.send({"type": "sample", "data": sample})
 
-    def sample_gpus(self):
-        """(gpus, error) sampled now; a failing source is an error value, never an exception."""
-        try:
-            gpus, err = self.gpu.sample(), self.gpu.error
-        except Exception as e:
-            gpus, err = [], "GPU sampling failed: %s" % e
-        self.last_gpus = gpus
-        return gpus, err
+    def answer_snapshots(self):
+        """Reply to ``snapshot`` requests whose GPU sample is in (or whose wait ran out)."""
+        if not self.snapshots:
+            return
+        t = now()
+        ready = [s for s in self.snapshots if self.sampler.done(s[1]) or t >= s[2]]
+        if not ready:
+            return
+        self.snapshots = [s for s in self.snapshots if s not in ready]
+        sample = self.take_sample()
+        for rid, _, _, t0 in ready:
+            sample["tick_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
+            self.reply(rid, True, sample)
 
     def current_gpus(self):
-        """The last GPU sample, taken now if there is none yet (for a launch's preflight)."""
-        if self.gpu.name == "none" or not self.last_gpus:
-            return self.sample_gpus()
-        return self.last_gpus, self.gpu.error
+        """A fresh GPU sample for a launch's preflight (called from the launch thread, never the loop)."""
+        self.sampler.wait(self.sampler.request(), self.sampler.stall_s + 5.0)
+        gpus, err, _ = self.sampler.latest()
+        return gpus, err
 
     def take_sample(self):
-        gpus, err = self.sample_gpus()
+        gpus, err, gpus_at = self.sampler.latest()
         sessions = self.sessions.scan()
         return {
             "sampled_at": now(), "gpu_source": self.gpu.name if gpus or not err else "none",
-            "gpu_error": err, "gpus": gpus, "servers": self.procs.scan(gpus, sessions),
-            "sessions": self.sessions.visible(sessions),
+            "gpu_error": err, "gpus": gpus, "gpu_sampled_at": gpus_at,
+            "servers": self.procs.scan(gpus, sessions), "sessions": self.sessions.visible(sessions),
         }
 
     # -- ops
@@ -224,12 +260,6 @@ class Agent(object):
 
     def op_ping(self):
         return now()
-
-    def op_snapshot(self):
-        t0 = time.perf_counter()
-        s = self.take_sample()
-        s["tick_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
-        return s
 
     def op_set_interval(self, interval):
         self.interval = max(0.05, float(interval))
@@ -294,6 +324,10 @@ class Agent(object):
             raise OpError("%r timed out after %ss" % (argv[0], timeout))
         return {"rc": p.returncode, "stdout": p.stdout.decode("utf-8", "replace")[-4 << 20:],
                 "stderr": p.stderr.decode("utf-8", "replace")[-1 << 20:]}
+
+    def op_ack(self, session_id, by=None):
+        """An operator acknowledged an ended session: ``ack.json`` in its run directory (see runs.py)."""
+        return self.sessions.acknowledge(session_id, by)
 
     def op_vmstat(self):
         return {"oom_kill": read_oom_kill()}

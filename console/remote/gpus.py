@@ -8,6 +8,8 @@ dicts (see ``console.model.GpuSample``); a failure of one field is a value in ``
 import random
 import shutil
 import subprocess
+import threading
+import time
 
 from .hostlib import proc_comm
 
@@ -90,6 +92,14 @@ class NvmlGpus(object):
         return out
 
 
+SMI_TIMEOUT_S = 10.0
+"""How long one nvidia-smi query may take before it is killed (it runs off the agent's loop)."""
+
+
+class SmiError(Exception):
+    """nvidia-smi failed: the message says how, in its own words where it printed any."""
+
+
 SMI_GPU_FIELDS = "index,uuid,name,power.draw,power.limit,utilization.gpu,memory.used,memory.total,temperature.gpu"
 SMI_APP_FIELDS = "pid,process_name,used_memory,gpu_uuid"
 
@@ -150,16 +160,38 @@ class SmiGpus(object):
     name = "nvidia-smi"
     error = None
 
-    def __init__(self, exe):
+    def __init__(self, exe, timeout=SMI_TIMEOUT_S):
         self.exe = exe
+        self.timeout = timeout
 
     def _run(self, query):
-        return subprocess.run([self.exe, query, "--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=10, check=False).stdout.decode("utf-8", "replace")
+        """stdout of one query; a non-zero exit, a timeout or an unstartable binary is an SmiError that
+        carries nvidia-smi's own words (its stderr, else its stdout: it prints driver errors there)."""
+        try:
+            p = subprocess.run([self.exe, query, "--format=csv,noheader,nounits"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise SmiError("nvidia-smi did not answer within %g s" % self.timeout)
+        except OSError as e:
+            raise SmiError("cannot run nvidia-smi: %s" % (e.strerror or e))
+        out = p.stdout.decode("utf-8", "replace")
+        if p.returncode != 0:
+            said = (p.stderr.decode("utf-8", "replace").strip() or out.strip()).splitlines()
+            raise SmiError("nvidia-smi failed (exit %s): %s" % (
+                p.returncode, " | ".join(said)[-300:] if said else "no output"))
+        return out
 
     def sample(self):
-        gpus = parse_smi_gpus(self._run("--query-gpu=" + SMI_GPU_FIELDS))
-        return parse_smi_apps(self._run("--query-compute-apps=" + SMI_APP_FIELDS), gpus)
+        text = self._run("--query-gpu=" + SMI_GPU_FIELDS)
+        gpus = parse_smi_gpus(text)
+        if not gpus and text.strip():
+            raise SmiError("nvidia-smi printed no GPU line this agent can read: %r" % text.strip()[:200])
+        try:
+            return parse_smi_apps(self._run("--query-compute-apps=" + SMI_APP_FIELDS), gpus)
+        except SmiError as e:  # the GPUs are known; only their process lists are not
+            for g in gpus:
+                g["errors"]["procs"] = str(e)
+            return gpus
 
 
 class SimGpus(object):
@@ -216,3 +248,80 @@ def open_gpu_source(kind, sim_dir, sim_src=None):
     if kind == "none":
         reasons.append("GPU sampling disabled")
     return NoGpus("no GPU information: " + "; ".join(reasons))
+
+
+class GpuSampler(object):
+    """Samples a GPU source in a worker thread, so a slow or hung driver never blocks the agent's loop.
+
+    ``request()`` asks for a new sample (ignored while one is in flight); ``latest()`` returns the
+    last result at once: ``(gpus, error, sampled_at)``, with an error saying so when the sample in
+    flight has taken longer than ``stall_s``. ``on_done`` is called (from the worker) after each sample.
+    """
+
+    def __init__(self, source, on_done=None, stall_s=5.0):
+        self.source = source
+        self.on_done = on_done
+        self.stall_s = stall_s
+        self.cond = threading.Condition()
+        self.gpus, self.error, self.sampled_at = [], None, None
+        self.generation = 0  # count of finished samples
+        self.wanted = False
+        self.busy_since = None
+        self.thread = None
+
+    def _work(self):
+        while True:
+            with self.cond:
+                while not self.wanted:
+                    self.cond.wait()
+                self.wanted = False
+                self.busy_since = time.time()
+            try:
+                gpus, err = self.source.sample(), self.source.error
+            except Exception as e:
+                gpus, err = [], "GPU sampling failed: %s" % (str(e) or type(e).__name__)
+            with self.cond:
+                self.gpus, self.error, self.sampled_at = gpus, err, time.time()
+                self.generation += 1
+                self.busy_since = None
+                self.cond.notify_all()
+            if self.on_done is not None:
+                self.on_done()
+
+    def request(self):
+        """Ask for a fresh sample; returns the generation that will hold it."""
+        with self.cond:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._work, name="gpu-sampler", daemon=True)
+                self.thread.start()
+            if self.busy_since is None:  # else the sample in flight is the fresh one
+                self.wanted = True
+                self.cond.notify_all()
+            return self.generation + 1
+
+    def done(self, generation):
+        """True once the sample of ``generation`` (from ``request``) finished."""
+        with self.cond:
+            return self.generation >= generation
+
+    def wait(self, generation, timeout):
+        """Block (not on the agent's loop) until ``generation`` finished or ``timeout`` passed."""
+        deadline = time.time() + timeout
+        with self.cond:
+            while self.generation < generation:
+                left = deadline - time.time()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+            return True
+
+    def latest(self):
+        """(gpus, error, sampled_at) of the last finished sample, flagged when the next one is stuck."""
+        with self.cond:
+            gpus, err, at, busy = self.gpus, self.error, self.sampled_at, self.busy_since
+        if busy is not None and time.time() - busy > self.stall_s:
+            stuck = "GPU sampling (%s) has not answered for %.0f s" % (self.source.name, time.time() - busy)
+            err = stuck + ("; " + err if err else "")
+        elif at is None and busy is not None:
+            err = err or "GPU sampling (%s) in progress" % self.source.name
+        return gpus, err, at

@@ -407,7 +407,8 @@ class HostLink:
                 name=self.name, connection=conn, sampled_at=s.get("sampled_at"), received_at=self.received_at,
                 hostname=(self.hello or {}).get("hostname"), gpu_source=s.get("gpu_source", "none"),
                 gpu_error=s.get("gpu_error"), gpus=s.get("gpus", []), servers=s.get("servers", []),
-                sessions=s.get("sessions", []), agent_tick_ms=s.get("tick_ms"))
+                sessions=s.get("sessions", []), agent_tick_ms=s.get("tick_ms"),
+                gpu_sampled_at=s.get("gpu_sampled_at"))
         except ValidationError as e:
             snap = HostSnapshot(name=self.name, connection=conn.model_copy(
                 update={"error": f"agent sent an invalid sample: {e.errors()[0]['msg']}"}))

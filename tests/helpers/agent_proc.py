@@ -1,0 +1,85 @@
+"""A real agent process bootstrapped exactly as the console does it, for the agent's own tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from console.remote.protocol import BOOTSTRAP, shipped_payload
+
+FAKE_NVML = Path(__file__).resolve().parents[1] / "gpu" / "fake_nvml"
+
+
+class AgentProc:
+    """``python -c BOOTSTRAP`` with the shipped modules and ``cfg``; messages read with a deadline."""
+
+    def __init__(self, cfg: dict[str, Any], env: dict[str, str] | None = None):
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.p = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, env=full_env)
+        assert self.p.stdin is not None and self.p.stdout is not None
+        self.p.stdin.write((json.dumps(shipped_payload()) + "\n" + json.dumps(cfg) + "\n").encode())
+        self.p.stdin.flush()
+        os.set_blocking(self.p.stdout.fileno(), False)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.p.stdout, selectors.EVENT_READ)
+        self.buf = b""
+        self.seen: list[tuple[float, dict]] = []
+        self.ids = 0
+
+    def _lines(self, timeout: float) -> list[dict]:
+        out = []
+        if self.sel.select(max(0.0, timeout)):
+            chunk = os.read(self.p.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
+            if not chunk:
+                raise AssertionError("the agent closed its stdout")
+            self.buf += chunk
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            msg = json.loads(line)
+            self.seen.append((time.monotonic(), msg))
+            out.append(msg)
+        return out
+
+    def read_until(self, pred: Callable[[dict], bool], timeout: float = 5.0) -> tuple[dict, float]:
+        """The first message matching ``pred`` (and when it was read); AssertionError at the deadline."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for msg in self._lines(deadline - time.monotonic()):
+                if pred(msg):
+                    return msg, time.monotonic()
+        raise AssertionError(f"message not seen within {timeout}s")
+
+    def request(self, op: str, timeout: float = 10.0, **args: Any) -> dict:
+        """Send one request and return its reply."""
+        self.ids += 1
+        rid = self.ids
+        assert self.p.stdin is not None
+        self.p.stdin.write((json.dumps({"id": rid, "op": op, "args": args}) + "\n").encode())
+        self.p.stdin.flush()
+        msg, _ = self.read_until(lambda m: m.get("type") == "reply" and m.get("id") == rid, timeout)
+        return msg
+
+    def close(self) -> None:
+        try:
+            assert self.p.stdin is not None
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.p.wait(5)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait(5)
+
+
+def start_ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2:].split()[19])
