@@ -166,6 +166,8 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             ended_at=s.exit.ended_at if s.exit else None,
             log_path=os.path.join(s.run_dir, "output.log"),
             replaces=spec.replaces if spec else None,
+            acknowledged=s.acknowledged_at is not None and state in ("failed", "stopped"),
+            acknowledged_at=s.acknowledged_at,
             stopped_by="an operator" if state == "stopped" and s.exit and s.exit.stopped_by_operator else None))
     # foreign launchers and orphaned workers
     procs_by_pid = {p.pid: p for p in snap.servers}

@@ -30,6 +30,8 @@ RUN_STOP_REQUEST = "stop-request.json"
 RUN_EXIT = "exit.json"
 RUN_EXITS = "exits.jsonl"
 """One JSON line per process of the session that ended (pid, role, GPU, code or signal, oom_kill delta)."""
+RUN_ACK = "ack.json"
+"""Written by the agent's ``ack`` op: an operator acknowledged the ended session ({at, by})."""
 
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 """What a session id may be (also a directory name under the runs dir): nothing else reaches a path."""

@@ -38,6 +38,7 @@ Console -> agent (requests)
 ``read_file {path, max_bytes}`` -> {data}
 ``run {argv, timeout, env?}``  -> {rc, stdout, stderr} (argv executed without a shell)
 ``vmstat``                    -> {oom_kill}
+``ack {session_id, by?}``     -> SessionInfo ; writes ``ack.json`` in an ended session's run directory
 
 Agent -> console (pushed)
 -------------------------
@@ -55,6 +56,7 @@ Run directory (``<runs_dir>/<session_id>/``)
 ``supervisor.log``  the supervisor's own diagnostics
 ``stop-request.json`` written by the console's kill before signalling (marks "stopped by operator")
 ``exit.json``       ExitRecord, written atomically by the supervisor after the server ended
+``ack.json``        {at, by}: an operator acknowledged the ended session (written once, by the ``ack`` op)
 ``exits.jsonl``     one line per process of the session that ended (pid, role, GPU, exit code or
                     signal, time, oom_kill delta), appended by the supervisor and the agent
 """

@@ -8,14 +8,19 @@ final and never read again.
 import os
 
 from .hostlib import (
+    RUN_ACK,
     RUN_EXIT,
     RUN_EXITS,
     RUN_LOG,
     RUN_RECORD,
     RUN_SPEC,
     RUN_STOP_REQUEST,
+    SESSION_ID_RE,
+    OpError,
+    atomic_write_json,
     load_json,
     load_json_lines,
+    now,
     proc_alive,
 )
 
@@ -58,7 +63,10 @@ class SessionStore(object):
             d = os.path.join(self.runs_dir, sid)
             c = self.cache.get(sid)
             if c is not None and c.get("final"):
-                out[sid] = c  # ended, and nothing of it runs: its files no longer change
+                if c.get("acknowledged_at") is None and os.path.exists(os.path.join(d, RUN_ACK)):
+                    ack = load_json(os.path.join(d, RUN_ACK))  # another console acknowledged it
+                    c["acknowledged_at"] = ack.get("at") if isinstance(ack, dict) else None
+                out[sid] = c  # ended, and nothing of it runs: its files no longer change (but ack.json)
                 continue
             if c is None:
                 if not os.path.isdir(d):
@@ -70,6 +78,8 @@ class SessionStore(object):
                 c["record"] = load_json(os.path.join(d, RUN_RECORD))
             if c["exit"] is None:
                 c["exit"] = load_json(os.path.join(d, RUN_EXIT))
+            ack = load_json(os.path.join(d, RUN_ACK))
+            c["acknowledged_at"] = ack.get("at") if isinstance(ack, dict) else None
             try:
                 c["log_size"] = os.stat(os.path.join(d, RUN_LOG)).st_size
             except OSError:
@@ -88,6 +98,29 @@ class SessionStore(object):
         self.cache = dict((k, v) for k, v in self.cache.items() if k in out)
         self.cache.update(out)
         return out
+
+    def acknowledge(self, session_id, by=None):
+        """Record that an operator acknowledged the ended session ``session_id`` (``ack.json``).
+
+        Only an ended session can be acknowledged (a live one is no failure to dismiss); a second
+        acknowledgement keeps the first one's time. Returns the session as scanned.
+        """
+        if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
+            raise OpError("bad session id %r" % (session_id,))
+        d = self.run_dir(session_id)
+        if not os.path.isdir(d):
+            raise OpError("no session %s in %s" % (session_id, self.runs_dir))
+        self.forget(session_id)
+        cur = self.scan().get(session_id) or {}
+        ended = cur.get("exit") or (cur.get("record") and not cur.get("server_alive")
+                                    and not cur.get("supervisor_alive"))
+        if not ended:
+            raise OpError("session %s has not ended: nothing to acknowledge (kill it first)" % session_id)
+        path = os.path.join(d, RUN_ACK)
+        if load_json(path) is None:
+            atomic_write_json(path, {"at": now(), "by": str(by or "")[:200]})
+        self.forget(session_id)
+        return self.scan().get(session_id)
 
     def forget(self, session_id):
         self.cache.pop(session_id, None)
