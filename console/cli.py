@@ -29,6 +29,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "flags": ("console.commands.flags", "the host's server flags, learned from its --help"),
     "check": ("console.commands.check", "validate a flag set against the host's server"),
     "plan": ("console.commands.plan", "estimate GPU memory for a model and flags: fits / tight / does not fit"),
+    "orphans": ("console.commands.orphans", "find orphaned server workers and GPU memory holders; --kill PID"),
+    "events": ("console.commands.events", "what happened on a host: exits, OOM kills, READY, actions, with times"),
+    "ack": ("console.commands.ack", "acknowledge an ended (failed) session: its GPU reads IDLE"),
     "load": ("console.commands.load", "send concurrent requests to a server (demo load generator)"),
 }
 
