@@ -461,6 +461,7 @@ async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: floa
         start = p.start_ticks
         pgid = p.pgid if p.pgid == p.pid else None
         port = server_port(p.argv) if p.role == "launcher" else None
+    port = port or target.port
     members = _members(snap, target.model_copy(update={"pid": pid}), pgid)
     for m in members:
         gpus.extend(m.gpu_mem_mib)
