@@ -30,6 +30,9 @@ ProblemKind = Literal[
     "security",
 ]
 Severity = Literal["error", "warning"]
+ActionKind = Literal["store", "store_true", "store_false", "store_const", "append", "append_const", "count",
+                     "boolean_optional", "help", "version", "other"]
+"""What an option does when given, as argparse's action classes do it (None on a Flag = inferred)."""
 
 
 class Flag(BaseModel):
@@ -57,11 +60,50 @@ class Flag(BaseModel):
     negatable: bool = False
     help: str = ""
     group: str | None = None
+    dest: str | None = None
+    """argparse's ``dest`` (the key of the parsed namespace); None = derived from the names."""
+    action: ActionKind | None = None
+    """argparse's action; None = inferred (a value: store, ``--no-x`` alias: boolean_optional, else store_true)."""
+    hidden: bool = False
+    """Hidden from ``--help`` (``help=SUPPRESS``) but accepted by the parser."""
+    type_name: str | None = None
+    """The value converter's ``__name__`` as argparse names it in errors (``int``, ``float``, ``loads``)."""
+    const: str | None = None
+    """What a store_const/append_const action stores, or an ``nargs='?'`` flag given without a value."""
 
     @property
     def option_strings(self) -> list[str]:
         """The name and every alias, in the order argparse registered them."""
         return [self.name, *self.aliases]
+
+    @property
+    def dest_name(self) -> str:
+        """``dest``, or argparse's rule: the first long option string without ``--``, ``-`` -> ``_``."""
+        if self.dest:
+            return self.dest
+        first = next((s for s in self.option_strings if s.startswith("--")), self.name)
+        return first.lstrip("-").replace("-", "_")
+
+    @property
+    def action_kind(self) -> ActionKind:
+        """``action``, or inferred from what ``--help`` shows."""
+        if self.action is not None:
+            return self.action
+        if self.name in ("-h", "--help"):
+            return "help"
+        if self.takes_value:
+            return "store"
+        if self.negatable:
+            return "boolean_optional"
+        return "store_true"
+
+    @property
+    def argparse_nargs(self) -> str | int | None:
+        """``nargs`` as argparse holds it: 0 for a switch, ``"..."`` as REMAINDER."""
+        if self.action_kind in ("store_true", "store_false", "store_const", "append_const", "count",
+                                "boolean_optional", "help", "version"):
+            return 0
+        return self.nargs
 
 
 class FlagSchema(BaseModel):
@@ -85,6 +127,13 @@ class FlagSchema(BaseModel):
             for s in f.option_strings:
                 index.setdefault(s, f)
         self._index = index
+
+    def by_dest(self, dest: str) -> Flag | None:
+        """The flag that stores into ``dest`` (first one declared)."""
+        for f in self.flags:
+            if f.dest_name == dest:
+                return f
+        return None
 
     def get(self, option: str) -> Flag | None:
         """The flag whose name or alias is exactly ``option`` (``--model`` -> ``--model-path``)."""
