@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from textual.widgets import Button, Input, Static, Switch
 
-from console.model import AuditEntry, HostView, KillTarget, OperationResult
+from console.model import AuditEntry, HostView, KillTarget, OperationResult, Step
 from console.ui.flag_values import split_argv
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
 from console.ui.widgets.gpu_panel import GpuPanel
+from console.ui.widgets.host_header import HostHeader
+from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
 from ui_fakes import ARGV, FAILED_LOG, NOW, FakeBackend, frozen_app, view_a, view_idle
@@ -238,7 +240,7 @@ async def test_host_unreachable_ui_stays_responsive():
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert badge(app, "host-a", 0) == "READY"
-        await focus_gpu(app, pilot, 2)
+        await focus_gpu(app, pilot, 0)
         await pilot.press("k")
         await settle(pilot)
         await pilot.click("#confirm")
@@ -416,12 +418,16 @@ async def test_form_hooks_get_the_host_and_a_plan_error_needs_force():
         assert req.force and req.gpus == [1]
 
 
-async def test_launch_refused_before_start_shows_failed_on_the_gpu():
+async def test_launch_refused_before_start_creates_no_session():
+    """Bug 3: a refused launch (here the memory preflight) leaves the GPU as it was, shows the refusal in
+    the steps view and as a toast, and no fake FAILED entry appears anywhere."""
     be = FakeBackend([view_idle()])
 
     async def refuse(req, on_steps):
         be.calls.append(("launch", req))
-        return OperationResult(op="launch", host=req.host, ok=False, state="failed", cause="gpu_oom",
+        steps = [Step(name="preflight", state="failed", evidence="memory plan: does not fit — no room for the KV cache")]
+        on_steps(steps)
+        return OperationResult(op="launch", host=req.host, ok=False, state="failed", cause="gpu_oom", steps=steps,
                                error="memory plan: does not fit — no room for the KV cache", hint="lower it")
     be.launch = refuse
     app = frozen_app(be)
@@ -432,12 +438,24 @@ async def test_launch_refused_before_start_shows_failed_on_the_gpu():
         await settle(pilot)
         await submit_form(app, pilot)
         await settle(pilot)
-        assert badge(app, "host-a", 1) == "FAILED: gpu_oom" and badge(app, "host-a", 0) == "IDLE"
-        assert "not started: memory plan: does not fit" in panel(app, "host-a", 1).body.plain
-        await pilot.press("e")  # nothing to kill: edit its flags and launch them
-        await settle(pilot)
-        assert isinstance(app.screen, FlagForm) and "launch again" in app.screen.title_text
+        assert badge(app, "host-a", 1) == "IDLE" and badge(app, "host-a", 0) == "IDLE"
+        assert "no server" in panel(app, "host-a", 1).body.plain
+        assert "FAILED" not in header(app) and "IDLE 2" in header(app)
+        assert str(app.query_one(".host-note", Static).render()) == ""
+        steps = app.query_one(StepsView)
+        assert not steps.result.ok and steps.steps[0].state == "failed"
+        assert any("launch refused, nothing started: memory plan: does not fit" in n for n in notes(app))
+        await pilot.press("k")
+        await settle(pilot, 1)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert "nothing is running on host-a GPU 1" in notes(app)[-1]
         be.launch = FakeBackend.launch.__get__(be)
+        await pilot.press("l")
+        await settle(pilot)
         await submit_form(app, pilot)
         await settle(pilot)
         assert badge(app, "host-a", 1) == "READY"
+
+
+def header(app, host: str = "host-a") -> str:
+    return next(s for s in app.query(HostSection) if s.host == host).query_one(HostHeader).render().plain

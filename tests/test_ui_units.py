@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from console.ui.flag_values import FlagValues, field_errors, flag_diff, from_argv, split_argv
 from console.ui.format import MAX_LINE, age_text, clean
 from console.ui.widgets.badge import badge_for, staleness
-from console.ui.widgets.host_section import session_for_gpu
+from console.ops.current import current_by_gpu
 from ui_fakes import ARGV, NOW, failed, foreign, ready, session, snapshot
 
 
@@ -65,7 +65,10 @@ def test_badge_for(sess, snap_kw, want):
     assert badge_for(sess, snapshot(**snap_kw), NOW, 1.0) == want
 
 
-def test_session_for_gpu_prefers_live_sessions():
+def test_current_session_prefers_a_launch_then_live_sessions():
+    def session_for_gpu(sessions, idx):
+        return current_by_gpu(sessions, [idx])[0].session
+
     old = failed(gpus=(0,), sid="s-old")
     live = session("launching", "s-live", [0], step=2)
     assert session_for_gpu([old, live, ready()], 0).session_id == "s-live"
@@ -178,13 +181,13 @@ def test_form_hook_helpers():
 
 
 def test_zombie_foreign_servers_are_not_shown():
-    from console.ui.widgets.host_section import live_sessions
-    from ui_fakes import proc
+    from console.ops.sessions import derive_views
+    from ui_fakes import proc, snapshot
 
-    z = proc(5150, ["python"], None, {3: 0}).model_copy(update={"state": "Z"})
-    f, r = foreign(), ready()
-    assert live_sessions([f, r], {5150: z}) == [r]
-    assert live_sessions([f, r], {5150: z.model_copy(update={"state": "S"})}) == [f, r]
+    z = proc(5150, ["python", "-m", "sglang.launch_server"], None, {3: 0}).model_copy(update={"state": "Z"})
+    assert derive_views(snapshot(servers=[z]), {}, NOW) == []  # a zombie is not a server
+    assert [v.state for v in derive_views(snapshot(servers=[z.model_copy(update={"state": "S"})]), {}, NOW)] \
+        == ["foreign"]
 
 
 async def test_live_backend_form_hooks(tmp_path, monkeypatch):

@@ -9,8 +9,9 @@ from typing import Callable
 
 from console.model import (
     AuditEntry, ConnectionInfo, GpuProc, GpuSample, HostSnapshot, HostView, KillTarget, LaunchRequest,
-    OperationResult, ServeMetrics, ServerProc, SessionView, Step,
+    OperationResult, PendingLaunch, ServeMetrics, ServerProc, SessionView, Step,
 )
+from console.ops.current import CurrentState
 
 NOW = 1_700_000_000.0
 ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/demo-27b", "--tp-size", "2",
@@ -88,6 +89,11 @@ def view_idle(name="host-a", n=2) -> HostView:
     return HostView(snapshot=snapshot(name, gpus=[gpu(i) for i in range(n)]))
 
 
+def with_current(view: HostView) -> HostView:
+    """``view`` with each GPU's current session (the one rule), as a backend pushes it."""
+    return CurrentState(view.snapshot.name, clock=lambda: NOW).apply(view)
+
+
 SESSION_LOG = [
     "[2026-10-30 12:00:00] server_args=ServerArgs(model_path='/models/demo-27b', speculative_algorithm='EAGLE')",
     "[2026-10-30 12:00:01] Attention backend not specified. Use flashinfer backend by default.",
@@ -123,19 +129,34 @@ class FakeBackend:
         self.on_log: Callable | None = None
         self.validator = None
         self.planner = None
+        self.current = {h: CurrentState(h, clock=lambda: NOW) for h in self.hosts}
+        """What the console knows beyond the views (launches sent, results), as the real tracker keeps it."""
 
     # -- pushing
     async def start(self, on_view, on_log, on_audit) -> None:
         self.on_view, self.on_log, self.on_audit = on_view, on_log, on_audit
         for v in self.views.values():
-            on_view(v)
+            on_view(self._current(v))
         on_audit(AuditEntry(at=NOW - 5, host="host-a", op="agent.start", args={"python": "python3"}, ok=True,
                             result="agent v1 ready", elapsed_ms=84.0))
+
+    def _current(self, view: HostView) -> HostView:
+        host = view.snapshot.name
+        st = self.current.setdefault(host, CurrentState(host, clock=lambda: NOW))
+        return st.apply(view)
 
     def push(self, view: HostView) -> None:
         self.views[view.snapshot.name] = view
         if self.on_view:
-            self.on_view(view)
+            self.on_view(self._current(view))
+
+    def repush(self, host: str) -> None:
+        self.push(self.views[host])
+
+    def acknowledge(self, host: str, session_id: str) -> None:
+        self.calls.append(("acknowledge", host, session_id))
+        self.current[host].acknowledge(session_id)
+        self.repush(host)
 
     async def stop(self) -> None:
         self.calls.append(("stop",))
@@ -172,10 +193,26 @@ class FakeBackend:
             on_steps(list(steps))
         return steps
 
-    def _place(self, host: str, s: SessionView, drop: str | None = None) -> None:
+    def _place(self, host: str, s: SessionView) -> None:
+        """Add session ``s``; ended sessions stay (history), as run directories do on a host."""
         v = self.views[host]
-        keep = [x for x in v.sessions if x.session_id != drop and not set(x.gpus) & set(s.gpus)]
+        keep = [x for x in v.sessions if x.session_id != s.session_id]
         self.push(HostView(snapshot=v.snapshot, sessions=[*keep, s]))
+
+    def _stop(self, host: str, target: KillTarget) -> None:
+        """The target is gone: a managed session reads STOPPED (by an operator), a foreign server vanishes."""
+        v = self.views[host]
+        out = []
+        for x in v.sessions:
+            if target.session_id and x.session_id == target.session_id:
+                out.append(x.model_copy(update={"state": "stopped", "ended_at": NOW, "cause": None, "line": None,
+                                                "hint": None, "metrics": None, "pids": [],
+                                                "stopped_by": "an operator"}))
+            elif not target.session_id and not x.session_id and x.launcher_pid == target.pid:
+                continue
+            else:
+                out.append(x)
+        self.push(HostView(snapshot=v.snapshot, sessions=out))
 
     async def launch(self, req: LaunchRequest, on_steps) -> OperationResult:
         self.calls.append(("launch", req))
@@ -184,33 +221,46 @@ class FakeBackend:
     async def _launch(self, req: LaunchRequest, on_steps, op: str) -> OperationResult:
         sid = f"s-new-{len(self.calls)}"
         ok = self.outcome == "ready"
-        steps = await self._steps(LAUNCH_STEPS, on_steps, None if ok else 4,
-                                  "Not enough memory. Please try to increase --mem-fraction-static.")
         argv = [*req.command, *req.flags]
+        st = self.current[req.host]
+        st.launch_sent(PendingLaunch(host=req.host, session_id=sid, gpus=list(req.gpus), argv=argv, port=req.port,
+                                     sent_at=NOW, replaces=req.replaces))
+        self.repush(req.host)
+
+        def steps_cb(steps: list[Step]) -> None:
+            on_steps(steps)
+            st.launch_step(sid, sum(1 for x in steps if x.state == "ok" and x.name != "preflight"))
+
+        steps = await self._steps(LAUNCH_STEPS, steps_cb, None if ok else 4,
+                                  "Not enough memory. Please try to increase --mem-fraction-static.")
         if ok:
-            s = session("ready", sid, req.gpus, host=req.host, argv=argv, started_at=NOW - 1,
+            s = session("ready", sid, req.gpus, host=req.host, argv=argv, started_at=NOW - 1, replaces=req.replaces,
                         metrics=ServeMetrics(gen_throughput=100.0, accept_len=2.5))
         else:
-            s = failed(req.gpus, sid, host=req.host, argv=argv, started_at=NOW - 1)
+            s = failed(req.gpus, sid, host=req.host, argv=argv, started_at=NOW - 1, replaces=req.replaces)
         self.logs[(req.host, sid)] = ["fresh session line 1", "fresh session line 2"]
+        result = OperationResult(op=op, host=req.host, ok=ok, session_id=sid, state=s.state, steps=steps,
+                                 cause=None if ok else "gpu_oom", line=s.line, hint=s.hint)
+        st.launch_done(sid, result)
         self._place(req.host, s)
-        return OperationResult(op=op, host=req.host, ok=ok, session_id=sid, state=s.state, steps=steps,
-                               cause=None if ok else "gpu_oom", line=s.line, hint=s.hint)
+        return result
 
     async def kill(self, target: KillTarget, on_steps) -> OperationResult:
         self.calls.append(("kill", target))
         names = ["signal group", "process group gone", "no sglang:: orphans", "GPU memory released", "port closed"]
         steps = await self._steps(names, on_steps, None, "")
-        v = self.views[target.host]
-        gone = [x for x in v.sessions if (x.session_id or None) == target.session_id
-                and (target.session_id or x.launcher_pid == target.pid)]
-        self.push(HostView(snapshot=v.snapshot, sessions=[x for x in v.sessions if x not in gone]))
-        return OperationResult(op="kill", host=target.host, ok=True, session_id=target.session_id, state="stopped",
-                               steps=steps)
+        result = OperationResult(op="kill", host=target.host, ok=True, session_id=target.session_id,
+                                 state="stopped", steps=steps)
+        self.current[target.host].kill_done(target.session_id, target.pid, result)
+        self._stop(target.host, target)
+        return result
 
     async def relaunch(self, target: KillTarget, req: LaunchRequest, on_steps) -> OperationResult:
         self.calls.append(("relaunch", target, req))
-        return await self._launch(req, on_steps, "relaunch")
+        self.current[target.host].kill_done(target.session_id, target.pid, OperationResult(
+            op="kill", host=target.host, ok=True, session_id=target.session_id, state="stopped"))
+        self._stop(target.host, target)
+        return await self._launch(req.model_copy(update={"replaces": target.session_id}), on_steps, "relaunch")
 
 
 def frozen_app(backend: FakeBackend | None = None, **kw):

@@ -21,8 +21,8 @@ from textual.screen import Screen
 from textual.widgets import Header
 
 from console.backend import Backend
-from console.model import AuditEntry, HostView, OperationResult, SessionView
-from console.ui.format import clean, short
+from console.model import AuditEntry, HostEvent, HostView, OperationResult, SessionView
+from console.ui.format import clean, hms, short
 from console.ui.log_follow import LogFollower
 from console.ui.operations import Operations
 from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
@@ -102,6 +102,8 @@ class MtpConsoleApp(App):
         self.sections: dict[str, HostSection] = {}
         """host → its section, filled at compose (a DOM query per host per apply was the top cost)."""
         self.compact = False
+        self.events_seen: dict[str, HostEvent] = {}
+        """host → the newest event already announced."""
 
     @property
     def following(self) -> tuple[str, str] | None:
@@ -184,7 +186,8 @@ class MtpConsoleApp(App):
             mounted = False
             for host, view in pending.items():
                 self.views[host] = view
-                mounted |= self.section(host).apply(self._with_refusals(view), now, self.interval)
+                mounted |= self.section(host).apply(view, now, self.interval)
+                self._announce(view)
             self._selection_changed()
         if mounted:
             self.call_after_refresh(self._freeze_heap)
@@ -202,22 +205,24 @@ class MtpConsoleApp(App):
             gc.unfreeze()
             self._heap_frozen = False
 
-    def _with_refusals(self, view: HostView) -> HostView:
-        """``view`` plus a FAILED entry for each GPU where a launch was refused before it started
-        (e.g. the memory preflight): the panel says so instead of going back to IDLE."""
-        host = view.snapshot.name
-        refusals = self.ops.refusals
-        mine = [(k, s) for k, s in refusals.items() if k[0] == host]
-        if not mine:
-            return view
-        extra = []
-        for (h, idx), s in mine:
-            live = [x for x in view.sessions if idx in x.gpus and (x.started_at or 0) >= (s.started_at or 0)]
-            if live:  # something newer runs there now: the refusal is history
-                refusals.pop((h, idx), None)
-            elif s not in extra:
-                extra.append(s)
-        return view.model_copy(update={"sessions": [*view.sessions, *extra]}) if extra else view
+    def _announce(self, view: HostView) -> None:
+        """A toast for each new event of a host (foreign servers appearing or vanishing, sessions
+        ending); refusals are already reported by the operation's own result."""
+        host, events = view.snapshot.name, view.events
+        if not events:
+            return
+        last = self.events_seen.get(host)
+        if last is None:
+            new = events
+        elif last in events:
+            new = events[events.index(last) + 1:]
+        else:  # fell out of the bounded list: everything newer than it
+            new = [e for e in events if e.at > last.at]
+        self.events_seen[host] = events[-1]
+        for e in new:
+            if e.kind != "launch_refused":
+                self.say(f"{hms(e.at)} {host}: {clean(e.text, 300)}",
+                         severity="warning" if e.kind in ("foreign_vanished", "session_failed") else "information")
 
     def refresh_ages(self) -> None:
         """Once a second: the sample ages and what depends on them (staleness), nothing else."""
@@ -246,19 +251,11 @@ class MtpConsoleApp(App):
             self.selected.remove_class("selected")
         self.selected = panel
         panel.add_class("selected")
-        self._follow_session(panel.host, panel.session)
+        self.log_follower.sync(panel)
 
     def _selection_changed(self) -> None:
-        p = self.selected
-        if p is None or not p.is_attached:
-            return
-        if self.following is None and p.session is not None and p.session.session_id:
-            self._follow_session(p.host, p.session)
-        elif self.following is not None:
-            self.log_follower.refresh_banner(self.find_session(*self.following))
-
-    def _follow_session(self, host: str, s: SessionView | None, sid: str | None = None) -> None:
-        self.log_follower.show(host, s, sid)
+        """After every view: the log pane shows the selected panel's current session."""
+        self.log_follower.sync(self.selected)
 
     def find_session(self, host: str, sid: str) -> SessionView | None:
         view = self.views.get(host)
@@ -291,7 +288,7 @@ class MtpConsoleApp(App):
             self.action_next_panel(1)
             return
         self._focus_panel(p)
-        self._follow_session(p.host, p.session)  # explicit: switch to the session there now
+        self.log_follower.sync(p)  # explicit: show the session there now
 
     def action_filter_log(self) -> None:
         self.query_one(LogPane).open_filter()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from console.redact import redact_text
-
 import re
 import time
+
+from console.redact import redact_text
 
 NA = "N/A"
 MAX_LINE = 2000

@@ -1,9 +1,12 @@
 """Which session's log the log pane shows, and the lines on their way to it.
 
-The app owns one :class:`LogFollower`. It follows exactly one (host, session) at a time
-through the backend, drops lines of any other session, and writes what arrived in one
-batch per timer tick. Switching is asynchronous (unfollow the old, follow the new and
-show its tail); lines arriving meanwhile wait in the queue.
+The app owns one :class:`LogFollower`. It shows the *current session* of the selected GPU
+panel (as the HostView says, see ``console/ops/current.py``) and nothing else: when that
+changes (a launch just sent, a relaunch from another console, a kill) the pane switches at
+once, to an empty log saying "waiting for output" if need be. It follows exactly one
+(host, session) at a time through the backend, drops lines of any other session, and
+writes what arrived in one batch per timer tick. Switching is asynchronous (unfollow the
+old, follow the new and show its tail); lines arriving meanwhile wait in the queue.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from console.model import SessionView
-from console.ui.format import clean, clock_text, gpu_list, short
+from console.ui.format import clean, clock_text, gpu_list, hms, short
+from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.log_pane import LogPane
 
 if TYPE_CHECKING:
@@ -22,8 +26,16 @@ if TYPE_CHECKING:
 def banner(s: SessionView) -> str:
     """The log pane's banner for session ``s``: which session, its state, where, since when, argv."""
     argv = short(clean(" ".join(s.argv)), 400) or "N/A"
-    return (f"session {clean(s.session_id or '', 80)} · {s.state.upper()} · {s.host} · GPUs {gpu_list(s.gpus)}\n"
-            f"started {clock_text(s.started_at)}\n$ {argv}")
+    state = s.state.upper()
+    if s.state == "failed":
+        state += f": {s.cause or 'unknown'}"
+    elif s.state == "stopped":
+        state += f" by {s.stopped_by or 'an operator'} at {hms(s.ended_at)}"
+    elif s.state == "launching":
+        state += f" {s.step or 0}/6"
+    when = "launch sent" if s.pending else "started"
+    return (f"session {clean(s.session_id or '', 80)} · {state} · {s.host} · GPUs {gpu_list(s.gpus)}\n"
+            f"{when} {clock_text(s.started_at)}\n$ {argv}")
 
 
 class LogFollower:
@@ -33,8 +45,11 @@ class LogFollower:
         self.app = app
         self.key: tuple[str, str] | None = None
         """(host, session id) shown in the log pane; None when it shows no session."""
-        self.busy = False
-        """A switch is in progress: queued lines wait until the new tail is shown."""
+        self.attached = False
+        """The backend follows ``key`` (False while a launch just sent has no log on the host yet)."""
+        self.message: str | None = None
+        """What the pane says when it shows no session."""
+        self.switching = 0
         self.queue: deque[tuple[str, str, list[str]]] = deque()
 
     @property
@@ -58,25 +73,47 @@ class LogFollower:
             self.pane.add_lines(batch)
 
     # ---- switching
-    def show(self, host: str, s: SessionView | None, sid: str | None = None) -> None:
-        """Show the log of session ``s`` (or ``sid``) on ``host``; without one, say why there is none."""
-        sid = sid or (s.session_id if s else None)
-        key = (host, sid) if sid else None
-        pane = self.pane
-        if key is None:  # nothing to follow here: say why, even if nothing was followed before
-            pane.stop(f"foreign server (pid {s.launcher_pid or 'N/A'}): no mtpconsole session log" if s
-                      else "no server on this GPU")
-        if key == self.key:
+    def sync(self, panel: GpuPanel | None) -> None:
+        """Show the current session of ``panel`` (the selected one): called after every view applied
+        and every selection change, so the log pane never shows another session than the panel."""
+        if panel is None or not panel.is_attached:
             return
-        old, self.key = self.key, key
-        if key is not None:
-            pane.start(host, key[1], banner(s) if s else f"session {clean(key[1], 80)} · {host}")
-        self.busy = True
-        self.app.run_worker(self._switch(old, key), group="follow", exit_on_error=False)
+        s = panel.session
+        if s is None or not s.session_id:
+            self._show_none(f"foreign server (pid {s.launcher_pid or 'N/A'}) on GPU {panel.index}: "
+                            "no mtpconsole session log" if s else f"no server on {panel.host} GPU {panel.index}")
+            return
+        key = (panel.host, s.session_id)
+        if key != self.key:
+            old, self.key, self.message = self.key, key, None
+            self.attached = not s.pending
+            self.pane.start(key[0], key[1], banner(s))
+            self._start_switch(old, key if self.attached else None)
+            return
+        self.pane.show_banner(banner(s))
+        if not self.attached and not s.pending:  # the host reports it now: its log exists
+            self.attached = True
+            self._start_switch(None, key)
 
-    def refresh_banner(self, s: SessionView | None) -> None:
-        if s is not None and self.key is not None and s.session_id == self.key[1]:
-            self.pane.show_banner(banner(s))
+    def _show_none(self, message: str) -> None:
+        old = self.key
+        if old is None and message == self.message:
+            return
+        self.key, self.message, self.attached = None, message, False
+        self.pane.stop(message)
+        if old is not None:
+            self._start_switch(old, None)
+
+    def _start_switch(self, old: tuple[str, str] | None, new: tuple[str, str] | None) -> None:
+        if old is None and new is None:
+            return
+        self.switching += 1
+        self.app.run_worker(self._switch(old, new), group="follow", exit_on_error=False)
+
+    @property
+    def busy(self) -> bool:
+        """A switch is in progress: queued lines wait until the new tail is shown."""
+        return self.switching > 0
 
     async def _switch(self, old: tuple[str, str] | None, new: tuple[str, str] | None) -> None:
         backend = self.app.backend
@@ -90,4 +127,4 @@ class LogFollower:
         except Exception as e:
             self.app.say(f"log: {short(clean(str(e)), 200)}", severity="warning")
         finally:
-            self.busy = False
+            self.switching -= 1

@@ -22,6 +22,7 @@ from console.ui.widgets.steps import StepsView
 if TYPE_CHECKING:
     from console.ui.app import MtpConsoleApp
 
+ENDED = ("failed", "stopped")
 KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
 
 
@@ -59,7 +60,6 @@ class Operations:
         self.form_memory: dict[tuple[str, int], dict[str, Any]] = {}
         """(host, GPU) → what the operator last typed in a launch form there (kept until it launches)."""
         self.results: list[OperationResult] = []
-        self.refusals: dict[tuple[str, int], SessionView] = {}
         self._loop_thread = threading.get_ident()
 
     @property
@@ -79,20 +79,37 @@ class Operations:
             self.app.say("an action is already running; wait for its steps to finish", severity="warning")
         return self.busy
 
-    def _target(self, need_session: bool) -> tuple[GpuPanel, SessionView | None] | None:
+    def _current(self) -> tuple[GpuPanel, SessionView | None] | None:
+        """The selected panel and its current session (what the operator sees on it)."""
         p = self.app.selected
         if p is None or not p.is_attached:
             self.app.say("select a GPU panel first (tab / enter)", severity="warning")
             return None
-        s = p.session
-        if need_session and (s is None or s.state in ("stopped", "idle") or not (s.session_id or s.pids)):
-            self.app.say(f"no running server on {p.host} GPU {p.index}", severity="warning")
+        return p, p.session
+
+    def _running(self, verb: str) -> tuple[GpuPanel, SessionView] | None:
+        """The selected panel's current session when a server runs there; otherwise says what there is."""
+        t = self._current()
+        if t is None:
+            return None
+        p, s = t
+        if s is None:
+            self.app.say(f"nothing is running on {p.host} GPU {p.index} (l launches)", severity="warning")
+            return None
+        if s.state in ENDED:
+            offer = f": r relaunches {clean(s.session_id or 'its', 80)}'s flags, e edits them" if s.argv else ""
+            self.app.say(f"nothing is running on {p.host} GPU {p.index} ({s.state.upper()}){offer}",
+                         severity="warning")
+            return None
+        if s.pending or not (s.session_id or s.pids):
+            self.app.say(f"the launch on {p.host} GPU {p.index} is not reported by the host yet: {verb} it "
+                         "once it is", severity="warning")
             return None
         return p, s
 
     # ---- the four actions
     def launch(self) -> None:
-        t = self._target(need_session=False)
+        t = self._current()
         if t is None or self._busy():
             return
         p = t[0]
@@ -104,6 +121,8 @@ class Operations:
         raw = self.form_memory.get((p.host, p.index))
         if raw is None:
             raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port) if tpl else {"gpus": str(p.index)}
+        if str(p.index) not in str(raw.get("gpus") or "").replace(" ", "").split(","):
+            raw = {**raw, "gpus": str(p.index)}  # the focused panel's GPU, never a leftover value
         form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(), template=tpl,
                         remember=lambda r, key=(p.host, p.index): self.form_memory.__setitem__(key, r))
         self.app.push_screen(form, callback=lambda req: req and self.run(
@@ -111,11 +130,10 @@ class Operations:
             lambda cb: self.backend.launch(req, cb), forget=(p.host, p.index), gpus=req.gpus, req=req))
 
     def kill(self) -> None:
-        t = self._target(need_session=True)
+        t = self._running("kill")
         if t is None or self._busy():
             return
         s = t[1]
-        assert s is not None
         target = kill_target(s)  # captured now: a list shifting underneath cannot change it
         lines = [*who(s), "", "then checks: " + KILL_CHECKS]
         self.app.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
@@ -124,11 +142,17 @@ class Operations:
                                  lambda cb: self.backend.kill(target, cb)))
 
     def relaunch(self) -> None:
-        t = self._target(need_session=True)
+        t = self._current()
         if t is None or self._busy():
             return
-        s = t[1]
-        assert s is not None
+        p, s = t
+        if s is not None and s.state in ENDED:
+            self._launch_again(s)
+            return
+        t2 = self._running("relaunch")
+        if t2 is None:
+            return
+        s = t2[1]
         if not s.argv:
             self.app.say("the server's command line is unknown: use e to relaunch with edited flags",
                          severity="warning")
@@ -139,17 +163,35 @@ class Operations:
         self.app.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
                                            "Relaunch"), callback=lambda ok: ok and self._start_relaunch(target, req))
 
-    def edit(self) -> None:
-        p = self.app.selected
-        s = p.session if p is not None and p.is_attached else None
-        if s is not None and s.state in ("failed", "stopped") and s.argv and not self._busy():
-            self._edit_stopped(s)  # nothing to kill: edit its flags and launch them
+    def _launch_again(self, s: SessionView) -> None:
+        """``r`` on an ended session: nothing to kill; launch that session's flags again, and say so."""
+        if not s.argv:
+            self.app.say(f"{clean(s.session_id or 'this session', 80)}'s command line is unknown: "
+                         "use l to launch", severity="warning")
             return
-        t = self._target(need_session=True)
+        req = relaunch_request(s)
+        sid = clean(s.session_id or "the ended session", 80)
+        ended = f"{s.state.upper()}" + (f": {s.cause}" if s.state == "failed" and s.cause else "")
+        lines = [*who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
+                 f"it ended ({ended}): nothing to kill; its flags are launched again and confirmed step by step"]
+        self.app.push_screen(ConfirmScreen(f"Relaunch {sid}'s flags?", lines, "Relaunch"),
+                             callback=lambda ok: ok and self.run(
+                                 f"relaunch of {sid} (its flags) · {req.host} · GPUs {gpu_list(req.gpus)}",
+                                 "launch", req.host, lambda cb: self.backend.launch(req, cb), gpus=req.gpus,
+                                 req=req, say=f"relaunching {sid}'s flags on {req.host} GPUs {gpu_list(req.gpus)}"))
+
+    def edit(self) -> None:
+        t = self._current()
         if t is None or self._busy():
             return
         p, s = t
-        assert s is not None
+        if s is not None and s.state in ENDED and s.argv:
+            self._edit_stopped(s)  # nothing to kill: edit its flags and launch them
+            return
+        t2 = self._running("edit")
+        if t2 is None:
+            return
+        s = t2[1]
         target = kill_target(s)
         form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, replaces=s.session_id,
                         title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host}"
@@ -171,14 +213,14 @@ class Operations:
 
     # ---- running one
     def run(self, title: str, op: str, host: str, call: Callable, *, forget: tuple[str, int] | None = None,
-            gpus: list[int] | None = None, req: LaunchRequest | None = None) -> None:
+            gpus: list[int] | None = None, req: LaunchRequest | None = None, say: str | None = None) -> None:
         if self._busy():
             return
         self.busy = True
-        for idx in gpus or []:
-            self.refusals.pop((host, idx), None)
         self.steps.begin(title)
-        self.app.run_worker(self._op(op, host, call, forget, gpus, req), group="op", exit_on_error=False)
+        if say:
+            self.app.say(say)
+        self.app.run_worker(self._op(op, host, call, forget, req), group="op", exit_on_error=False)
 
     def on_steps(self, steps: list[Step]) -> None:
         """Backend callback for progress; safe from another thread."""
@@ -188,7 +230,7 @@ class Operations:
             self.app.call_from_thread(self.steps.set_steps, steps)
 
     async def _op(self, op: str, host: str, call: Callable, forget: tuple[str, int] | None,
-                  gpus: list[int] | None, req: LaunchRequest | None = None) -> None:
+                  req: LaunchRequest | None = None) -> None:
         try:
             result = await call(self.on_steps)
         except asyncio.CancelledError:
@@ -200,26 +242,19 @@ class Operations:
         self.results.append(result)
         self.steps.finish(result)
         app = self.app
+        app.apply_views()  # the backend pushed the result's view: show it now, not at the next tick
         if result.ok:
             app.say(f"{op} confirmed" + (f": {result.state.upper()}" if result.state else ""))
             if forget:
                 self.form_memory.pop(forget, None)
+        elif req is not None and (result.session_id is None or result.session_id == req.replaces):
+            # refused before anything started (preflight, bad flags, busy GPU): no session, GPU untouched
+            why = result.error or result.cause or "refused"
+            app.say(f"{op} refused, nothing started: {short(clean(why), 200)}", severity="error", timeout=10)
         else:
             why = result.cause or result.error or "failed"
             app.say(f"{op} FAILED: {short(clean(why), 200)}", severity="error", timeout=10)
-            if op in ("launch", "relaunch") and not result.session_id and req is not None:
-                self._refused(req, result)
-        p = app.selected
-        if result.session_id and p is not None and p.host == host and (gpus is None or p.index in gpus):
-            app.log_follower.show(host, app.find_session(host, result.session_id), result.session_id)
 
-    def _refused(self, req: LaunchRequest, result: OperationResult) -> None:
-        s = SessionView(host=req.host, session_id=None, state="failed", gpus=list(req.gpus), port=req.port,
-                        argv=[*req.command, *req.flags], cause=result.cause,
-                        line=f"not started: {result.error or 'refused'}", hint=result.hint,
-                        started_at=self.app.clock())
-        for idx in req.gpus:
-            self.refusals[(req.host, idx)] = s
-        app = self.app
-        if req.host in app.views:
-            app.pending_views.setdefault(req.host, app.views[req.host])  # redraw with it
+    def acknowledge(self, host: str, session_id: str) -> None:
+        """The operator has seen an ended session: its GPU reads IDLE (for the sessions table)."""
+        self.backend.acknowledge(host, session_id)

@@ -1,4 +1,8 @@
-"""One host: its header, one GpuPanel per GPU (mounted once), and what has no GPU."""
+"""One host: its header, one GpuPanel per GPU (mounted once), and what has no GPU.
+
+Each panel shows its GPU's *current session* as the HostView carries it (``HostView.current``,
+decided once below the UI by ``console/ops/current.py``); nothing here chooses a session.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +10,10 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.widgets import Static
 
-from console.model import HostView, ServerProc, SessionView
+from console.model import HostView
 from console.ui.format import clean, short
 from console.ui.widgets.gpu_panel import GpuPanel, session_line
 from console.ui.widgets.host_header import HostHeader
-
-_ORDER = {"launching": 0, "loading": 0, "stopping": 0, "ready": 1, "foreign": 2, "failed": 3, "stopped": 4}
-
-
-def session_for_gpu(sessions: list[SessionView], index: int) -> SessionView | None:
-    """The session to show on a GPU: live ones first, then the latest failed/stopped."""
-    on = [s for s in sessions if index in s.gpus]
-    if not on:
-        return None
-    return min(on, key=lambda s: (_ORDER.get(s.state, 5), -(s.started_at or 0)))
-
-
-def live_sessions(sessions: list[SessionView], servers: dict[int, ServerProc]) -> list[SessionView]:
-    """Drop FOREIGN servers whose every process is a zombie: exited, only not yet reaped by its
-    parent, so not a server (it would hide the session that failed after it on the same GPU)."""
-    def dead(s: SessionView) -> bool:
-        return s.state == "foreign" and bool(s.pids) and all(
-            p in servers and servers[p].state == "Z" for p in s.pids)
-    return [s for s in sessions if not dead(s)]
 
 
 class HostSection(Vertical):
@@ -77,7 +62,7 @@ class HostSection(Vertical):
         Returns whether it mounted any."""
         self.view = view
         snap = view.snapshot
-        self.level = self.query_one(HostHeader).show(snap, view.sessions, now, interval)
+        self.level = self.query_one(HostHeader).show(snap, view.counts, now, interval)
         box = self.query_one(".gpus", Container)
         have = {p.index: p for p in self.panels()}
         want = {g.index for g in snap.gpus}
@@ -90,11 +75,12 @@ class HostSection(Vertical):
             have.update({p.index: p for p in new})
         servers = {p.pid: p for p in snap.servers}
         latest = {g.index: g for g in snap.gpus}
-        sessions = live_sessions(view.sessions, servers)
+        current = {c.index: c.session for c in view.current}
         for idx, panel in sorted(have.items()):
             g = latest.get(idx) or panel.gpu  # kept panels of a host that lost its GPU info go STALE
             if g is not None:
-                panel.apply(g, session_for_gpu(sessions, idx), snap, servers, now, interval)
+                s = current[idx] if idx in current else panel.session  # a GPU no longer sampled keeps its last
+                panel.apply(g, s, snap, servers, now, interval)
         note = self._note(view)
         if note != getattr(self, "_note_text", None):
             self._note_text = note
@@ -107,7 +93,7 @@ class HostSection(Vertical):
         if view is None:
             return
         snap = view.snapshot
-        self.level = self.query_one(HostHeader).show(snap, view.sessions, now, interval)
+        self.level = self.query_one(HostHeader).show(snap, view.counts, now, interval)
         for panel in self.panels():
             panel.age(panel.snap or snap, now, interval)
 
@@ -122,7 +108,7 @@ class HostSection(Vertical):
                 lines.append(f"no GPU information (source: {snap.gpu_source})")
         indices = {g.index for g in snap.gpus}
         for s in view.sessions:
-            if not indices.intersection(s.gpus) and s.state not in ("stopped",):
+            if not indices.intersection(s.gpus) and s.state not in ("stopped", "failed"):
                 lines.append(f"{s.state.upper()}  {session_line(s)}")
         self.set_class(not lines, "-empty-note")
         return "\n".join(lines)

@@ -2,6 +2,11 @@
 
 Lines are sanitised (no escapes or control characters) and cut to 2,000 characters before
 they are stored; the buffer keeps the last 10,000. Writes are batched by the caller.
+
+Following is a mode, not a geometry test: it is on until the operator scrolls up and back on
+with ``end`` or by scrolling to the end, so a redraw (wrap, filter, resize) never drops it.
+Long lines are cut at the pane's edge (``w`` wraps them): no horizontal scrollbar, whose
+one-row thumb drew a stray ``▉`` under the log.
 """
 
 from __future__ import annotations
@@ -54,6 +59,13 @@ class LogPane(Vertical):
         self.pattern = ""
         self.wrap = False
         self.unseen = 0
+        self.following = True
+        """The view sticks to the end as lines arrive (off once the operator scrolls up)."""
+        self.waiting = False
+        """A session is shown whose log has no line yet."""
+        self._redrawing = False
+        self._filter_from: tuple[str, float, bool] | None = None
+        """(pattern, scroll position, following) when the filter box was opened: esc goes back to it."""
 
     def compose(self) -> ComposeResult:
         yield Static("no session selected — focus a GPU panel (enter / tab)", classes="banner", markup=False)
@@ -66,6 +78,7 @@ class LogPane(Vertical):
         return self.query_one(SessionLog)
 
     def on_mount(self) -> None:
+        self.log_widget.styles.scrollbar_size_horizontal = 0
         self.watch(self.log_widget, "scroll_y", self._scrolled, init=False)
         if self.app.animation_level == "none":  # reduced motion: no blinking cursors either
             for box in self.query(Input):
@@ -73,20 +86,28 @@ class LogPane(Vertical):
 
     # ---- session switching
     def start(self, host: str, session_id: str, banner: str) -> None:
-        """Forget the previous session's lines and show ``banner`` for the new one."""
+        """Forget the previous session's lines and show ``banner`` for the new one (its log may be
+        empty yet: "waiting for output" until its first line)."""
         self.key = (host, session_id)
         self.show_banner(banner)
-        self.lines.clear()
-        self.unseen = 0
-        self.log_widget.clear()
-        self._indicator()
+        self._reset(waiting=True)
 
     def stop(self, message: str) -> None:
+        """Show no session: ``message`` says why."""
         self.key = None
         self.show_banner(message)
+        self._reset(waiting=False)
+
+    def _reset(self, waiting: bool) -> None:
         self.lines.clear()
-        self.log_widget.clear()
+        self._redrawing = True
+        try:
+            self.log_widget.clear()
+        finally:
+            self._redrawing = False
         self.unseen = 0
+        self.following = True
+        self.waiting = waiting
         self._indicator()
 
     def show_banner(self, text: str) -> None:
@@ -104,13 +125,15 @@ class LogPane(Vertical):
         """Append a batch with one write; follows the end unless the operator scrolled up."""
         new = [clean(x) for x in raw]
         self.lines.extend(new)
+        if new and self.waiting:
+            self.waiting = False
+            self._indicator()
         shown = self._view(new)
         if not shown:
             return
         log = self.log_widget
-        at_end = log.scroll_y >= log.max_scroll_y
-        log.write_lines(shown, scroll_end=at_end)
-        if not at_end:
+        log.write_lines(shown, scroll_end=self.following)
+        if not self.following:
             self.unseen += len(shown)
             self._indicator()
 
@@ -123,21 +146,39 @@ class LogPane(Vertical):
         w = max(20, (self.log_widget.size.width or 100) - 2)
         return [x[i : i + w] for x in lines for i in range(0, max(1, len(x)), w)]
 
-    def redraw(self) -> None:
+    def redraw(self, keep_y: float | None = None) -> None:
+        """Rewrite the lines (filter or wrap changed); stays at the end when following, else at
+        ``keep_y`` when given."""
         log = self.log_widget
-        log.clear()
-        log.write_lines(self._view(list(self.lines)), scroll_end=True)
+        self._redrawing = True
+        try:
+            log.clear()
+            log.write_lines(self._view(list(self.lines)), scroll_end=self.following)
+        finally:
+            self._redrawing = False
+        if not self.following and keep_y is not None:
+            self.call_after_refresh(self._restore, keep_y)
         self.unseen = 0
         self._indicator()
+
+    def _restore(self, y: float) -> None:
+        self._redrawing = True
+        try:
+            self.log_widget.scroll_to(y=y, animate=False, immediate=True)
+        finally:
+            self._redrawing = False
 
     # ---- filter / wrap / follow
     def open_filter(self) -> None:
         box = self.query_one(".filter", Input)
+        if self._filter_from is None:
+            self._filter_from = (self.pattern, self.log_widget.scroll_y, self.following)
         box.add_class("-open")
         box.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
+        self._filter_from = None
         self.set_filter(event.value)
         self.log_widget.focus()
 
@@ -146,11 +187,21 @@ class LogPane(Vertical):
         self.set_filter(event.value)
 
     def key_escape(self) -> None:
+        """Close the filter box: the filter and the scroll position go back to what they were."""
         box = self.query_one(".filter", Input)
-        if box.has_focus:
-            box.value = ""
-            box.remove_class("-open")
-            self.log_widget.focus()
+        if not box.has_focus:
+            return
+        pattern, y, following = self._filter_from or (self.pattern, self.log_widget.scroll_y, self.following)
+        self._filter_from = None
+        with box.prevent(Input.Changed):
+            box.value = pattern
+        box.remove_class("-open")
+        self.log_widget.focus()
+        if pattern != self.pattern:
+            self.pattern = pattern
+            self.following = following
+            self.redraw(keep_y=y)
+        box.set_class(bool(pattern), "-open")
 
     def set_filter(self, pattern: str) -> None:
         pattern = clean(pattern, 200)
@@ -161,23 +212,31 @@ class LogPane(Vertical):
 
     def toggle_wrap(self) -> None:
         self.wrap = not self.wrap
-        self.redraw()
+        self.redraw(keep_y=self.log_widget.scroll_y)
 
     def follow(self) -> None:
+        self.following = True
         self.log_widget.scroll_end(animate=False)
         self.unseen = 0
         self._indicator()
 
     def _scrolled(self, _y: float) -> None:
+        if self._redrawing:
+            return
         log = self.log_widget
-        if self.unseen and log.scroll_y >= log.max_scroll_y:
-            self.unseen = 0
+        at_end = log.scroll_y >= log.max_scroll_y - 1
+        if at_end != self.following:
+            self.following = at_end
+            if at_end:
+                self.unseen = 0
             self._indicator()
 
     def _indicator(self) -> None:
         ind = self.query_one(".new-lines", Static)
-        ind.update(f"↓ {self.unseen} new lines (end to follow)" if self.unseen else "")
-        ind.set_class(self.unseen > 0, "-shown")
+        text = (f"↓ {self.unseen} new lines (end to follow)" if self.unseen
+                else "waiting for output…" if self.waiting and self.key is not None else "")
+        ind.update(text)
+        ind.set_class(bool(text), "-shown")
 
     def on_resize(self) -> None:
         if self.wrap:

@@ -1,4 +1,8 @@
-"""The confirmation steps of the action in progress: ✓ / ✗ / spinner, elapsed time, evidence."""
+"""The confirmation steps of the action in progress: ✓ / ✗ / spinner, elapsed time, evidence.
+
+The pane has a maximum height; when the steps do not fit it scrolls (its scrollbar says so)
+and keeps the step that matters in view: the running one, the failing one, or the last.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ class StepsView(Static):
 
     def __init__(self, clock: Callable[[], float], **kw) -> None:
         super().__init__("", classes="steps", **kw)
+        self.styles.overflow_y = "auto"
         self.clock = clock
         self.title = ""
         self.steps: list[Step] = []
@@ -77,3 +82,17 @@ class StepsView(Static):
                 ev=short(clean(s.evidence or ""), 160),
             ))
         self.update(Content("\n").join(parts))
+        focus = next((i for i, s in enumerate(self.steps) if s.state in ("failed", "running")), None)
+        if focus is None and self.result is not None:
+            focus = len(self.steps) - 1
+        if focus is not None:
+            line = len(parts) - len(self.steps) + focus
+            self.call_after_refresh(self._show_line, line)
+
+    def _show_line(self, line: int) -> None:
+        """Scroll so that ``line`` is visible (the bottom of the pane when it is below)."""
+        h = self.scrollable_content_region.height
+        if h <= 0 or self.max_scroll_y <= 0:
+            return
+        if not (self.scroll_y <= line < self.scroll_y + h):
+            self.scroll_to(y=max(0, line - h + 1), animate=False, immediate=True)
