@@ -1,0 +1,40 @@
+"""`mtpconsole ack`: acknowledge an ended session (recorded as ``ack.json`` in its run directory), so
+its GPU reads IDLE in every console; the session stays in the history (`mtpconsole sessions --all`)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+
+from console.commands._ops import single_host, term
+from console.errors import UserError
+from console.hostctx import connect_hosts
+from console.model import SessionInfo
+from console.redact import redact_obj
+from console.remote.link import RequestError
+
+HELP = "acknowledge an ended (failed) session: its GPU reads IDLE"
+
+
+def configure(p) -> None:
+    p.add_argument("session", help="the ended session's id")
+
+
+async def run(args) -> int:
+    single_host(args)
+    async with connect_hosts(args) as links:
+        link = links[0]
+        try:
+            raw = await link.request("ack", {"session_id": args.session,
+                                             "by": f"{getpass.getuser()}@{socket.gethostname()}"})
+        except RequestError as e:
+            raise UserError(f"{link.name}: {e}", exit_code=1 if "has not ended" in str(e) else 2) from None
+    s = SessionInfo.model_validate(raw)
+    if args.json:
+        print(json.dumps(redact_obj({"host": link.name, "session_id": s.session_id,
+                                     "acknowledged_at": s.acknowledged_at}), indent=2))
+    else:
+        print(f"{term(link.name)}: session {term(s.session_id)} acknowledged at {s.acknowledged_at:.0f}"
+              " (its GPU reads IDLE; it stays in the history)")
+    return 0

@@ -1,0 +1,209 @@
+"""The orphan hunter and acknowledging a failure, with real processes on the `local` host and simulated GPUs:
+a worker titled ``sglang::scheduler`` re-parented to init by a double fork and holding GPU memory is found
+with its evidence (and a live session's workers are not), listed by `mtpconsole orphans`, killed by
+`--kill PID` (gone, GPU memory released); an ended session is acknowledged with `mtpconsole ack`
+(ack.json in its run directory), and its view is marked acknowledged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from console.config import HostConfig
+from console.model import (
+    ConnectionInfo,
+    GpuProc,
+    GpuSample,
+    HostSnapshot,
+    ServerProc,
+    SessionInfo,
+)
+from console.ops import lifecycle
+from console.ops.orphans import find_orphans
+from console.ops.sessions import derive_views
+from console.remote.link import HostLink
+from console.remote.ssh import HostSpec
+from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from tests.conftest import free_port
+from tests.helpers.rel_util import (
+    REPO,
+    cleanup_runs,
+    cli,
+    kill_quietly,
+    wait_until,
+    write_config,
+)
+
+ORPHAN = str(REPO / "tests" / "helpers" / "orphan_proc.py")
+
+
+@pytest.fixture
+def sim(tmp_path):
+    d = tmp_path / "sim"
+    (d / "alloc").mkdir(parents=True)
+    (d / "gpus.json").write_text(json.dumps([{"index": i, "uuid": f"GPU-o{i}", "name": "Sim", "mem_total_mib": 97887,
+                                              "power_limit_w": 600.0} for i in range(2)]))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    return d, model
+
+
+def sim_env(d: Path) -> dict[str, str]:
+    return {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture
+async def link(sim, runs_dir):
+    d, _ = sim
+    lk = HostLink(HostSpec(name="local", local=True),
+                  HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="sim", sim_dir=str(d),
+                             launch_env=sim_env(d)), interval=0.3)
+    await lk.open()
+    yield lk
+    await lk.close()
+    cleanup_runs(runs_dir)
+
+
+def start_orphan(d: Path, tmp_path: Path, gpu: int = 0, mib: int = 5000, port: int = 0,
+                 title: str = "sglang::scheduler") -> int:
+    """A real orphan (double fork, re-parented); returns its pid once it holds its GPU memory."""
+    pidfile = tmp_path / f"orphan-{gpu}-{mib}.pid"
+    env = {**os.environ, **sim_env(d), "ORPHAN_REPO": str(REPO)}
+    subprocess.run([sys.executable, ORPHAN, str(d), str(gpu), str(mib), str(pidfile), title, str(port)], env=env,
+                   check=True, timeout=30)
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return int(pidfile.read_text())
+
+
+def config(tmp_path: Path, runs_dir: Path, d: Path) -> Path:
+    return write_config(tmp_path / "config.toml", {"local": {"runs_dir": str(runs_dir), "python": sys.executable,
+                                                             "gpu_source": "sim", "sim_dir": str(d)}})
+
+
+async def test_double_forked_worker_is_an_orphan_and_a_live_session_is_not(link, sim, tmp_path):
+    d, model = sim
+    pid = start_orphan(d, tmp_path, gpu=0, mib=5000)
+    try:
+        r = await lifecycle.launch(link, lifecycle.LaunchRequest(
+            host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+            flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[1], port=free_port()), timeout=60)
+        assert r.ok, r
+
+        async def found():
+            snap = await lifecycle._fresh(link)
+            return snap, find_orphans(snap)
+        deadline = time.monotonic() + 20
+        snap, orphans = await found()
+        while not any(o.pid == pid and o.gpu_mem_mib for o in orphans) and time.monotonic() < deadline:
+            snap, orphans = await found()
+        assert [o.pid for o in orphans] == [pid], (orphans, snap.servers)
+        o = orphans[0]
+        text = " | ".join(o.evidence)
+        assert "titled like a server worker: sglang::scheduler" in text
+        assert "5,000 MiB on GPU 0" in text
+        assert "no server launcher" in text or "init (pid 1)" in text  # adopted by init or a subreaper
+        assert "has no live server" in text
+        # the live session's workers hold GPU 1 and are claimed by it
+        assert any(p.session_id == r.session_id and p.gpu_mem_mib for p in snap.servers)
+        k = await lifecycle.kill(link, lifecycle.KillTarget(host="local", session_id=r.session_id), grace=5)
+        assert k.ok, k
+    finally:
+        kill_quietly([pid])
+
+
+def test_cli_lists_and_kills_an_orphan_confirmed(sim, tmp_path, runs_dir):
+    d, _ = sim
+    port = free_port()
+    pid = start_orphan(d, tmp_path, gpu=1, mib=7000, port=port)
+    cfg = config(tmp_path, runs_dir, d)
+    try:
+        out = cli("orphans", "--host", "local", "--config", str(cfg), "--json")
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        (o,) = [x for x in data["orphans"] if x["pid"] == pid]
+        assert o["gpu_mem_mib"] == {"1": 7000} and o["title"].startswith("sglang::scheduler")
+        text = cli("orphans", "--host", "local", "--config", str(cfg))
+        assert f"pid {pid}" in text.stdout and "GPU 1 7,000 MiB" in text.stdout and "- titled like" in text.stdout
+        bad = cli("orphans", "--host", "local", "--config", str(cfg), "--kill", str(os.getpid()))
+        assert bad.returncode == 2 and "is no orphan" in bad.stderr and "Traceback" not in bad.stderr
+        k = cli("orphans", "--host", "local", "--config", str(cfg), "--kill", str(pid), "--grace", "3", "--json")
+        assert k.returncode == 0, (k.stdout, k.stderr)
+        res = json.loads(k.stdout)
+        steps = {s["name"]: s for s in res["steps"]}
+        assert res["ok"] and steps["exited"]["state"] == "ok" and steps["GPU released"]["state"] == "ok", res
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+        after = json.loads(cli("orphans", "--host", "local", "--config", str(cfg), "--json").stdout)
+        assert all(x["pid"] != pid for x in after["orphans"])
+    finally:
+        kill_quietly([pid])
+
+
+def _snap(servers, sessions=(), gpus=()) -> HostSnapshot:
+    return HostSnapshot(name="h", connection=ConnectionInfo(state="connected"), servers=list(servers),
+                        sessions=list(sessions), gpus=list(gpus))
+
+
+def _p(pid, ppid, pgid, argv, role="worker", **kw) -> ServerProc:
+    return ServerProc(pid=pid, ppid=ppid, pgid=pgid, sid=pgid, start_ticks=pid * 10, argv=argv, role=role,
+                      framework="sglang", **kw)
+
+
+def test_evidence_rules_unit():
+    live = SessionInfo.model_validate({"session_id": "s-live", "run_dir": "/r/s-live", "server_alive": True,
+                                       "record": {"supervisor_pid": 90, "pid": 100, "pgid": 100, "start_ticks": 1,
+                                                  "started_at": 1.0}})
+    ended = SessionInfo.model_validate({"session_id": "s-old", "run_dir": "/r/s-old", "spec": {
+        "session_id": "s-old", "argv": ["x"], "port": 31000}, "record": {"supervisor_pid": 80, "pid": 70, "pgid": 70,
+                                                                         "start_ticks": 1, "started_at": 1.0},
+        "exit": {"ended_at": 5.0, "signal": 9}})
+    servers = [
+        _p(100, 90, 100, ["python", "-m", "sglang.launch_server"], role="launcher", session_id="s-live"),
+        _p(101, 100, 100, ["sglang::scheduler"], session_id="s-live", gpu_mem_mib={0: 1000}),
+        _p(200, 1, 200, ["python", "-m", "sglang.launch_server"], role="launcher"),  # a live foreign server
+        _p(201, 200, 200, ["sglang::scheduler"], gpu_mem_mib={1: 2000}),
+        _p(71, 1, 70, ["sglang::scheduler"], session_id="s-old", gpu_mem_mib={2: 3000}),  # ended session's worker
+        _p(300, 1, 300, ["VLLM::EngineCore"], role="other"),  # a vLLM engine with no launcher
+        _p(400, 555, 400, ["python", "train.py"], role="other", gpu_mem_mib={3: 4000}),  # someone's job
+    ]
+    gpus = [GpuSample(index=3, procs=[GpuProc(pid=400, used_mib=4000), GpuProc(pid=999, used_mib=64)])]
+    orphans = find_orphans(_snap(servers, [live, ended], gpus), port_owners={31000: 71})
+    assert [o.pid for o in orphans] == [71, 999, 300]
+    old = orphans[0]
+    assert old.port == 31000 and any("s-old ended (signal 9)" in e for e in old.evidence)
+    assert any("port 31000" in e for e in old.evidence) and any("init (pid 1)" in e for e in old.evidence)
+    assert "another container" in " ".join(orphans[1].evidence)
+    assert "VLLM::EngineCore" in orphans[2].evidence[0]
+
+
+async def test_ack_records_the_acknowledgement_in_the_run_dir(link, sim, tmp_path, runs_dir):
+    d, model = sim
+    r = await lifecycle.launch(link, lifecycle.LaunchRequest(
+        host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+        flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port()), timeout=60)
+    assert r.ok, r
+    cfg = config(tmp_path, runs_dir, d)
+    live = cli("ack", "--host", "local", "--config", str(cfg), r.session_id)
+    assert live.returncode == 1 and "has not ended" in live.stderr, live
+    k = await lifecycle.kill(link, lifecycle.KillTarget(host="local", session_id=r.session_id), grace=5)
+    assert k.ok, k
+    out = cli("ack", "--host", "local", "--config", str(cfg), r.session_id, "--json")
+    assert out.returncode == 0, out.stderr
+    at = json.loads(out.stdout)["acknowledged_at"]
+    assert at and json.loads((runs_dir / r.session_id / "ack.json").read_text())["at"] == at
+    again = json.loads(cli("ack", "--host", "local", "--config", str(cfg), r.session_id, "--json").stdout)
+    assert again["acknowledged_at"] == at  # the first acknowledgement's time is kept
+    # this console's agent (already running, the session cached as ended) sees the other console's ack
+    assert await wait_until(lambda: any(s.acknowledged_at == at for s in link.snapshot().sessions), 10)
+    (v,) = [v for v in derive_views(link.snapshot(), {}, time.time()) if v.session_id == r.session_id]
+    assert v.acknowledged and v.acknowledged_at == at
+    bad = cli("ack", "--host", "local", "--config", str(cfg), "../etc")
+    assert bad.returncode == 2 and "bad session id" in bad.stderr and "Traceback" not in bad.stderr
