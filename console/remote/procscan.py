@@ -35,6 +35,9 @@ SERVER_PATTERNS = [
 SPAWN_CHILD = re.compile(r"multiprocessing\.spawn|--multiprocessing-fork")
 """A multiprocessing 'spawn' child before it retitles: under a launcher, a worker from its start."""
 
+RESOURCE_TRACKER = re.compile(r"multiprocessing\.resource_tracker")
+"""multiprocessing's resource tracker, a child of every launcher that uses 'spawn': shown as 'other'."""
+
 TP_RANK = re.compile(r"_TP(\d+)(?!\d)")
 DP_RANK = re.compile(r"_DP(\d+)(?!\d)")
 
@@ -121,24 +124,30 @@ class ProcScanner(object):
             return out
 
         under = {}  # pid -> session id, for every descendant of a live session's supervisor
+        launchers = set(pid for pid, info in cache.items() if info["role"] == "launcher")
         for s in sessions.values():
             rec = s.get("record") or {}
             if rec and not s.get("exit"):
                 for p in descendants(rec.get("supervisor_pid")):
                     under.setdefault(p, s["session_id"])
+                st = stats.get(rec.get("pid"))
+                if st is not None and st["start_ticks"] == rec.get("start_ticks"):
+                    launchers.add(rec["pid"])  # what a session's supervisor started is its launcher
         family = {}  # pid -> framework of the launcher it descends from
-        for pid, info in cache.items():
-            if info["role"] == "launcher":
-                for p in descendants(pid):
-                    family.setdefault(p, info["fw"])
+        for pid in launchers:
+            for p in descendants(pid):
+                family.setdefault(p, cache[pid]["fw"])
         out = []
         for pid, st in stats.items():
             info = cache[pid]
             fw, role = info["fw"], info["role"]
-            if pid in family and role in (None, "launcher"):
+            if role is None and pid in launchers:
+                role = "launcher"
+            if pid in family:
                 fw = family[pid] if fw == "unknown" else fw
                 if role is None:
-                    role = "worker" if SPAWN_CHILD.search(" ".join(info["argv"])) else "other"
+                    line = " ".join(info["argv"])
+                    role = "worker" if SPAWN_CHILD.search(line) else "other" if RESOURCE_TRACKER.search(line) else None
             if role is None and pid not in under and pid not in gpu_mem:
                 continue
             if info["env"] is None:
