@@ -207,3 +207,19 @@ async def test_ack_records_the_acknowledgement_in_the_run_dir(link, sim, tmp_pat
     assert v.acknowledged and v.acknowledged_at == at
     bad = cli("ack", "--host", "local", "--config", str(cfg), "../etc")
     assert bad.returncode == 2 and "bad session id" in bad.stderr and "Traceback" not in bad.stderr
+
+
+async def test_launch_preflight_names_the_orphan_on_its_gpu(link, sim, tmp_path):
+    d, model = sim
+    pid = start_orphan(d, tmp_path, gpu=0, mib=6000)
+    try:
+        assert await wait_until(lambda: any(o.pid == pid and o.gpu_mem_mib for o in find_orphans(link.snapshot())), 20)
+        r = await lifecycle.launch(link, lifecycle.LaunchRequest(
+            host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+            flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port()), timeout=60)
+        assert not r.ok and r.session_id is None
+        pre = next(s for s in r.steps if s.name == "preflight")
+        assert pre.state == "failed" and f"orphan pid {pid} (sglang::scheduler" in pre.evidence, pre
+        assert "6,000 MiB on GPU 0" in pre.evidence and "orphans --kill PID" in r.error
+    finally:
+        kill_quietly([pid])

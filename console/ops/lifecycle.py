@@ -209,14 +209,15 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
                                                  "preflight": {"need_mib": need_mib, "allow_busy": allow_busy}},
                                       timeout=60)
         except (RequestError, LinkDown, asyncio.TimeoutError) as e:
-            msg = str(e) or "launch request timed out"
+            msg = (str(e) or "launch request timed out") + orphan_note(link, req.gpus)
             st.finish("preflight", "failed", msg)
             return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps,
                                    error=msg)
         pre = info.get("preflight") or []
         st.finish("preflight", "ok", "; ".join([f"{c['name']}: {c['detail']}" for c in pre]
                                                + [f"memory plan: {verdict or 'skipped'}"
-                                                  + (f" ({plan_text})" if plan_text and plan_text != verdict else "")]))
+                                                  + (f" ({plan_text})" if plan_text and plan_text != verdict else "")])
+                   + orphan_note(link, req.gpus))
         await link.follow_log(sid, 0)
         rec = info.get("record")
         watch.rec = rec
@@ -306,6 +307,18 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
                                                                  f"lost contact with the host: {e}"))
     finally:
         watch.close()
+
+
+def orphan_note(link: HostLink, gpus: list[int]) -> str:
+    """``; orphans on the target GPUs: …`` naming each orphan that holds memory there (or "")."""
+    from console.ops.orphans import describe, find_orphans, orphans_on
+
+    found = orphans_on(find_orphans(link.snapshot()), gpus)
+    if not found:
+        return ""
+    return ("; orphans on the target GPUs: " + "; ".join(describe(o) for o in found[:4])
+            + (f" (+{len(found) - 4} more)" if len(found) > 4 else "")
+            + " — kill with 'mtpconsole orphans --kill PID' or o in the console")
 
 
 async def memory_verdict(link: HostLink, req: LaunchRequest) -> tuple[str | None, str]:
