@@ -16,17 +16,45 @@ from pathlib import Path
 
 from console.ops.flags.check import SECRET_FLAGS, diff_flags, redact, resolve, validate
 from console.ops.flags.help import HelpParseError, parse_help
-from console.ops.flags.learn import cache_path, default_cache_dir, learn_schema, server_version, version_command
+from console.ops.flags.learn import (
+    cache_path,
+    default_cache_dir,
+    learn_schema,
+    server_version,
+    version_command,
+)
 from console.ops.flags.models import Flag, FlagSchema, Problem
 from console.ops.flags.notes import security_notes, speculative_notes
 from console.ops.flags.renames import RENAMES, Rename, find_rename
 from console.ops.flags.search import KEY_FLAGS, key_flags, search
 
 __all__ = [
-    "Flag", "FlagSchema", "Problem", "HelpParseError", "parse_help", "validate", "resolve", "diff_flags",
-    "speculative_notes", "security_notes", "check_all", "KEY_FLAGS", "key_flags", "search", "learn_schema",
-    "server_version", "version_command", "cache_path", "default_cache_dir", "RENAMES", "Rename", "find_rename", "SECRET_FLAGS",
-    "redact", "split_launch_command", "DEFAULT_COMMAND",
+    "DEFAULT_COMMAND",
+    "KEY_FLAGS",
+    "RENAMES",
+    "SECRET_FLAGS",
+    "Flag",
+    "FlagSchema",
+    "HelpParseError",
+    "Problem",
+    "Rename",
+    "cache_path",
+    "check_all",
+    "default_cache_dir",
+    "diff_flags",
+    "find_rename",
+    "key_flags",
+    "learn_schema",
+    "parse_help",
+    "redact",
+    "resolve",
+    "search",
+    "security_notes",
+    "server_version",
+    "speculative_notes",
+    "split_launch_command",
+    "validate",
+    "version_command",
 ]
 
 DEFAULT_COMMAND = ["python3", "-m", "sglang.launch_server"]

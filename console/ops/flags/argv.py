@@ -404,6 +404,10 @@ def resolve_argv(argv: list[str], schema: FlagSchema) -> Resolved:
         if f is None:
             if not ambiguous:
                 res.extras.append(token)
+            if "=" in token and token.startswith("--"):  # --unknown=v: its value is part of the token
+                res.occurrences.append(Occurrence(start, typed, None, None, (token.split("=", 1)[1],), True,
+                                                  ambiguous=tuple(ambiguous)))
+                return start + 1
             j = start + 1
             vals: list[str] = []
             while j < len(args) and pat[j] == "A":
@@ -425,6 +429,7 @@ def resolve_argv(argv: list[str], schema: FlagSchema) -> Resolved:
                 consume.append(ArgvError("unexpected_value", f"argument {_action_name(f)}: ignored explicit "
                                          f"argument {explicit!r}", f, typed, start))
             else:
+                seen.add(f.dest_name)
                 res.occurrences.append(Occurrence(start, typed, option, f, (explicit,), True, abbreviated))
                 consume.append(ArgvError("unexpected_value", f"argument {_action_name(f)}: ignored explicit "
                                          f"argument {explicit!r}", f, typed, start))
@@ -432,6 +437,7 @@ def resolve_argv(argv: list[str], schema: FlagSchema) -> Resolved:
         try:
             count = _match(n, pat[start + 1:])
         except _Fail as e:
+            seen.add(f.dest_name)  # given, if wrongly: not also "required"
             res.occurrences.append(Occurrence(start, typed, option, f, (), False, abbreviated))
             consume.append(ArgvError(e.kind, f"argument {_action_name(f)}: {e.message}", f, typed, start))
             return start + 1 + _count_values(pat, start + 1)

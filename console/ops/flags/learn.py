@@ -7,13 +7,12 @@ optionally a ``name`` (the host). Nothing runs through a shell.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import json
 import os
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -83,7 +82,7 @@ async def _run(link: Link, argv: list[str], timeout: int, what: str) -> tuple[in
         reply = await link.request("run", args, **kwargs)
     except UserError:
         raise
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise HostError(f"{host}: {what} timed out after {timeout} s") from None
     except Exception as e:  # the link's own errors (connection lost, agent refused)
         raise HostError(f"{host}: {what} failed: {e}") from None
@@ -156,7 +155,7 @@ async def learn_schema(link: Link, command: list[str], cache_dir: Path) -> FlagS
                         f"{e}" + (f"; it printed: {tail}" if tail else "")) from None
     if version is not None:
         entry = CachedSchema(host=host, command=command, version=version,
-                             learned_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), flag_schema=schema)
+                             learned_at=datetime.now(UTC).isoformat(timespec="seconds"), flag_schema=schema)
         try:
             _write_cache(path, entry)
         except OSError:

@@ -150,7 +150,7 @@ class FlagSchema(BaseModel):
         """The canonical names, in help order."""
         return [f.name for f in self.flags]
 
-    def with_version(self, version: str | None) -> "FlagSchema":
+    def with_version(self, version: str | None) -> FlagSchema:
         """A copy that carries ``version``."""
         return FlagSchema(version=version, prog=self.prog, flags=self.flags)
 
