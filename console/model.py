@@ -14,6 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+SPECULATIVE_ALGORITHMS: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK",
+                                          "UNO", "FROZEN_KV_MTP")
+"""SGLang 0.5.23's built-in speculative algorithms (``SpeculativeAlgorithm`` in
+``srt/speculative/spec_info.py``; NEXTN is an alias of EAGLE; names are matched case-insensitively;
+plugins may register more). The one list: the planner, the flag form and the flag checker use it."""
+
 
 class Frozen(BaseModel):
     """Base for every boundary model: immutable, unknown keys ignored."""
