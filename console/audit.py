@@ -1,19 +1,57 @@
 """The audit log: every remote command the console runs, with its result.
 
-Kept in memory (bounded) for the UI and appended to a JSON-lines file. Arguments are
-redacted before they are stored: env values and secrets never reach the log.
+Kept in memory (bounded) for the UI and appended to a JSON-lines file. Arguments and results are
+redacted before they are stored: env values and secrets never reach the log. The file is created
+0600 (an existing one is narrowed to 0600), in a directory created 0700: other users of the machine
+read neither.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import time
 from collections import deque
 from pathlib import Path
 from typing import Callable
 
 from console.model import AuditEntry
-from console.redact import redact_obj, redact_text
+from console.redact import known_flags, redact_obj, redact_text
+from console.remote.hostsecrets import MASK, is_secret_flag
+
+
+def _open_private(path: Path):
+    """Open ``path`` for appending, readable by its owner only (0600; its directory 0700 when created here)."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+        return os.fdopen(fd, "a", encoding="utf-8")
+    except OSError:
+        os.close(fd)
+        raise
+
+
+_CUT_TAIL = re.compile(r"""(["'])(--[A-Za-z][A-Za-z0-9_-]*)\1(\s*,\s*)(["'])[^"']*\.\.\.\Z""")
+"""A summary cut inside the value after a flag: ``"--api-key","sk-abc...``."""
+
+
+def redact_result(text: str) -> str:
+    """A request's result as stored: JSON is redacted as an object (argv lists, settings dumps,
+    tokens); in text cut short (``...``) an unterminated value after a secret flag is masked too."""
+    try:
+        return json.dumps(redact_obj(json.loads(text)), separators=(",", ":"))
+    except ValueError:
+        pass
+    out = redact_text(text)
+    m = _CUT_TAIL.search(out)
+    if m and is_secret_flag(m.group(2), known_flags() or None):
+        out = out[:m.start(4)] + m.group(4) + MASK + "..."
+    return out
 
 
 def default_audit_path() -> Path:
@@ -33,15 +71,14 @@ class Audit:
         self._fh = None
         if self.path is not None:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fh = open(self.path, "a", encoding="utf-8")
+                self._fh = _open_private(self.path)
             except OSError:
                 self._fh = None
 
     def __call__(self, host: str, op: str, args: dict, ok: bool | None, result: str | None,
                  elapsed_ms: float | None) -> AuditEntry:
         entry = AuditEntry(at=self.clock(), host=host, op=op, args=redact_obj(args), ok=ok,
-                           result=redact_text(result) if result else result,
+                           result=redact_result(result) if result else result,
                            elapsed_ms=None if elapsed_ms is None else round(elapsed_ms, 2))
         self.entries.append(entry)
         if self._fh is not None:

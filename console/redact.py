@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
 from typing import Any
 
 from console.remote.hostsecrets import (
@@ -18,15 +21,35 @@ SECRET_ENV_HINTS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 # console/remote/hostsecrets.py (the supervisor masks its own log with the same code).
 
 
+SCHEMA = Path(__file__).resolve().parent / "data" / "sglang-0.5.23-flags.json"
+"""The bundled flag schema: its option strings decide which abbreviations argparse takes for a secret flag."""
+
+
+@functools.lru_cache(maxsize=1)
+def known_flags() -> frozenset[str]:
+    """Every option string (flags and aliases) of the bundled schema; empty when it cannot be read (then
+    the schema-less rule of ``hostsecrets.is_secret_flag`` applies, which masks more, never less)."""
+    try:
+        flags = json.loads(SCHEMA.read_text(encoding="utf-8"))
+        return frozenset(n for f in flags for n in [f["flag"], *(f.get("aliases") or [])])
+    except (OSError, ValueError, KeyError, TypeError):
+        return frozenset()
+
+
+def _known() -> frozenset[str] | None:
+    return known_flags() or None
+
+
 def redact_text(text: str) -> str:
-    """Mask secrets in free text: secret-flag values, SGLang's settings dump (``api_key='…'``,
-    ``'api_key': '…'``), argv dumped as JSON, and tokens (``hf_…``, ``sk-…``, ``Bearer …``)."""
-    return mask_text(text)
+    """Mask secrets in free text: secret-flag values (abbreviations argparse accepts included, in text
+    and in argv dumped as JSON), SGLang's settings dump (``api_key='…'``, ``'api_key': '…'``), and tokens
+    (``hf_…``, ``sk-…``, ``Bearer …``)."""
+    return mask_text(text, _known())
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """Mask the value following (or attached to) a secret flag, and tokens anywhere."""
-    return mask_argv(argv)
+    """Mask the value following (or attached to) a secret flag or its abbreviation, and tokens anywhere."""
+    return mask_argv(argv, _known())
 
 
 def redact_obj(obj: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import shlex
 import time
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 from console.config import HostConfig
 from console.errors import HostError, HostKeyError
 from console.model import ConnectionInfo, HostSnapshot
+from console.redact import redact_obj
 from console.remote import protocol
 from console.remote.ssh import HostSpec
 
@@ -133,7 +135,8 @@ class HostLink:
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT, start_new_session=True)
+                    stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT, start_new_session=True,
+                    env=local_agent_env())
             except FileNotFoundError:
                 raise HostError(f"local: no Python at {self.cfg.python!r}") from None
             return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.kill, proc.wait)
@@ -433,6 +436,18 @@ async def _first_message(chan: _Channel, noise: list[str]) -> dict | None:
             noise.append(line.decode("utf-8", "replace").strip()[:200])
 
 
+LOCAL_ENV_BASE = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+                  "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH")
+"""What the local agent (and so every server it launches) inherits from the console's environment: the
+paths and locale a login gives, nothing else. Launch values travel as ``launch_env``/``env_names``."""
+
+
+def local_agent_env() -> dict[str, str]:
+    """The local agent's environment: :data:`LOCAL_ENV_BASE` and ``LC_*`` from ours, never the whole of it
+    (a secret in the console's environment must not reach a server unless ``env_names`` says so)."""
+    return {k: v for k, v in os.environ.items() if k in LOCAL_ENV_BASE or k.startswith("LC_")}
+
+
 def _summary(result: Any) -> str:
-    text = json.dumps(result, separators=(",", ":"), default=str)
+    text = json.dumps(redact_obj(result), separators=(",", ":"), default=str)  # masked before it is cut
     return text if len(text) <= 300 else text[:297] + "..."
