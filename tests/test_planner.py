@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from console.cli import main as cli_main
+from console.errors import UserError
 from console.ops.model_config import ModelConfigError, load_model_config, parse_model_config
 from console.ops.planner import (
     GIB,
@@ -272,3 +273,24 @@ def test_cli_plan_bad_input_exit_2(argv, capsys):
     assert cli_main(["plan", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mtpconsole: ") and "Traceback" not in err
+
+
+def test_cli_plan_reads_flags_like_argparse(capsys):
+    """Issue 12: an abbreviation real argparse accepts (--max-running) is planned as given, not as 48."""
+    rc = cli_main(["plan", "--model-config", str(QWEN_LIKE), "--gpu-mem", "97887MiB", "--json", "--",
+                   "--speculative-algorithm", "EAGLE", "--max-running", "512", "--mem-frac=0.8"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1)
+    assert data["plan"]["max_running_requests"] == 512
+    assert data["plan"]["mem_fraction_static"] == 0.8
+
+
+def test_parse_server_flags_one_resolver():
+    from console.ops.planner import parse_server_flags
+
+    flags = parse_server_flags(["--model", "m", "--tensor-parallel-size", "2", "--enable-hicache",
+                                "--max-running=64", "--port", "1", "--port", "2", "--unknown-x", "v"])
+    assert flags == {"model-path": "m", "tp-size": "2", "enable-hierarchical-cache": True,
+                     "max-running-requests": "64", "port": "2", "unknown-x": "v"}
+    with pytest.raises(UserError, match="ambiguous option: --cuda-graph-max-bs could match"):
+        parse_server_flags(["--cuda-graph-max-bs", "8"], strict=True)

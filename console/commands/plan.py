@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.weights_gb > 0:
             raise UserError("--weights-gb must be positive")
         weights = int(args.weights_gb * (1 << 30))
-    flags = parse_server_flags(list(args.server_flags or []))
+    flags = parse_server_flags(list(args.server_flags or []), strict=True)
     try:
         result = plan(shape, flags, gpu, n_gpus=args.gpus, weights_bytes=weights)
     except ValueError as e:

@@ -28,13 +28,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.errors import UserError
-
+from console.model import SPECULATIVE_ALGORITHMS
+from console.ops.flags.argv import resolve_argv
+from console.ops.flags.models import FlagSchema
+from console.ops.flags.sources import bundled_schema
 from console.ops.model_config import GIB, ModelShape
 
 MIB = 1 << 20
 SPEC_DEFAULT_MAX_RUNNING = 48
 """SGLang resets max running requests to 48 when speculating without --max-running-requests."""
-SPEC_ALGOS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "MTP"}
+SPEC_ALGOS = frozenset(SPECULATIVE_ALGORITHMS)
+"""The built-in speculative algorithms (console.model.SPECULATIVE_ALGORITHMS), for membership tests."""
 MAMBA_SLOTS_PER_REQUEST = {"extra_buffer": 5, "auto": 5, "extra_buffer_lazy": 4, "no_buffer": 3}
 MIN_KV_TOKENS = 4096
 """Below this the KV pool is treated as not usable (a single long prompt would not fit)."""
@@ -407,39 +411,29 @@ def parse_mem(text: str) -> int:
     return int(val * mul)
 
 
-FLAG_ALIASES = {
-    "tp": "tp-size", "tensor-parallel-size": "tp-size", "enable-hicache": "enable-hierarchical-cache",
-    "model": "model-path", "mem-fraction": "mem-fraction-static",
-}
+def parse_server_flags(tokens: list[str], *, schema: FlagSchema | None = None, strict: bool = False) -> dict[str, object]:
+    """Server flags as the server's argparse reads them: ``{canonical name without --: value as typed}``.
 
-
-def parse_server_flags(tokens: list[str]) -> dict[str, object]:
-    """Simple server-flag parsing: ``--name value``, ``--name=value`` and boolean ``--name``.
-
-    Names are returned without dashes' prefix, aliases (``--tp``, ``--enable-hicache``) mapped to
-    their canonical names. Raises UserError on a token that is not a flag.
+    Resolved by the one argv resolver (:func:`console.ops.flags.argv.resolve_argv`) against
+    ``schema`` (the host's, else the bundled sglang 0.5.23 schema): abbreviations (``--max-running``),
+    aliases (``--tp``... ``--tensor-parallel-size``), ``=`` forms, ``--no-x``, nargs. Unknown flags
+    stay keyed as typed. With ``strict``, anything the server's argparse would reject (except a
+    missing ``--model-path``, which the planner does not need) raises :class:`UserError`.
     """
-    out: dict[str, object] = {}
-    i = 0
+    tokens = [str(t) for t in tokens]
     if tokens and tokens[0] == "--":
         tokens = tokens[1:]
-    while i < len(tokens):
-        tok = tokens[i]
-        if "\x00" in tok or "\n" in tok:
-            raise UserError("server flags must not contain NUL or newline characters")
-        if not tok.startswith("--") or tok == "--":
-            raise UserError(f"expected a server flag (--name), got {tok!r}")
-        name, eq, value = tok[2:].partition("=")
-        if not name:
-            raise UserError(f"empty flag name in {tok!r}")
-        name = FLAG_ALIASES.get(name, name)
-        if eq:
-            out[name] = value
-            i += 1
-        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            out[name] = tokens[i + 1]
-            i += 2
-        else:
-            out[name] = True
-            i += 1
+    if any("\x00" in t or "\n" in t for t in tokens):
+        raise UserError("server flags must not contain NUL or newline characters")
+    res = resolve_argv(tokens, schema or bundled_schema())
+    if strict:
+        errors = [e for e in res.errors if e.kind != "missing_required"]
+        if errors:
+            prog = (schema or bundled_schema()).prog or "the server"
+            raise UserError(f"server flags: {prog} would stop with: {errors[0].message}")
+    out: dict[str, object] = {}
+    for name, value in res.pairs():
+        if value is None:
+            continue
+        out[name.lstrip("-")] = value
     return out
