@@ -15,6 +15,7 @@ import secrets
 from typing import Iterable
 
 from console.model import Classification, HostSnapshot, ServerProc, SessionInfo, SessionView
+from console.ops.flags.argv import flag_text, resolve_cmdline
 
 STALE_FACTOR = 3.0
 
@@ -27,15 +28,12 @@ def new_session_id(gpus: Iterable[int], now: float) -> str:
 
 
 def flag_value(argv: list[str], *names: str) -> str | None:
-    """The value of the last occurrence of a flag (``--x v`` or ``--x=v``) in argv."""
-    val = None
-    for i, a in enumerate(argv):
-        for n in names:
-            if a == n and i + 1 < len(argv):
-                val = argv[i + 1]
-            elif a.startswith(n + "="):
-                val = a.split("=", 1)[1]
-    return val
+    """The value of a flag in a server's argv, read as its argparse reads it (abbreviations, aliases, ``=``).
+
+    The one resolver (``console.ops.flags.argv``) against the bundled SGLang schema; the
+    launcher (``python -m sglang.launch_server``) is split off first.
+    """
+    return flag_text(resolve_cmdline([str(a) for a in argv]), *names)
 
 
 def has_flag(argv: list[str], *names: str) -> bool:

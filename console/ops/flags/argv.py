@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from console.ops.flags.models import Flag, FlagSchema, ProblemKind
@@ -125,8 +126,9 @@ class Resolved:
             return None
         f = self.schema.get(option)
         if f is None and option.startswith("--"):
-            matches = {self.schema.get(s) for s in self.schema.option_strings() if s.startswith(option)}
-            f = matches.pop() if len(matches) == 1 else None
+            found = [self.schema.get(s) for s in self.schema.option_strings() if s.startswith(option)]
+            names = {g.name for g in found if g is not None}
+            f = found[0] if len(names) == 1 else None
         if f is not None:
             return f.dest_name
         if not option.startswith("-") and self.schema.by_dest(option) is not None:
@@ -506,3 +508,32 @@ def split_launcher(argv: list[str]) -> tuple[list[str], list[str]]:
         if a.startswith("-"):
             return argv[:i], argv[i:]
     return list(argv), []
+
+
+@lru_cache(maxsize=512)
+def _resolve_cmdline_cached(argv: tuple[str, ...]) -> Resolved:
+    from console.ops.flags.sources import bundled_schema
+
+    return resolve_argv(split_launcher(list(argv))[1], bundled_schema())
+
+
+def resolve_cmdline(argv: list[str], schema: FlagSchema | None = None) -> Resolved:
+    """Resolve a whole server command line (launcher split off) against ``schema``, else the bundled one.
+
+    For views that read a running server's flags; results for the bundled schema are cached
+    (treat them as read-only).
+    """
+    if schema is None:
+        return _resolve_cmdline_cached(tuple(str(a) for a in argv))
+    return resolve_argv(split_launcher([str(a) for a in argv])[1], schema)
+
+
+def flag_text(res: Resolved, *names: str) -> str | None:
+    """The value as typed of the first of ``names`` that was given with a value (lists joined by spaces)."""
+    for n in names:
+        v = res.get_raw(n)
+        if isinstance(v, list):
+            return " ".join(v)
+        if isinstance(v, str):
+            return v
+    return None
