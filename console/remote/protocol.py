@@ -81,8 +81,8 @@ __all__ = [
     "shipped_sources",
 ]
 
-SHIPPED_MODULES = ("hostlib", "hostsecrets", "gpus", "procscan", "runs", "logfollow", "watch", "launch",
-                   "agent", "supervisor")
+SHIPPED_MODULES = ("hostlib", "hostsecrets", "rundir", "gpus", "procscan", "runs", "logfollow", "watch", "launch",
+                   "samplering", "agent", "supervisor")
 """The modules of ``console/remote`` sent to every host (stdlib only, Python >= 3.8, relative imports
 among themselves only; checked by tests/test_remote_sources.py)."""
 
