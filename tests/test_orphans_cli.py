@@ -55,6 +55,11 @@ def sim(tmp_path):
     return d, model
 
 
+@pytest.fixture(autouse=True)
+def _private_audit_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTPCONSOLE_AUDIT_LOG", str(tmp_path / "audit.jsonl"))
+
+
 def sim_env(d: Path) -> dict[str, str]:
     return {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
 

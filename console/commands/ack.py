@@ -3,27 +3,26 @@ its GPU reads IDLE in every console; the session stays in the history (`mtpconso
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import json
 import socket
 
-from console.commands._ops import single_host, term
+from console.commands._ops import term
+from console.commands.context import CliContext, connect_hosts, single_host
 from console.errors import UserError
-from console.hostctx import connect_hosts
 from console.model import SessionInfo
 from console.redact import redact_obj
 from console.remote.link import RequestError
 
-HELP = "acknowledge an ended (failed) session: its GPU reads IDLE"
 
-
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", help="the ended session's id")
 
 
-async def run(args) -> int:
-    single_host(args)
-    async with connect_hosts(args) as links:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    single_host(ctx)
+    async with connect_hosts(ctx) as links:
         link = links[0]
         try:
             raw = await link.request("ack", {"session_id": args.session,
@@ -31,7 +30,7 @@ async def run(args) -> int:
         except RequestError as e:
             raise UserError(f"{link.name}: {e}", exit_code=1 if "has not ended" in str(e) else 2) from None
     s = SessionInfo.model_validate(raw)
-    if args.json:
+    if ctx.json_output:
         print(json.dumps(redact_obj({"host": link.name, "session_id": s.session_id,
                                      "acknowledged_at": s.acknowledged_at}), indent=2))
     else:

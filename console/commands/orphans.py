@@ -3,23 +3,23 @@ live server, with the evidence; ``--kill PID`` runs the confirmed kill of one of
 
 from __future__ import annotations
 
+import argparse
 import json
 
-from console.commands._ops import emit_result, single_host, step_printer, term
+from console.commands._ops import emit_result, step_printer, term
+from console.commands.context import CliContext, connect_hosts, single_host
 from console.errors import UserError
-from console.hostctx import connect_hosts
 from console.model import KillTarget
 from console.ops.lifecycle import _fresh, kill
 from console.ops.orphans import Orphan, ended_ports, find_orphans
 from console.redact import redact_obj
 from console.remote.link import LinkDown, RequestError
 
-HELP = "find orphaned server workers and GPU memory holders (with evidence); --kill PID, confirmed"
 PORTS_ASKED = 32
 """At most this many ended sessions' ports are checked for a listener that outlived them."""
 
 
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kill", type=int, default=None, metavar="PID",
                    help="kill this orphan (by pid and start time), confirmed: gone, GPU memory released, port closed")
     p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)")
@@ -52,15 +52,15 @@ def print_orphans(host: str, orphans: list[Orphan]) -> None:
     print("kill one with: mtpconsole orphans --host HOST --kill PID")
 
 
-async def run(args) -> int:
-    single_host(args)
-    if args.kill is not None and args.read_only:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    single_host(ctx)
+    if args.kill is not None and ctx.read_only:
         raise UserError("read-only: kill is disabled")
-    async with connect_hosts(args) as links:
+    async with connect_hosts(ctx) as links:
         link = links[0]
         orphans = await hunt(link)
         if args.kill is None:
-            if args.json:
+            if ctx.json_output:
                 print(json.dumps(redact_obj({"host": link.name, "orphans": [o.model_dump(mode="json")
                                                                           for o in orphans]}), indent=2))
             else:
@@ -73,8 +73,8 @@ async def run(args) -> int:
         if not o.start_ticks:
             raise UserError(f"pid {o.pid} is not visible in {link.name}'s /proc: it cannot be killed from here",
                             exit_code=1)
-        if not args.json:
+        if not ctx.json_output:
             print(f"killing orphan pid {o.pid} ({term(o.title[:60])}):")
         r = await kill(link, KillTarget(host=link.name, pid=o.pid, start_ticks=o.start_ticks, port=o.port),
-                       step_printer(args), grace=args.grace)
-    return emit_result(args, r)
+                       step_printer(ctx.json_output), grace=args.grace)
+    return emit_result(ctx.json_output, r)

@@ -1,0 +1,114 @@
+"""`mtpconsole events`: what happened on a host, oldest first — launches, exits, OOM kills (exit records
+and the kernel log where readable), READY, acknowledgements and actions sent by consoles on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from console.commands._ops import term
+from console.commands.context import CliContext, connect_hosts, single_host
+from console.errors import UserError
+from console.model import AuditEntry, HostEvent, SessionInfo
+from console.ops.events import (
+    audit_events,
+    kernel_oom_events,
+    merge,
+    parse_since,
+    ready_event,
+    session_events,
+)
+from console.redact import redact_obj
+from console.remote.link import LinkDown, RequestError
+
+READY_SCAN = 20
+"""At most this many sessions' logs are read for their READY time."""
+LOG_HEAD = 1 << 20
+AUDIT_TAIL = 8 << 20
+"""Only the last 8 MiB of the audit log are read."""
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--since", default="24h", help="how far back: 90s, 15m, 1h, 2d or an ISO time (default 24h)")
+
+
+def read_audit(path: Path, since: float) -> tuple[list[AuditEntry], str | None]:
+    """The audit entries from ``since`` on (the file's tail), or a note why there are none."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - AUDIT_TAIL))
+            raw = f.read().decode("utf-8", "replace").splitlines()
+    except FileNotFoundError:
+        return [], None
+    except OSError as e:
+        return [], f"audit log {path} not readable: {e.strerror}"
+    out = []
+    for line in raw:
+        try:
+            e = AuditEntry.model_validate_json(line)
+        except ValueError:
+            continue
+        if e.at >= since:
+            out.append(e)
+    return out, None
+
+
+async def gather(link, since: float, audit_path: Path) -> tuple[list[HostEvent], list[str]]:
+    """Every source for one host, merged; notes say which source could not be read."""
+    notes: list[str] = []
+    sessions = [SessionInfo.model_validate(s) for s in await link.request("sessions", audit=False)]
+    lists: list[list[HostEvent]] = [session_events(link.name, s) for s in sessions]
+    recent = [s for s in sessions if s.record and (s.exit is None or s.exit.ended_at >= since)]
+    for s in sorted(recent, key=lambda s: s.session_id, reverse=True)[:READY_SCAN]:
+        try:
+            r = await link.request("read_log", {"session_id": s.session_id, "offset": 0, "max_bytes": LOG_HEAD},
+                                   audit=False)
+        except (RequestError, LinkDown):
+            continue
+        ev = ready_event(link.name, s, r.get("data", ""))
+        if ev is not None:
+            lists.append([ev])
+    try:
+        r = await link.request("run", {"argv": ["dmesg", "--time-format=iso"], "timeout": 10}, audit=False)
+        if r.get("rc") == 0:
+            lists.append(kernel_oom_events(link.name, r.get("stdout", "")))
+        else:
+            why = (r.get("stderr") or "").strip().splitlines()
+            notes.append(f"kernel log not readable: {why[0] if why else 'dmesg exit ' + str(r.get('rc'))}")
+    except (RequestError, LinkDown) as e:
+        notes.append(f"kernel log not readable: {e}")
+    entries, note = read_audit(audit_path, since)
+    if note:
+        notes.append(note)
+    lists.append(audit_events(link.name, entries))
+    return merge(*lists, since=since), notes
+
+
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    single_host(ctx)
+    now = time.time()
+    try:
+        since = parse_since(args.since, now)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    audit_path = Path(ctx.audit_log)
+    async with connect_hosts(ctx) as links:
+        link = links[0]
+        events, notes = await gather(link, since, audit_path)
+    if ctx.json_output:
+        print(json.dumps(redact_obj({"host": link.name, "since": since, "events": [e.model_dump(mode="json")
+                                                                              for e in events], "notes": notes}),
+                         indent=2))
+        return 0
+    if not events:
+        print(f"{term(link.name)}: no events since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}")
+    for e in events:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
+        print(f"{stamp}  {e.kind:<13} {term(e.text)}  [{e.source}]")
+    for n in notes:
+        print(f"note: {term(n)}")
+    return 0
