@@ -96,6 +96,10 @@ class ServerProc(Frozen):
     gpu_mem_mib: dict[int, int] = Field(default_factory=dict)
     """GPU index -> MiB attributed by the driver to this pid."""
     rss_kib: int | None = None
+    tp_rank: int | None = None
+    """From an SGLang scheduler's title (``sglang::scheduler_TP<n>``; a plain ``sglang::scheduler`` is 0)."""
+    dp_rank: int | None = None
+    """From an SGLang scheduler's title (``sglang::scheduler_DP<d>_TP<n>``)."""
     metrics_text: str | None = None
     """The server's Prometheus ``/metrics`` text (launchers run with ``--enable-metrics`` only), as fetched."""
     metrics_at: float | None = None
@@ -168,6 +172,62 @@ class ExitRecord(Frozen):
         )
 
 
+class ProcessExit(Frozen):
+    """The end of one process of a launch session (a line of the run directory's ``exits.jsonl``).
+
+    Written by the agent for every member it watched (role, GPUs, OOM counter; the code or signal
+    when it read the zombie before its parent reaped it, else ``how="gone"``) and by the supervisor for
+    what it reaped itself (the server, orphans: code or signal always known); merged per process.
+    """
+
+    pid: int
+    start_ticks: int | None = None
+    at: float | None = None
+    """When the end was seen on the host (the agent's pidfd fires at once)."""
+    exit_code: int | None = None
+    signal: int | None = None
+    how: Literal["exited", "signal", "gone"] = "gone"
+    role: str | None = None
+    """launcher / worker / other, as the agent classified the process when it was last seen."""
+    title: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    tp_rank: int | None = None
+    dp_rank: int | None = None
+    oom_kill_delta: int | None = None
+    """How much /proc/vmstat's oom_kill grew between the agent's last tick and this end (>0: OOM killer)."""
+    after_stop_request: bool = False
+    """The operator had asked the session to stop: an expected end, never 'abnormal'."""
+    source: str | None = None
+
+    @property
+    def abnormal(self) -> bool:
+        if self.after_stop_request:
+            return False
+        return bool(self.signal) or self.exit_code not in (None, 0) or (self.oom_kill_delta or 0) > 0
+
+    def describe(self) -> str:
+        """E.g. ``the TP1 worker (pid 4242, GPU 1) was killed by SIGKILL``."""
+        import signal as _signal
+
+        who = self.role or "process"
+        if self.tp_rank is not None and self.role == "worker":
+            who = f"TP{self.tp_rank} worker" if self.dp_rank is None else f"DP{self.dp_rank} TP{self.tp_rank} worker"
+        where = f"pid {self.pid}" + (f", GPU {','.join(map(str, self.gpus))}" if self.gpus else "")
+        if self.signal:
+            try:
+                name = _signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            what = f"was killed by {name}"
+        elif self.exit_code is not None:
+            what = f"exited with code {self.exit_code}"
+        else:
+            what = "ended (exit status unknown)"
+        if (self.oom_kill_delta or 0) > 0:
+            what += " while the kernel's OOM killer fired"
+        return f"the {who} ({where}) {what}"
+
+
 class SessionInfo(Frozen):
     """A run directory on the host, as the agent reads it."""
 
@@ -182,6 +242,17 @@ class SessionInfo(Frozen):
     server_alive: bool = False
     supervisor_alive: bool = False
     stop_requested: bool = False
+    broken: str | None = None
+    """Why this run directory cannot be trusted (a file too large, too deep, of the wrong type, not a
+    regular file...): the session is listed with the reason, its files are not used."""
+    record_stale: str | None = None
+    """Why record.json no longer names this session's processes (the host rebooted; the recorded pids now
+    belong to other processes): the session has ended, and nothing it names may be signalled."""
+    exits: list[ProcessExit] = Field(default_factory=list)
+    """Ends of the session's processes so far, oldest first (see :class:`ProcessExit`)."""
+    first_abnormal_exit: ProcessExit | None = None
+    """The earliest end that was a failure (signal, non-zero code, OOM kill), not after a stop request:
+    the first death decides the cause."""
 
 
 SessionState = Literal[

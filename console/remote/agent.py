@@ -49,7 +49,7 @@ from .launch import Launcher
 from .logfollow import MAX_LOG_CHUNK, LogFollower, log_path, read_log
 from .procscan import ProcScanner
 from .runs import SessionStore
-from .watch import ExitWatcher
+from .watch import ExitWatcher, process_gpus
 
 GPU_STALL_S = 5.0
 """A GPU sample in flight longer than this (or 3 intervals) is reported as not answering."""
@@ -243,11 +243,22 @@ class Agent(object):
     def take_sample(self):
         gpus, err, gpus_at = self.sampler.latest()
         sessions = self.sessions.scan()
+        servers = self.procs.scan(gpus, sessions)
+        self.watch_session_members(servers)
         return {
             "sampled_at": now(), "gpu_source": self.gpu.name if gpus or not err else "none",
             "gpu_error": err, "gpus": gpus, "gpu_sampled_at": gpus_at,
-            "servers": self.procs.scan(gpus, sessions), "sessions": self.sessions.visible(sessions),
+            "servers": servers, "sessions": self.sessions.visible(sessions),
         }
+
+    def watch_session_members(self, servers):
+        """Watch every live process of a session, so each one's end lands in the session's exits.jsonl."""
+        self.watcher.tick()
+        for p in servers:
+            if p["session_id"] and p["role"] != "supervisor" and p["state"] not in ("Z", "X"):
+                self.watcher.ensure(p["pid"], p["start_ticks"], p["session_id"], ends_session=False, meta={
+                    "role": p["role"], "title": (p["argv"] or [""])[0][:200], "gpus": process_gpus(p),
+                    "tp_rank": p.get("tp_rank"), "dp_rank": p.get("dp_rank")})
 
     # -- ops
     def op_hello(self):

@@ -72,9 +72,20 @@ def proc_stat(pid):
             "comm": raw[raw.find("(") + 1:rp], "state": fields[0], "ppid": int(fields[1]), "pgid": int(fields[2]),
             "sid": int(fields[3]), "start_ticks": int(fields[19]),
             "rss_kib": int(fields[21]) * PAGE_KIB,
+            # field 52: a zombie's wait status (0 while it runs), readable until its parent reaps it
+            "wait_status": int(fields[49]) if len(fields) > 49 else None,
         }
     except (IndexError, ValueError):
         return None
+
+
+def decode_wait_status(status):
+    """(exit_code, signal) from a raw wait status (Python 3.8 has no waitstatus_to_exitcode)."""
+    if status is None:
+        return None, None
+    if status & 0x7F:
+        return None, status & 0x7F
+    return (status >> 8) & 0xFF, None
 
 
 def start_ticks_of(pid):

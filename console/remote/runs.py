@@ -23,20 +23,10 @@ from .hostlib import (
     now,
     proc_alive,
 )
+from .watch import MAX_EXITS_SHOWN, first_abnormal_exit, merge_exits
 
 RECENT_ENDED_SESSIONS = 32
 """How many ended sessions a sample carries (newest first); older ones stay on disk only."""
-
-
-def first_abnormal_exit(exits):
-    """The earliest process exit of a session that was not a clean one (None when all were clean).
-
-    Abnormal: a signal, a non-zero exit code, or the kernel's OOM killer having fired meanwhile.
-    A process merely seen "gone" (no code known) counts when the OOM counter moved.
-    """
-    bad = [e for e in exits if e.get("signal") or (e.get("exit_code") not in (None, 0))
-           or (e.get("oom_kill_delta") or 0) > 0]
-    return min(bad, key=lambda e: e.get("at") or 0) if bad else None
 
 
 class SessionStore(object):
@@ -85,8 +75,9 @@ class SessionStore(object):
             except OSError:
                 c["log_size"] = 0
             c["stop_requested"] = os.path.exists(os.path.join(d, RUN_STOP_REQUEST))
-            c["exits"] = load_json_lines(os.path.join(d, RUN_EXITS))
-            c["first_abnormal_exit"] = first_abnormal_exit(c["exits"])
+            exits = merge_exits(load_json_lines(os.path.join(d, RUN_EXITS)))
+            c["first_abnormal_exit"] = first_abnormal_exit(exits)
+            c["exits"] = exits[:MAX_EXITS_SHOWN]
             rec = c["record"] or {}
             c["server_alive"] = bool(rec) and proc_alive(rec.get("pid", -1), rec.get("start_ticks"))
             c["supervisor_alive"] = bool(rec) and proc_alive(rec.get("supervisor_pid", -1),

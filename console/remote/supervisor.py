@@ -38,14 +38,17 @@ import time
 
 from .hostlib import (
     RUN_EXIT,
+    RUN_EXITS,
     RUN_LOG,
     RUN_RECORD,
     RUN_SPEC,
     RUN_STOP_REQUEST,
     RUN_SUPERVISOR_LOG,
     SESSION_ENV,
+    append_json_line,
     atomic_write_json,
     boot_id,
+    decode_wait_status,
     proc_stat,
     read_oom_kill,
     start_ticks_of,
@@ -85,15 +88,6 @@ def log(message):
             sys.stderr.write(line)
     except Exception:
         pass
-
-
-def describe_status(status):
-    """(exit_code, signal) from a wait status (Python 3.8 has no waitstatus_to_exitcode)."""
-    if os.WIFSIGNALED(status):
-        return None, os.WTERMSIG(status)
-    if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status), None
-    return None, None
 
 
 def exit_record(exit_code=None, sig=None, error=None, oom_before=None, oom_after=None,
@@ -361,10 +355,23 @@ def leftover_targets(me, pgid, marker, spare):
     return set(p for p in found if p not in spare and procs.get(p, (0, 0, "Z"))[2] != "Z")
 
 
-def wait_for_server(server):
+def record_exit(run_dir, pid, start_ticks, code, sig, role=None):
+    """Append a child's exit (code or signal known: we reaped it) to exits.jsonl; never raises."""
+    try:
+        append_json_line(os.path.join(run_dir, RUN_EXITS), {
+            "pid": pid, "start_ticks": start_ticks, "at": time.time(), "exit_code": code, "signal": sig,
+            "how": "signal" if sig else "exited", "role": role, "oom_kill_delta": None,
+            "after_stop_request": os.path.exists(os.path.join(run_dir, RUN_STOP_REQUEST)),
+            "source": "supervisor"})
+    except Exception as e:
+        log("cannot append to %s: %r" % (RUN_EXITS, e))
+
+
+def wait_for_server(server, run_dir=None):
     """Reap every other child until the server exits; returns its (exit_code, signal).
 
-    The server itself is left unreaped (``WNOWAIT``): the caller kills its group first.
+    The server itself is left unreaped (``WNOWAIT``): the caller kills its group first. Each
+    orphan reaped on the way is recorded in ``exits.jsonl`` (when ``run_dir`` is given).
     """
     while True:
         try:
@@ -377,11 +384,15 @@ def wait_for_server(server):
             if info.si_code == os.CLD_EXITED:
                 return info.si_status, None
             return None, info.si_status  # CLD_KILLED / CLD_DUMPED
+        ticks = start_ticks_of(info.si_pid)  # still readable: the zombie is not reaped yet
         try:
             _, status = os.waitpid(info.si_pid, 0)
-            log("reaped orphan %d (exit_code=%s signal=%s)" % ((info.si_pid,) + describe_status(status)))
         except ChildProcessError:
-            pass
+            continue
+        code, sig = decode_wait_status(status)
+        log("reaped orphan %d (exit_code=%s signal=%s)" % (info.si_pid, code, sig))
+        if run_dir is not None:
+            record_exit(run_dir, info.si_pid, ticks, code, sig)
 
 
 def reap_children():
@@ -484,7 +495,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         pgid = server
         if exec_error:
             _, status = os.waitpid(server, 0)
-            code, sig = describe_status(status)
+            code, sig = decode_wait_status(status)
             log("exec failed: %s" % exec_error)
             atomic_write_json(os.path.join(run_dir, RUN_EXIT), exit_record(
                 exit_code=code, sig=sig, error=exec_error.replace("mtpconsole-supervisor: ", "", 1),
@@ -506,7 +517,8 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         log("record.json written: pid=%d pgid=%d start_ticks=%s" % (server, pgid, record["start_ticks"]))
         notify_w = _notify(notify_w, EXIT_STARTED)
 
-        code, sig = wait_for_server(server)
+        code, sig = wait_for_server(server, run_dir)
+        record_exit(run_dir, server, record["start_ticks"], code, sig, role="launcher")
         log("server exited: exit_code=%s signal=%s" % (code, sig))
         # the server is still an unreaped zombie here, so its pid (= the pgid) cannot be
         # reused by an unrelated process before the group is killed

@@ -1,17 +1,104 @@
 """Process exit watches for the agent: pidfd where the kernel has one, else polling /proc.
 
 Stdlib only, Python >= 3.8; shipped with the agent. An ended process is pushed at once as an
-``exit`` event; a session's server ending also waits (briefly) for its ``exit.json`` and pushes
+``exit`` event. Every process of a launch session is watched, and its end is appended to the
+session's ``exits.jsonl`` (see :func:`exit_entry`): the console tells from it which process died
+first. A session's server ending also waits (briefly) for its ``exit.json`` and pushes
 ``session_ended``.
+
+The exit code or signal of a process that is not our child is read from its zombie
+(``/proc/<pid>/stat`` field 52) in the instant between its death, which the pidfd reports, and its
+parent reaping it; when the parent was faster the process is recorded as ``gone``.
 """
 
 import os
 import selectors
 
-from .hostlib import RUN_EXIT, load_json, now, proc_alive
+from .hostlib import (
+    RUN_EXIT,
+    RUN_EXITS,
+    RUN_STOP_REQUEST,
+    append_json_line,
+    decode_wait_status,
+    load_json,
+    now,
+    proc_stat,
+    read_oom_kill,
+)
 
+MAX_EXITS_SHOWN = 64
+"""How many process exits of one session a sample carries (the earliest; first_abnormal_exit is exact)."""
 EXIT_JSON_WAIT_S = 5.0
 """How long after a session's server ended the agent waits for the supervisor's exit.json."""
+
+
+def merge_exits(lines):
+    """One entry per process (pid, start time) from exits.jsonl, oldest first.
+
+    The supervisor knows the exit code of what it reaped (the server, orphans); the agent knows
+    role, GPU and the OOM counter of every member (and the code when it caught the zombie).
+    Several agents may have written the same exit: the first sighting's time is kept.
+    """
+    merged = {}
+    for e in lines:
+        if not isinstance(e.get("pid"), int):
+            continue
+        key = (e["pid"], e.get("start_ticks"))
+        m = merged.get(key)
+        if m is None:
+            merged[key] = dict(e)
+            continue
+        for k, v in e.items():
+            if m.get(k) is None and v is not None:
+                m[k] = v
+        if m.get("how") == "gone" and e.get("how") in ("signal", "exited"):
+            m["how"], m["exit_code"], m["signal"] = e["how"], e.get("exit_code"), e.get("signal")
+        if m.get("source") != e.get("source"):
+            m["source"] = "agent+supervisor"
+        m["at"] = min(m.get("at") or e.get("at") or 0, e.get("at") or m.get("at") or 0)
+    return sorted(merged.values(), key=lambda e: e.get("at") or 0)
+
+
+def is_abnormal(e):
+    """A process end that is a failure: a signal, a non-zero exit code, or the OOM killer firing meanwhile,
+    unless the operator had asked the session to stop."""
+    if e.get("after_stop_request"):
+        return False
+    return bool(e.get("signal")) or e.get("exit_code") not in (None, 0) or (e.get("oom_kill_delta") or 0) > 0
+
+
+def first_abnormal_exit(exits):
+    """The earliest abnormal end among a session's merged exits (None when there is none)."""
+    for e in exits:
+        if is_abnormal(e):
+            return e
+    return None
+
+
+def process_gpus(proc):
+    """The GPU indexes a process uses: the driver's attribution, else its TP rank among its visible GPUs."""
+    held = sorted(int(k) for k in (proc.get("gpu_mem_mib") or {}))
+    if held:
+        return held
+    visible = [v.strip() for v in (proc.get("cuda_visible_devices") or "").split(",") if v.strip()]
+    rank = proc.get("tp_rank")
+    if rank is not None and rank < len(visible) and visible[rank].isdigit():
+        return [int(visible[rank])]
+    if len(visible) == 1 and visible[0].isdigit() and proc.get("role") == "worker":
+        return [int(visible[0])]
+    return []
+
+
+def exit_entry(pid, start_ticks, meta, wait_status, at, oom_delta, stop_requested):
+    """One line of ``exits.jsonl``: who ended, how, when, and whether the kernel's OOM killer fired."""
+    code, sig = decode_wait_status(wait_status)
+    return {
+        "pid": pid, "start_ticks": start_ticks, "at": at, "exit_code": code, "signal": sig,
+        "how": "signal" if sig else "exited" if code is not None else "gone",
+        "role": meta.get("role"), "title": meta.get("title"), "gpus": meta.get("gpus") or [],
+        "tp_rank": meta.get("tp_rank"), "dp_rank": meta.get("dp_rank"), "session_id": meta.get("session_id"),
+        "oom_kill_delta": oom_delta, "after_stop_request": bool(stop_requested), "source": "agent",
+    }
 
 
 class ExitWatcher(object):
@@ -22,17 +109,30 @@ class ExitWatcher(object):
         self.send = send
         self.runs_dir = runs_dir
         self.on_session_ended = on_session_ended  # called (session_id, exit record or None)
-        self.watches = {}  # (pid, start_ticks) -> {"fd": pidfd or None, "session_id": ...}
+        self.watches = {}  # (pid, start_ticks) -> {"fd", "session_id", "ends_session", "meta"}
         self.pending = {}  # session_id -> deadline to wait for exit.json
+        self.oom_seen = read_oom_kill()  # the OOM kill counter at the last tick
 
     def polling(self):
         """True while some watch has no pidfd (the loop must poll every 50 ms)."""
         return any(w["fd"] is None for w in self.watches.values())
 
-    def ensure(self, pid, start_ticks, session_id=None):
-        """Watch a process (idempotent); one already gone is reported at once."""
+    def tick(self):
+        """Once per sample: remember the OOM kill counter (an exit's delta is taken against it)."""
+        self.oom_seen = read_oom_kill()
+
+    def ensure(self, pid, start_ticks, session_id=None, ends_session=True, meta=None):
+        """Watch a process (idempotent; ``meta`` refreshed); one already gone is reported at once.
+
+        ``ends_session``: this is the session's server, whose end means the session ended.
+        """
         key = (pid, start_ticks)
-        if key in self.watches:
+        w = self.watches.get(key)
+        if w is not None:
+            if meta:
+                w["meta"].update(meta)
+            w["session_id"] = w["session_id"] or session_id
+            w["ends_session"] = w["ends_session"] or (ends_session and bool(session_id))
             return
         fd = None
         if hasattr(os, "pidfd_open"):
@@ -40,17 +140,19 @@ class ExitWatcher(object):
                 fd = os.pidfd_open(pid)
             except OSError:
                 fd = None
-        if start_ticks is not None and not proc_alive(pid, start_ticks):
-            if fd is not None:
-                os.close(fd)
-            self.watches[key] = {"fd": None, "session_id": session_id}
+        w = {"fd": fd, "session_id": session_id, "ends_session": ends_session and bool(session_id),
+             "meta": dict(meta or {})}
+        self.watches[key] = w
+        st = proc_stat(pid)
+        if start_ticks is not None and (st is None or st["state"] in ("Z", "X") or st["start_ticks"] != start_ticks):
             self.on_exit(key)
             return
-        self.watches[key] = {"fd": fd, "session_id": session_id}
         if fd is not None:
             self.sel.register(fd, selectors.EVENT_READ, ("pidfd", key))
 
     def on_exit(self, key):
+        st = proc_stat(key[0])  # first: the zombie's wait status, before its parent reaps it
+        at = now()
         w = self.watches.pop(key, None)
         if w is None:
             return
@@ -60,17 +162,42 @@ class ExitWatcher(object):
             except (KeyError, ValueError):
                 pass
             os.close(w["fd"])
-        ev = {"type": "event", "kind": "exit", "pid": key[0], "start_ticks": key[1], "at": now()}
-        if w["session_id"]:
-            ev["session_id"] = w["session_id"]
-            self.pending[w["session_id"]] = now() + EXIT_JSON_WAIT_S
+        status = None
+        if st is not None and st["state"] in ("Z", "X") and (key[1] is None or st["start_ticks"] == key[1]):
+            status = st.get("wait_status")
+        ev = {"type": "event", "kind": "exit", "pid": key[0], "start_ticks": key[1], "at": at}
+        code, sig = decode_wait_status(status)
+        ev["exit_code"], ev["signal"] = code, sig
+        sid = w["session_id"]
+        if sid:
+            ev["session_id"] = sid
+            self._record(sid, key, w["meta"], status, at)
+            if w["ends_session"]:
+                self.pending[sid] = now() + EXIT_JSON_WAIT_S
         self.send(ev)
+
+    def _record(self, sid, key, meta, status, at):
+        """Append the exit to the session's exits.jsonl (never raises: a full disk loses only this line)."""
+        run_dir = os.path.join(self.runs_dir, sid)
+        if not os.path.isdir(run_dir):
+            return
+        oom = read_oom_kill()
+        delta = None if oom is None or self.oom_seen is None else max(0, oom - self.oom_seen)
+        meta = dict(meta, session_id=sid)
+        entry = exit_entry(key[0], key[1], meta, status, at, delta,
+                           os.path.exists(os.path.join(run_dir, RUN_STOP_REQUEST)))
+        try:
+            append_json_line(os.path.join(run_dir, RUN_EXITS), entry)
+        except OSError:
+            pass
 
     def poll(self):
         """Report watched processes gone (those without a pidfd)."""
         for key, w in list(self.watches.items()):
-            if w["fd"] is None and not proc_alive(key[0], key[1]):
-                self.on_exit(key)
+            if w["fd"] is None:
+                st = proc_stat(key[0])
+                if st is None or st["state"] in ("Z", "X") or (key[1] is not None and st["start_ticks"] != key[1]):
+                    self.on_exit(key)
 
     def poll_pending(self):
         """Push ``session_ended`` once a session's exit.json appears (or the wait ran out)."""
