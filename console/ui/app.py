@@ -76,6 +76,7 @@ class MtpConsoleApp(App):
         Binding("c", "compact", "Compact", tooltip="compact GPU panels", id="compact"),
         Binding("t", "cycle_theme", "Theme", tooltip="dark → light → high contrast", id="cycle_theme"),
         Binding("question_mark", "help", "Help", tooltip="show or hide the key help", id="help"),
+        Binding("f1", "help", "Help", show=False, tooltip="show or hide the key help", id="help_f1"),
         Binding("q", "quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
     ]
 
@@ -341,11 +342,19 @@ class MtpConsoleApp(App):
             self.action_show_help_panel()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        """Each command once: the console's own key actions, then Textual's that they do not cover
+        (its "Theme" and "Keys" are the console's ``t`` and ``?``)."""
+        seen: set[str] = set()
+        ours = []
         for b in self.BINDINGS:
-            if isinstance(b, Binding) and b.action != "quit" and self.check_action(b.action, ()):
-                yield SystemCommand(f"{b.description} ({b.key})", b.tooltip or b.description,
-                                    lambda a=b.action: self.run_action(a))
+            if (isinstance(b, Binding) and b.action != "quit" and b.action not in seen
+                    and self.check_action(b.action, ())):
+                seen.add(b.action)
+                ours.append(SystemCommand(f"{b.description} ({b.key})", b.tooltip or b.description,
+                                          lambda a=b.action: self.run_action(a)))
+        covered = {"Theme", "Keys"}
+        yield from (c for c in super().get_system_commands(screen) if c.title not in covered)
+        yield from ours
 
     # ------------------------------------------------------------------ read-only
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

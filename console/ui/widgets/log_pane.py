@@ -132,8 +132,10 @@ class LogPane(Vertical):
         if not shown:
             return
         log = self.log_widget
-        log.write_lines(shown, scroll_end=self.following)
-        if not self.following:
+        log.write_lines(shown, scroll_end=False)
+        if self.following:
+            self._to_end()
+        else:
             self.unseen += len(shown)
             self._indicator()
 
@@ -153,13 +155,21 @@ class LogPane(Vertical):
         self._redrawing = True
         try:
             log.clear()
-            log.write_lines(self._view(list(self.lines)), scroll_end=self.following)
+            log.write_lines(self._view(list(self.lines)), scroll_end=False)
+            if self.following:
+                self._to_end()
         finally:
             self._redrawing = False
         if not self.following and keep_y is not None:
             self.call_after_refresh(self._restore, keep_y)
         self.unseen = 0
         self._indicator()
+
+    def _to_end(self) -> None:
+        """Stick to the end (Log's own auto-scroll only does when the view is exactly at the end)."""
+        log = self.log_widget
+        if not log.is_vertical_scrollbar_grabbed:
+            log.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def _restore(self, y: float) -> None:
         self._redrawing = True
@@ -216,7 +226,7 @@ class LogPane(Vertical):
 
     def follow(self) -> None:
         self.following = True
-        self.log_widget.scroll_end(animate=False)
+        self._to_end()
         self.unseen = 0
         self._indicator()
 

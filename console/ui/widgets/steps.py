@@ -1,7 +1,8 @@
 """The confirmation steps of the action in progress: ✓ / ✗ / spinner, elapsed time, evidence.
 
-The pane has a maximum height; when the steps do not fit it scrolls (its scrollbar says so)
-and keeps the step that matters in view: the running one, the failing one, or the last.
+The pane has a maximum height; when the steps do not fit, the first ones give way to a
+"↑ N more step(s) above" line so that the step that matters stays in view: the failing one,
+the running one, or the last.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ class StepsView(Static):
 
     def __init__(self, clock: Callable[[], float], **kw) -> None:
         super().__init__("", classes="steps", **kw)
-        self.styles.overflow_y = "auto"
         self.clock = clock
         self.title = ""
         self.steps: list[Step] = []
@@ -52,6 +52,15 @@ class StepsView(Static):
             self.frame = (self.frame + 1) % len(SPINNER)
             self._draw()
 
+    def _room(self) -> int:
+        """Lines the pane can show: its maximum height (a share of the side column) in cells."""
+        parent = self.parent
+        h = parent.size.height if parent is not None else 0
+        mh = self.styles.max_height
+        if not h or mh is None:
+            return 0
+        return max(4, int(mh.resolve(parent.size, self.app.size)) - 1)  # less the bottom border
+
     def _elapsed(self, s: Step) -> str:
         if s.elapsed_s is not None:
             return f"{s.elapsed_s:.1f} s"
@@ -74,7 +83,15 @@ class StepsView(Static):
                     if extra:
                         parts.append(Content(short(clean(extra), 300)))
         width = max((len(s.name) for s in self.steps), default=0)
-        for s in self.steps:
+        room = self._room() - len(parts)
+        shown = self.steps
+        if 0 < room < len(shown):  # does not fit: keep the step that matters (failing, running, else the last)
+            focus = next((i for i, s in enumerate(shown) if s.state in ("failed", "running")), len(shown) - 1)
+            end = max(room - 1, min(len(shown), focus + 1))
+            start = end - (room - 1)
+            parts.append(Content.styled(f"↑ {start} more step(s) above", "$text-muted"))
+            shown = shown[start:end]
+        for s in shown:
             icon, style = _ICON.get(s.state, (SPINNER[self.frame], "$text-warning"))
             parts.append(Content.from_markup(
                 f"[{style}]$icon[/] $name $el  [$text-muted]$ev[/]",
@@ -82,17 +99,3 @@ class StepsView(Static):
                 ev=short(clean(s.evidence or ""), 160),
             ))
         self.update(Content("\n").join(parts))
-        focus = next((i for i, s in enumerate(self.steps) if s.state in ("failed", "running")), None)
-        if focus is None and self.result is not None:
-            focus = len(self.steps) - 1
-        if focus is not None:
-            line = len(parts) - len(self.steps) + focus
-            self.call_after_refresh(self._show_line, line)
-
-    def _show_line(self, line: int) -> None:
-        """Scroll so that ``line`` is visible (the bottom of the pane when it is below)."""
-        h = self.scrollable_content_region.height
-        if h <= 0 or self.max_scroll_y <= 0:
-            return
-        if not (self.scroll_y <= line < self.scroll_y + h):
-            self.scroll_to(y=max(0, line - h + 1), animate=False, immediate=True)

@@ -1,0 +1,293 @@
+"""Issue 13 at the Pilot level: what a panel, the log pane and the header show is always the GPU's
+current session. One regression test per bug of the issue, and one per smaller finding."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import Button, Input, Static
+
+from console.model import HostView, OperationResult, Step
+from console.ui.screens.confirm import ConfirmScreen
+from console.ui.screens.flag_form import FlagForm
+from console.ui.widgets.host_header import HostHeader
+from console.ui.widgets.host_section import HostSection
+from console.ui.widgets.log_pane import LogPane
+from console.ui.widgets.steps import StepsView
+from ui_fakes import NOW, FakeBackend, failed, frozen_app, session, view_a, view_idle
+
+SIZE = (140, 60)
+
+
+async def settle(pilot, n: int = 3) -> None:
+    for _ in range(n):
+        await pilot.pause(0.12)
+
+
+def panel(app, idx: int, host: str = "host-a"):
+    return next(p for p in app.panels() if p.host == host and p.index == idx)
+
+
+def badge(app, idx: int) -> str:
+    return panel(app, idx).badge_label
+
+
+def banner(app) -> str:
+    return str(app.query_one(LogPane).query_one(".banner", Static).render())
+
+
+def header(app, host: str = "host-a") -> str:
+    return next(s for s in app.query(HostSection) if s.host == host).query_one(HostHeader).render().plain
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def focus(app, pilot, idx: int) -> None:
+    panel(app, idx).focus()
+    await settle(pilot)
+
+
+async def submit_form(pilot) -> None:
+    await pilot.click("#launch")
+    await settle(pilot, 2)
+    await pilot.click("#launch")
+    await settle(pilot)
+
+
+async def test_bug1_relaunch_on_the_same_gpu_shows_the_new_sessions_log_at_once():
+    be = FakeBackend(hold=True)  # the launch waits at step 3 until the gate opens
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 2)
+        assert app.following == ("host-a", "s-failed") and "s-failed" in banner(app)
+        await pilot.press("e")  # failed: edit its flags and launch them
+        await settle(pilot)
+        assert isinstance(app.screen, FlagForm)
+        app.screen.query_one("#f-tp_size", Input).value = "1"  # the fixture's argv says tp 2 on one GPU
+        await submit_form(pilot)
+        sid = app.following[1]
+        assert sid.startswith("s-new-") and badge(app, 2).startswith("LAUNCHING")
+        assert f"session {sid}" in banner(app) and "s-failed" not in banner(app)
+        pane = app.query_one(LogPane)
+        assert list(pane.lines) == [] and "waiting for output" in str(pane.query_one(".new-lines", Static).render())
+        be.gate.set()
+        await settle(pilot)
+        assert app.following == ("host-a", sid) and badge(app, 2) == "READY"
+        assert list(pane.lines) == ["fresh session line 1", "fresh session line 2"]
+
+
+async def test_bug1_a_launch_from_another_console_takes_over_the_panel_and_the_log():
+    be = FakeBackend()
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 2)
+        v = be.views["host-a"]
+        cli = session("launching", "s-cli", [2], step=0, started_at=NOW - 1, line=None)
+        be.push(HostView(snapshot=v.snapshot, sessions=[*v.sessions, cli]))
+        await settle(pilot)
+        assert badge(app, 2) == "LAUNCHING 0/6" and app.following == ("host-a", "s-cli")
+        assert "session s-cli" in banner(app) and "Traceback" not in "\n".join(app.query_one(LogPane).lines)
+
+
+async def test_bug2_after_a_kill_the_panel_reads_stopped_never_an_older_failure():
+    v = view_a()
+    old = failed(gpus=(0,), sid="s-old-oom", started_at=NOW - 3600).model_copy(
+        update={"ended_at": NOW - 3500, "line": "run 512"})
+    be = FakeBackend([HostView(snapshot=v.snapshot, sessions=[*v.sessions, old])])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 0)
+        assert badge(app, 0) == "READY"
+        await pilot.press("k")
+        await settle(pilot)
+        await pilot.click("#confirm")
+        await settle(pilot)
+        assert badge(app, 0) == "STOPPED" and badge(app, 1) == "STOPPED"
+        body = panel(app, 0).body.plain
+        assert "s-ready" in body and "stopped by this console" in body and "gpu_oom" not in body
+        assert "FAILED 1" in header(app) and "STOPPED 1" in header(app)  # GPU 2's failure, the stopped tp 2
+        assert "s-ready · STOPPED by this console" in banner(app)
+        await pilot.press("r")  # relaunch offers s-ready's flags, not the old failure's
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen) and "s-ready's flags" in app.screen.title_text
+
+        async def refuse(req, on_steps):
+            be.calls.append(("launch", req))
+            return OperationResult(op="launch", host=req.host, ok=False, cause="gpu_oom",
+                                   error="memory plan: does not fit — no room", steps=[
+                                       Step(name="preflight", state="failed", evidence="does not fit")])
+        be.launch = refuse
+        await pilot.click("#confirm")
+        await settle(pilot)
+        req = [c for c in be.calls if c[0] == "launch"][-1][1]
+        assert req.replaces == "s-ready" and req.gpus == [0, 1]
+        assert any("relaunching s-ready's flags" in n for n in notes(app))
+        assert "launch refused, nothing started: memory plan: does not fit" in notes(app)[-1]
+        assert not any("FAILED: gpu_oom" in n for n in notes(app))
+        assert badge(app, 0) == "STOPPED"  # refused: the GPU is left as it was
+
+
+async def test_bug4_kill_is_not_offered_on_a_dead_session():
+    be = FakeBackend()
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 2)
+        await pilot.press("k")
+        await settle(pilot, 1)
+        assert not isinstance(app.screen, ConfirmScreen) and not any(c[0] == "kill" for c in be.calls)
+        assert notes(app)[-1] == ("nothing is running on host-a GPU 2 (FAILED): r relaunches s-failed's flags, "
+                                  "e edits them")
+        assert badge(app, 2) == "FAILED: gpu_oom"
+
+
+async def test_bug5_the_badge_changes_on_the_result_not_on_the_next_sample():
+    be = FakeBackend([view_idle()])
+    real = be._place
+
+    def lagging(host, s):  # the host's sample still says LOADING when the launch reports READY
+        real(host, s.model_copy(update={"state": "loading", "metrics": None}) if s.state == "ready" else s)
+    be._place = lagging
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 0)
+        await pilot.press("l")
+        await settle(pilot)
+        await submit_form(pilot)
+        assert app.query_one(StepsView).result.ok
+        assert badge(app, 0) == "READY"
+
+
+async def test_bug6_a_vanished_foreign_server_is_an_event_and_leaves_the_banner():
+    be = FakeBackend()
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 3)
+        assert badge(app, 3) == "FOREIGN" and "pid 5150" in banner(app)
+        v = be.views["host-a"]
+        be.push(HostView(snapshot=v.snapshot, sessions=[s for s in v.sessions if s.session_id]))
+        await settle(pilot)
+        assert badge(app, 3) == "IDLE" and "5150" not in banner(app) and "no server on host-a GPU 3" in banner(app)
+        gone = [n for n in notes(app) if "foreign server pid 5150" in n]
+        assert gone and "is gone: not stopped by this console" in gone[-1]
+        assert gone[-1].startswith("22:13:20 host-a: ")  # when (the frozen clock, UTC) and where
+        be.push(v)
+        await settle(pilot)
+        assert any("foreign server pid 5150 appeared on GPUs 3" in n for n in notes(app))
+
+
+async def test_steps_pane_shows_the_failing_step_when_it_does_not_fit():
+    be = FakeBackend([view_idle()], outcome="failed")
+    app = frozen_app(be)
+    async with app.run_test(size=(140, 20)) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 0)
+        await pilot.press("l")
+        await settle(pilot)
+        await submit_form(pilot)
+        await settle(pilot)
+        steps = app.query_one(StepsView)
+        text = steps.render().plain
+        assert "more step(s) above" in text  # it does not fit: it says so
+        assert "✗ ready" in text or "✗" in text.splitlines()[-1]  # the failing step is in view
+        assert steps.region.height >= len(text.splitlines())
+
+
+async def test_log_esc_closes_the_filter_and_keeps_the_position_and_follow_survives_wrap():
+    be = FakeBackend()
+    be.logs[("host-a", "s-ready")] = [f"line {i} " + "x" * 300 for i in range(200)]
+    app = frozen_app(be)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 0)
+        pane = app.query_one(LogPane)
+        log = pane.log_widget
+        assert log.styles.scrollbar_size_horizontal == 0  # no stray ▉ thumb under long lines
+        await pilot.press("w")
+        await settle(pilot)
+        be.on_log("host-a", "s-ready", [f"more {i} " + "y" * 300 for i in range(50)])
+        await settle(pilot)
+        assert pane.following and log.scroll_y == log.max_scroll_y
+        log.scroll_to(y=40, animate=False, immediate=True)
+        await settle(pilot, 1)
+        assert not pane.following
+        await pilot.press("slash")
+        await settle(pilot, 1)
+        await pilot.press(*"line 1")
+        await settle(pilot, 1)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert pane.pattern == "" and "-open" not in pane.query_one(Input).classes
+        assert log.scroll_y == 40 and not pane.following
+        await pilot.press("end")
+        await settle(pilot)
+        be.on_log("host-a", "s-ready", ["tail line"])
+        await settle(pilot)
+        assert pane.following and log.scroll_y == log.max_scroll_y
+
+
+async def test_flag_form_clears_stale_checks_and_l_prefills_the_focused_gpu():
+    be = FakeBackend([view_idle(n=4)])
+    be.planner = lambda flags, gpus: f"fits on {gpus}"
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await focus(app, pilot, 2)
+        await pilot.press("l")
+        await settle(pilot)
+        form = app.screen
+        assert form.query_one("#f-gpus", Input).value == "2"
+        await pilot.click("#check")
+        await settle(pilot, 2)
+        checks = form.query_one("#checks", Static)
+        assert checks.display and "fits on [2]" in str(checks.render())
+        form.query_one("#f-mem_fraction", Input).value = "0.7"
+        await settle(pilot, 1)
+        assert not checks.display and str(form.query_one("#launch", Button).label) == "Launch"
+        form.query_one("#f-gpus", Input).value = "3"  # a leftover value on panel 2's form
+        await pilot.press("escape")
+        await settle(pilot)
+        await focus(app, pilot, 1)
+        await pilot.press("l")
+        await settle(pilot)
+        assert app.screen.query_one("#f-gpus", Input).value == "1"
+
+
+async def test_f1_opens_help_and_the_palette_lists_each_command_once():
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("f1")
+        await settle(pilot, 1)
+        assert app.screen.query("HelpPanel")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert len(titles) == len(set(titles))
+        assert "Keys" not in titles and "Theme" not in titles and "Help (question_mark)" in titles
+        assert sum(t.startswith("Help") for t in titles) == 1
+
+
+async def test_host_header_keeps_its_fields_apart():
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        text = header(app)
+        assert "connected · rtt 12 ms · age 0.4 s · nvml · " in text
+        assert "READY 1 · FOREIGN 1 · FAILED 1" in text
+
+
+async def test_planner_text_is_not_doubled():
+    """'not planned: not planned' and 'fits (fits)' came from the live backend's wording."""
+    import inspect
+
+    from console.ops import backend, lifecycle
+
+    assert 'text if text.startswith("not planned")' in inspect.getsource(backend.LiveBackend.planner)
+    assert "plan_text != verdict" in inspect.getsource(lifecycle.launch)
+    await asyncio.sleep(0)
