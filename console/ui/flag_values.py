@@ -11,9 +11,20 @@ import re
 import shlex
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-SPEC_ALGOS = ("none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+from console.model import SPECULATIVE_ALGORITHMS
+from console.ops.flags.argv import resolve_argv
+from console.ops.flags.sources import bundled_schema
+
+SPEC_ALGOS = ("none", *SPECULATIVE_ALGORITHMS)
+"""The form's choices: off, or one of SGLang's built-in algorithms (the one list in console.model)."""
 MAMBA_STRATEGIES = ("default", "auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 DEFAULT_COMMAND = ["python3", "-m", "sglang.launch_server"]
 
@@ -46,7 +57,7 @@ class FlagValues(BaseModel):
 
     model_path: str
     gpus: list[int] = [0]
-    spec_algo: Literal["none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"] = "none"
+    spec_algo: str = "none"
     num_steps: int | None = None
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
@@ -91,6 +102,14 @@ class FlagValues(BaseModel):
         if not v or any(int(g) < 0 for g in v) or len(set(v)) != len(v):
             raise ValueError("distinct GPU indices ≥ 0, e.g. 0,1")
         return v
+
+    @field_validator("spec_algo")
+    @classmethod
+    def _algo(cls, v: str) -> str:
+        for name in SPEC_ALGOS:
+            if v.upper() == name.upper():
+                return name
+        raise ValueError(f"Input should be one of {', '.join(SPEC_ALGOS)}")
 
     @field_validator("num_steps", "eagle_topk", "num_draft_tokens", "max_running", "hicache_size", "tp_size")
     @classmethod
@@ -169,20 +188,21 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def parse_flags(flags: list[str]) -> list[tuple[str, str | None]]:
-    """``--flag value`` / ``--flag=value`` / ``--switch`` pairs, in order."""
+    """``(flag, value)`` per option, in order, read as the server's argparse reads them.
+
+    The one argv resolver (``console.ops.flags.argv``, bundled SGLang schema): abbreviations and
+    aliases come back as the canonical name (``--max-running`` -> ``--max-running-requests``),
+    ``--x=v`` as ``(--x, v)``, a switch as ``(--switch, None)``, several values joined by spaces;
+    unknown options as typed.
+    """
     out: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(flags):
-        a = flags[i]
-        if a.startswith("--") and "=" in a:
-            k, v = a.split("=", 1)
-            out.append((k, v))
-        elif a.startswith("--") and i + 1 < len(flags) and not flags[i + 1].startswith("--"):
-            out.append((a, flags[i + 1]))
-            i += 1
+    for name, value in resolve_argv([str(a) for a in flags], bundled_schema()).pairs():
+        if isinstance(value, list):
+            out.append((name, " ".join(value)))
+        elif isinstance(value, str):
+            out.append((name, value))
         else:
-            out.append((a, None))
-        i += 1
+            out.append((name, None))
     return out
 
 
@@ -191,14 +211,24 @@ def from_argv(argv: list[str], gpus: list[int], port: int | None = None) -> dict
     command, flags = split_argv(argv)
     raw: dict[str, object] = {"gpus": ",".join(map(str, gpus)), "command": command or DEFAULT_COMMAND}
     extras: list[str] = []
-    for flag, value in parse_flags(flags):
-        name = _FLAG_TO_FIELD.get(flag)
-        if name in SWITCHES and value is None:
+    res = resolve_argv(flags, bundled_schema())
+    starts = sorted({o.index for o in res.occurrences} | {len(flags)})
+    covered: set[int] = set()
+    for occ in res.occurrences:
+        end = next(i for i in starts if i > occ.index)
+        span = flags[occ.index:end] if occ.flag is not None or not occ.explicit else flags[occ.index:occ.index + 1]
+        covered.update(range(occ.index, occ.index + len(span)))
+        name = _FLAG_TO_FIELD.get(occ.flag.name) if occ.flag is not None else None
+        value = occ.values[0] if len(occ.values) == 1 else None
+        if name in SWITCHES and not occ.values and not occ.negated:
             raw[name] = True
         elif name is not None and name not in SWITCHES and value is not None:
             raw[name] = value
+        elif occ.flag is None and occ.explicit:
+            extras += span[0].split("=", 1)  # an unknown --x=v kept as --x v
         else:
-            extras += [flag] if value is None else [flag, value]
+            extras += span
+    extras += [a for i, a in enumerate(flags) if i not in covered]
     if port is not None and "port" not in raw:
         raw["port"] = str(port)
     raw["extras"] = shlex.join(extras)
@@ -207,10 +237,9 @@ def from_argv(argv: list[str], gpus: list[int], port: int | None = None) -> dict
 
 def flag_diff(old: list[str], new: list[str]) -> list[str]:
     """Lines like ``- --mem-fraction-static 0.9`` / ``+ --mem-fraction-static 0.8``."""
-    canon = lambda f: FIELD_FLAGS[_FLAG_TO_FIELD[f]][0] if f in _FLAG_TO_FIELD else f  # noqa: E731
-    a = {canon(k): v for k, v in parse_flags(split_argv(old)[1] if old and not old[0].startswith("--") else old)}
-    b = {canon(k): v for k, v in parse_flags(new)}
-    fmt = lambda k, v: k if v is None else f"{k} {v}"  # noqa: E731
+    a = dict(parse_flags(split_argv(old)[1] if old and not old[0].startswith("--") else old))
+    b = dict(parse_flags(new))
+    fmt = lambda k, v: k if v is None else f"{k} {v}"
     lines: list[str] = []
     for k in dict.fromkeys([*a, *b]):
         if k in a and (k not in b or a[k] != b[k]):
