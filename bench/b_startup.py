@@ -80,7 +80,7 @@ def run(ctx, sec) -> None:
     cached["PYTHONPYCACHEPREFIX"] = str(ctx.tmp / "pycache")
     conds = {"no bytecode cache": nocache, "bytecode cached": cached}
     _importtime("console.ui.app", cached)  # warm the cache
-    subprocess.run([sys.executable, "-c", "import console.cli, console.commands.tui, console.hostctx, "
+    subprocess.run([sys.executable, "-c", "import console.cli, console.commands.tui, console.commands.context, "
                     "console.sim.demo, console.ops.backend"], cwd=REPO, env=cached, capture_output=True, timeout=60)
     walls = {}
     for _ in range(2 if not ctx.quick else 1):  # interleave rounds

@@ -1,55 +1,107 @@
 """The `mtpconsole` command line: the TUI entry point and every action as a subcommand.
 
-Subcommands live in ``console/commands/<module>.py``; each module exposes ``HELP`` (one
-line), ``configure(parser)`` and ``run(args) -> int`` (``run`` may be a coroutine function).
-Only the chosen subcommand's module is imported, so ``--help`` and start-up stay fast.
+Subcommands live in ``console/commands/<module>.py``; each module exposes ``configure(parser)``
+(its own options) and ``run(ctx, args) -> int`` (``run`` may be a coroutine function), where
+``ctx`` is the :class:`~console.commands.context.CliContext` built here once from the common
+options and ``args`` holds only that subcommand's own options. Only the chosen subcommand's
+module is imported, so ``--help`` and start-up stay fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import os
 import sys
+from typing import Any
 
 from console import __version__
+from console.errors import UserError
 
-# name -> (module, one-line help). The registry is data so `--help` imports nothing heavy.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "status": ("console.commands.status", "one snapshot per host (GPUs, servers, sessions), then exit"),
-    "trust-host": ("console.commands.trust_host", "show a host's SSH key fingerprint and add it to known_hosts"),
-    "launch": ("console.commands.launch", "launch a server in a fresh session, confirmed step by step"),
-    "kill": ("console.commands.kill", "stop a session or a foreign server, confirmed"),
-    "relaunch": ("console.commands.relaunch", "confirmed kill, then launch with the same or edited flags"),
-    "sessions": ("console.commands.sessions", "list the launch sessions on a host and their state"),
-    "logs": ("console.commands.logs", "print (or follow) one session's own log"),
-    "classify-log": ("console.commands.classify_log", "classify server log files: state, failure cause, metrics"),
-    "flags": ("console.commands.flags", "the host's server flags, learned from its --help"),
-    "check": ("console.commands.check", "validate a flag set against the host's server"),
-    "plan": ("console.commands.plan", "estimate GPU memory for a model and flags: fits / tight / does not fit"),
-    "orphans": ("console.commands.orphans", "find orphaned server workers and GPU memory holders; --kill PID"),
-    "events": ("console.commands.events", "what happened on a host: exits, OOM kills, READY, actions, with times"),
-    "ack": ("console.commands.ack", "acknowledge an ended (failed) session: its GPU reads IDLE"),
-    "load": ("console.commands.load", "send concurrent requests to a server (demo load generator)"),
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """A common option: accepted before the subcommand, and after it where it applies."""
+
+    flags: tuple[str, ...]
+    kwargs: dict[str, Any]
+
+
+COMMON: dict[str, Option] = {
+    "hosts": Option(("--host",), dict(action="append", metavar="HOST",
+                                      help="SSH alias, user@host[:port], or 'local' (repeatable)")),
+    "ssh_config": Option(("--ssh-config",), dict(metavar="FILE",
+                                                 help="SSH config file (default ~/.ssh/config), like ssh -F")),
+    "config": Option(("--config",), dict(metavar="PATH",
+                                         help="config file (default $XDG_CONFIG_HOME/mtpconsole/config.toml)")),
+    "json": Option(("--json",), dict(action="store_true", help="machine-readable output")),
+    "demo": Option(("--demo",), dict(action="store_true",
+                                     help="use the built-in demo host (simulated GPUs and SGLang stand-ins)")),
+    "read_only": Option(("--read-only",), dict(action="store_true", help="disable every destructive action")),
+    "interval": Option(("--interval",), dict(type=float, metavar="S",
+                                             help="sampling interval in seconds (default: the config's, 1)")),
+    "audit_log": Option(("--audit-log",), dict(metavar="FILE", help="JSON-lines audit log of remote commands "
+                                               "(default $MTPCONSOLE_AUDIT_LOG or "
+                                               "$XDG_STATE_HOME/mtpconsole/audit.jsonl)")),
+}
+"""dest -> option. Which of them a subcommand accepts is in its :class:`Command` entry."""
+
+HOST_OPTIONS = frozenset({"hosts", "ssh_config", "config", "demo", "audit_log", "json"})
+"""What every command that talks to a host accepts."""
+WRITE_OPTIONS = HOST_OPTIONS | {"read_only"}
+"""Commands that change a host also honour --read-only."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: its module, its one-line help and the common options that apply to it."""
+
+    module: str
+    help: str
+    common: frozenset[str]
+
+
+# The registry is data so `--help` imports nothing heavy.
+COMMANDS: dict[str, Command] = {
+    "status": Command("console.commands.status", "one snapshot per host (GPUs, servers, sessions), then exit",
+                      HOST_OPTIONS),
+    "trust-host": Command("console.commands.trust_host",
+                          "show a host's SSH key fingerprint and add it to known_hosts", frozenset({"ssh_config"})),
+    "launch": Command("console.commands.launch", "launch a server in a fresh session, confirmed step by step",
+                      WRITE_OPTIONS),
+    "kill": Command("console.commands.kill", "stop a session or a foreign server, confirmed", WRITE_OPTIONS),
+    "relaunch": Command("console.commands.relaunch", "confirmed kill, then launch with the same or edited flags",
+                        WRITE_OPTIONS),
+    "sessions": Command("console.commands.sessions", "list the launch sessions on a host and their state",
+                        HOST_OPTIONS),
+    "logs": Command("console.commands.logs", "print (or follow) one session's own log", HOST_OPTIONS),
+    "classify-log": Command("console.commands.classify_log",
+                            "classify server log files: state, failure cause, metrics", frozenset({"json"})),
+    "flags": Command("console.commands.flags", "the host's server flags, learned from its --help", HOST_OPTIONS),
+    "check": Command("console.commands.check", "validate a flag set against the host's server", HOST_OPTIONS),
+    "plan": Command("console.commands.plan", "estimate GPU memory for a model and flags: fits / tight / does not fit",
+                    frozenset({"json"})),
+    "orphans": Command("console.commands.orphans",
+                       "find orphaned server workers and GPU memory holders; --kill PID", WRITE_OPTIONS),
+    "events": Command("console.commands.events",
+                      "what happened on a host: exits, OOM kills, READY, actions, with times", HOST_OPTIONS),
+    "ack": Command("console.commands.ack", "acknowledge an ended (failed) session: its GPU reads IDLE",
+                   HOST_OPTIONS),
+    "load": Command("console.commands.load", "send concurrent requests to a server (demo load generator)",
+                    frozenset({"json"})),
 }
 
 
-def add_common(p: argparse.ArgumentParser, *, suppress: bool = False) -> None:
-    """Options accepted both before and after the subcommand."""
-    d = argparse.SUPPRESS if suppress else None
-    p.add_argument("--host", action="append", dest="hosts", metavar="HOST", default=d,
-                   help="SSH alias, user@host[:port], or 'local' (repeatable)")
-    p.add_argument("--ssh-config", metavar="FILE", default=d, help="SSH config file (default ~/.ssh/config), like ssh -F")
-    p.add_argument("--config", metavar="PATH", default=d, help="config file (default $XDG_CONFIG_HOME/mtpconsole/config.toml)")
-    p.add_argument("--json", action="store_true", default=d if suppress else False, help="machine-readable output")
-    p.add_argument("--demo", action="store_true", default=d if suppress else False,
-                   help="use the built-in demo host (simulated GPUs and SGLang stand-ins)")
-    p.add_argument("--read-only", action="store_true", default=d if suppress else False,
-                   help="disable every destructive action")
-    p.add_argument("--interval", type=float, metavar="S", default=d, help="sampling interval in seconds (default 1)")
-    p.add_argument("--audit-log", metavar="FILE", default=d, help="JSON-lines audit log of remote commands")
+def add_common(p: argparse.ArgumentParser, dests: frozenset[str] | set[str], *, suppress: bool = False) -> None:
+    """Add the common options named by ``dests`` (with ``suppress``: absent unless given)."""
+    for dest, opt in COMMON.items():
+        if dest in dests:
+            kw = dict(opt.kwargs)
+            kw["default"] = argparse.SUPPRESS if suppress else (False if kw.get("action") == "store_true" else None)
+            p.add_argument(*opt.flags, dest=dest, **kw)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,14 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mtpconsole",
         description="Operator console for LLM inference servers on remote GPU hosts. "
         "With no subcommand it opens the TUI.",
-        epilog="subcommands:\n" + "\n".join(f"  {n:<13} {h}" for n, (_, h) in COMMANDS.items())
+        epilog="subcommands:\n" + "\n".join(f"  {n:<13} {c.help}" for n, c in COMMANDS.items())
         + "\n\nRun 'mtpconsole SUBCOMMAND --help' for a subcommand's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"mtpconsole {__version__}")
-    add_common(p)
-    p.add_argument("--theme", metavar="NAME", default=None, help="dark, light or high-contrast")
-    p.add_argument("command", nargs="?", metavar="SUBCOMMAND", help=argparse.SUPPRESS)
+    add_common(p, frozenset(COMMON))
+    p.add_argument("--theme", metavar="NAME", default=None, help="TUI theme: dark, light or high-contrast")
+    p.add_argument("subcommand", nargs="?", metavar="SUBCOMMAND", help=argparse.SUPPRESS)
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p
 
@@ -88,45 +140,66 @@ def split_at_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-def _run(fn, args) -> int:
-    result = fn(args)
+def _given(top: argparse.Namespace) -> dict[str, Any]:
+    """Common options given before the subcommand (defaults are None/False)."""
+    return {d: v for d, v in vars(top).items() if d in COMMON and v not in (None, False)}
+
+
+def context_from(values: dict[str, Any], applies: frozenset[str], theme: str | None = None):
+    """The one :class:`CliContext` of this invocation (the config is read only where it applies)."""
+    from console.commands.context import make_context
+    from console.config import Config, load_config
+
+    cfg = load_config(values.get("config")) if "config" in applies else Config()
+    return make_context(config=cfg, hosts=values.get("hosts") or (), ssh_config=values.get("ssh_config"),
+                        audit_log=values.get("audit_log"), interval=values.get("interval"),
+                        read_only=bool(values.get("read_only")), demo=bool(values.get("demo")),
+                        json_output=bool(values.get("json")), theme=theme)
+
+
+def _run(fn, ctx, args: argparse.Namespace) -> int:
+    result = fn(ctx, args)
     if inspect.iscoroutine(result):
         result = asyncio.run(result)
     return int(result or 0)
+
+
+def _dispatch(parser: argparse.ArgumentParser, top: argparse.Namespace, name: str | None, rest: list[str]) -> int:
+    given = _given(top)
+    if name is None:
+        if rest:
+            parser.error(f"unexpected arguments: {' '.join(rest)}")
+        if given.get("interval") is not None and not given["interval"] > 0:
+            parser.error("--interval must be a positive number of seconds")
+        from console.commands import tui
+
+        return _run(tui.run, context_from(given, frozenset(COMMON), top.theme), argparse.Namespace())
+    if name not in COMMANDS:
+        parser.error(f"unknown subcommand {name!r} (choose from {', '.join(COMMANDS)})")
+    cmd = COMMANDS[name]
+    extra = [COMMON[d].flags[0] for d in given if d not in cmd.common]
+    if top.theme is not None:
+        extra.append("--theme")
+    if extra:
+        parser.error(f"{', '.join(extra)}: not an option of '{name}' (see 'mtpconsole {name} --help')")
+    mod = importlib.import_module(cmd.module)
+    sub = argparse.ArgumentParser(prog=f"mtpconsole {name}", description=cmd.help)
+    add_common(sub, cmd.common, suppress=True)
+    mod.configure(sub)
+    ns = vars(sub.parse_args(rest))
+    values = {**given, **{d: v for d, v in ns.items() if d in COMMON}}
+    own = argparse.Namespace(**{d: v for d, v in ns.items() if d not in COMMON})
+    return _run(mod.run, context_from(values, cmd.common), own)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     head, rest = split_at_command(argv)
-    args = parser.parse_args(head)
-    if rest is not None:
-        args.command, args.rest = rest[0], rest[1:]
-    from console.errors import UserError
-
+    top = parser.parse_args(head)
+    name, tail = (rest[0], rest[1:]) if rest is not None else (top.subcommand, list(top.rest or []))
     try:
-        if args.command is None:
-            if args.rest:
-                parser.error(f"unexpected arguments: {' '.join(args.rest)}")
-            from console.commands import tui
-            return _run(tui.run, args)
-        if args.command not in COMMANDS:
-            parser.error(f"unknown subcommand {args.command!r} (choose from {', '.join(COMMANDS)})")
-        modname, help_ = COMMANDS[args.command]
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name != modname:
-                raise
-            print(f"mtpconsole: '{args.command}' is not available in this build yet", file=sys.stderr)
-            return 2
-        sub = argparse.ArgumentParser(prog=f"mtpconsole {args.command}", description=help_)
-        add_common(sub, suppress=True)
-        mod.configure(sub)
-        sub_args = sub.parse_args(args.rest)
-        for k, v in vars(sub_args).items():
-            setattr(args, k, v)
-        return _run(mod.run, args)
+        return _dispatch(parser, top, name, tail)
     except UserError as e:
         print(f"mtpconsole: {e}", file=sys.stderr)
         return e.exit_code

@@ -69,7 +69,7 @@ def test_demo_tui_exits_clean_on_sigterm():
     p = subprocess.Popen([sys.executable, "-c", "import asyncio,argparse\n"
                           "from console.sim.demo import demo_environment\n"
                           "async def main():\n"
-                          "    async with demo_environment(argparse.Namespace(no_load=False)) as (cfg, names):\n"
+                          "    async with demo_environment(load=True) as (cfg, names):\n"
                           "        print(cfg.hosts['demo'].sim_dir, flush=True); await asyncio.sleep(60)\n"
                           "asyncio.run(main())"], stdout=subprocess.PIPE, text=True, env=ENV)
     sim_dir = p.stdout.readline().strip()
@@ -96,17 +96,16 @@ def test_demo_relaunch_that_does_not_fit_is_refused_before_anything_is_killed(tm
     """The incident's flags on GPU 0: the planner refuses, the hand-started server keeps running."""
     import asyncio
 
-    from console.hostctx import connect_hosts
+    from console.commands.context import connect_hosts, make_context
+    from console.config import Config
     from console.model import KillTarget
     from console.ops import lifecycle
     from console.sim.demo import INCIDENT_FLAGS
-    import argparse
 
     async def main():
-        args = argparse.Namespace(demo=True, hosts=None, ssh_config=None, config=None, interval=None,
-                                  audit_log=os.devnull, no_load=True)
-        async with connect_hosts(args) as (link,):
-            snap = await lifecycle._fresh(link)
+        ctx = make_context(config=Config(), demo=True, audit_log=os.devnull, demo_load=False)
+        async with connect_hosts(ctx) as (link,):
+            snap = await link.refresh()
             (foreign,) = [p for p in snap.servers if p.role == "launcher"]  # only this demo's processes
             model = next(a for a in foreign.argv if "mtpconsole-demo-" in a)
             req = lifecycle.request_from_argv("demo", [*foreign.argv[:3], "--model-path", model, *INCIDENT_FLAGS],
@@ -114,6 +113,6 @@ def test_demo_relaunch_that_does_not_fit_is_refused_before_anything_is_killed(tm
             r = await lifecycle.relaunch(link, KillTarget(host="demo", pid=foreign.pid,
                                                           start_ticks=foreign.start_ticks), req)
             assert not r.ok and "nothing was stopped" in r.error and r.cause == "gpu_oom"
-            after = await lifecycle._fresh(link)
+            after = await link.refresh()
             assert any(p.pid == foreign.pid and p.alive for p in after.servers)
     asyncio.run(main())

@@ -193,10 +193,10 @@ def test_zombie_foreign_servers_are_not_shown():
 async def test_live_backend_form_hooks(tmp_path, monkeypatch):
     """LiveBackend.validator learns the host's --help once (in the background) and checks flags with it;
     planner turns the memory verdict into form findings; both answer without a host too."""
-    import argparse
     import asyncio
     from pathlib import Path
 
+    from console.config import Config
     from console.ops import lifecycle
     from console.ops.backend import LiveBackend
 
@@ -215,7 +215,7 @@ async def test_live_backend_form_hooks(tmp_path, monkeypatch):
                 return {"rc": 0, "stdout": help_text, "stderr": ""}
             return {"rc": 0, "stdout": "0.5.23\n", "stderr": ""}
 
-    be = LiveBackend(argparse.Namespace(demo=True, interval=None, read_only=False, hosts=None, config=None))
+    be = LiveBackend(Config(), [])
     assert await be.validator(["--port", "1"]) == [("warning", "flags not checked: no host connection yet")]
     assert await be.planner(["--port", "1"], [0]) is None
     be.links["demo"] = Link()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Callable
 
 from console.model import OperationResult, Step
 from console.redact import redact_obj, redact_text
@@ -22,23 +23,12 @@ def term(text: str) -> str:
     return text
 
 
-def single_host(args) -> str:
-    hosts = getattr(args, "hosts", None) or []
-    if getattr(args, "demo", False) and not hosts:
-        return "demo"
-    if len(hosts) != 1:
-        from console.errors import UserError
-
-        raise UserError("this command needs exactly one --host")
-    return hosts[0]
-
-
-def step_printer(args):
+def step_printer(json_output: bool) -> Callable[[list[Step]], None]:
     """Print each step once when it finishes (human mode only)."""
     shown: set[tuple[str, str]] = set()
 
     def on_steps(steps: list[Step]) -> None:
-        if args.json:
+        if json_output:
             return
         for s in steps:
             if s.state in ("ok", "failed", "skipped") and (s.name, s.state) not in shown:
@@ -48,8 +38,9 @@ def step_printer(args):
     return on_steps
 
 
-def emit_result(args, r: OperationResult) -> int:
-    if args.json:
+def emit_result(json_output: bool, r: OperationResult) -> int:
+    """Print an operation's result (JSON or text); the exit status: 0 when it succeeded, else 1."""
+    if json_output:
         print(json.dumps(redact_obj(r.model_dump(mode="json")), indent=2))
     else:
         head = f"{r.op} on {r.host}: {'OK' if r.ok else 'FAILED'}"

@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from console.commands.context import CliContext
 from console.commands.flags import add_source_options, command_of, load_schema
 from console.ops.flags import check_all, split_launch_command
-
-HELP = "validate a flag set against the host's server"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -50,16 +49,16 @@ def _restore_separator(p: argparse.ArgumentParser, tokens: list[str]) -> list[st
     return tokens
 
 
-async def run(args) -> int:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     tokens = list(args.server_flags or [])
     if tokens and tokens[0] == "--":
         tokens = tokens[1:]
     launcher, flags = split_launch_command(tokens)
-    schema = await load_schema(args, command_of(args, launcher or None))
+    schema = await load_schema(ctx, args, command_of(args, launcher or None))
     problems = check_all(flags, schema, version=schema.version)
     errors = sum(p.severity == "error" for p in problems)
     warnings = len(problems) - errors
-    if args.json:
+    if ctx.json_output:
         print(json.dumps([p.model_dump() for p in problems], indent=1))
     else:
         where = f"{schema.prog or 'server'} {schema.version or ''}".rstrip()

@@ -15,14 +15,15 @@ import signal as _signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from console.errors import UserError
 from console.model import Classification, ExitRecord
 
-HELP = "classify server log files: state, failure cause, metrics"
+if TYPE_CHECKING:
+    from console.commands.context import CliContext
 
 _METRIC_KEYS = ("gen_throughput", "accept_len", "running_req", "queue_req", "token_usage")
 
@@ -155,11 +156,11 @@ def _print_text(entries: list[dict[str, Any]]) -> None:
             out.write(f"  metrics: {_fmt_metrics(e['metrics'])}\n")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(ctx: CliContext, args: argparse.Namespace) -> int:
     """Classify each file in order; print a JSON array with --json, else readable text."""
     exit = exit_record_from_args(args)
     entries = [_classify_one(name, exit) for name in args.files]
-    if getattr(args, "json", False):
+    if ctx.json_output:
         sys.stdout.write(json.dumps(entries, indent=2) + "\n")
     else:
         if hasattr(sys.stdout, "reconfigure"):

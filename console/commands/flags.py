@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 from pathlib import Path
 
+from console.commands.context import CliContext, open_hosts, server_command
 from console.errors import UserError
 from console.ops.flags import DEFAULT_COMMAND, Flag, FlagSchema, key_flags, learn_schema, parse_help, search
 from console.ops.flags.help import MAX_HELP_CHARS
 from console.ops.flags.learn import default_cache_dir
 
-HELP = "the host's server flags, learned from its --help"
-
 
 def add_source_options(p: argparse.ArgumentParser) -> None:
     """Options shared with `check`: where the flag schema comes from."""
-    p.add_argument("--command", metavar="CMD", default=None,
-                   help=f"the server command on the host (default: '{' '.join(DEFAULT_COMMAND)}')")
+    p.add_argument("--command", dest="server_command", metavar="CMD", default=None,
+                   help="the server command on the host (default: the host's server_command in the config, "
+                        f"else '{' '.join(DEFAULT_COMMAND)}'; the SGLang stand-in under --demo)")
     p.add_argument("--help-file", metavar="FILE", default=None,
                    help="read a saved '--help' text instead of asking a host (offline)")
     p.add_argument("--server-version", metavar="V", default=None,
@@ -40,17 +39,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--search", metavar="WORDS", default=None, help="only flags matching these words")
 
 
-def command_of(args, fallback: list[str] | None = None) -> list[str]:
-    """The server command from ``--command`` (split like a shell would, never run by one)."""
-    if getattr(args, "command", None):
+def command_of(args: argparse.Namespace, fallback: list[str] | None = None) -> list[str] | None:
+    """The server command from ``--command`` (split like a shell would, never run by one), else ``fallback``;
+    None: the host's configured ``server_command``."""
+    if args.server_command:
         try:
-            cmd = shlex.split(args.command)
+            cmd = shlex.split(args.server_command)
         except ValueError as e:
             raise UserError(f"--command: {e}") from None
         if not cmd:
             raise UserError("--command is empty")
         return cmd
-    return list(fallback or DEFAULT_COMMAND)
+    return list(fallback) if fallback else None
 
 
 def read_help_file(path: str) -> str:
@@ -63,22 +63,20 @@ def read_help_file(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-async def load_schema(args, command: list[str]) -> FlagSchema:
-    """The schema from ``--help-file``, or learned from the first ``--host`` through its agent."""
-    if getattr(args, "help_file", None):
-        return parse_help(read_help_file(args.help_file), version=getattr(args, "server_version", None))
-    if not getattr(args, "hosts", None) and not getattr(args, "demo", False):
+async def load_schema(ctx: CliContext, args: argparse.Namespace, command: list[str] | None) -> FlagSchema:
+    """The schema from ``--help-file``, or learned from the first ``--host`` through its agent
+    (``command`` None: the host's configured server command)."""
+    if args.help_file:
+        return parse_help(read_help_file(args.help_file), version=args.server_version)
+    if not ctx.hosts and not ctx.demo:
         raise UserError("give --host HOST to ask a host's server, or --help-file FILE to read a saved --help")
-    try:
-        from console.hostctx import connect_hosts
-    except ImportError as e:
-        raise UserError(f"asking a host is not available in this build ({e}); use --help-file FILE") from None
-    cache_dir = Path(args.cache_dir) if getattr(args, "cache_dir", None) else default_cache_dir()
-    async with connect_hosts(args) as links:
-        if not links:
+    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    async with open_hosts(ctx) as opened:
+        if not opened.links:
             raise UserError("no host to ask")
-        schema = await learn_schema(links[0], command, cache_dir)
-    if getattr(args, "server_version", None) and schema.version is None:
+        link = opened.links[0]
+        schema = await learn_schema(link, command or server_command(opened.config, link.name), cache_dir)
+    if args.server_version and schema.version is None:
         schema = schema.with_version(args.server_version)
     return schema
 
@@ -104,10 +102,10 @@ def _describe(f: Flag) -> str:
     return line + (f"\n      {first}" if first else "")
 
 
-async def run(args) -> int:
-    schema = await load_schema(args, command_of(args))
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    schema = await load_schema(ctx, args, command_of(args))
     flags = search(schema, args.search) if args.search else list(schema.flags)
-    if args.json:
+    if ctx.json_output:
         print(json.dumps({"version": schema.version, "prog": schema.prog,
                           "flags": [f.model_dump() for f in flags]}, indent=1))
         return 0

@@ -1,56 +1,101 @@
-"""`mtpconsole kill`: stop a session (or a foreign server by pid) and confirm it is gone."""
+"""`mtpconsole kill`: stop a session (or a foreign server by pid) and confirm it is gone.
+
+``--gpu N`` names the session on that GPU. A server on it that no console launched (FOREIGN:
+no session) is stopped only when the operator confirms it on a terminal, or names it with
+``--pid``; without GPU information (no NVML, no nvidia-smi) ``--gpu`` is refused outright,
+because which server "is on GPU N" would be a guess.
+"""
 
 from __future__ import annotations
 
-from console.commands._ops import emit_result, single_host, step_printer
+import argparse
+import sys
+import time
+from typing import Callable
+
+from console.commands._ops import emit_result, step_printer, term
+from console.commands.context import CliContext, connect_hosts, single_host
 from console.errors import UserError
-from console.hostctx import connect_hosts
-from console.model import KillTarget
-from console.ops.lifecycle import _fresh, kill
+from console.model import HostSnapshot, KillTarget, SessionView
+from console.ops.lifecycle import kill
 from console.ops.sessions import derive_views
+from console.redact import redact_argv
+from console.remote.link import HostLink
 
-HELP = "stop a session or a foreign server, confirmed"
 
-
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", nargs="?", help="session id")
-    p.add_argument("--gpu", type=int, default=None, help="the session or server on this GPU")
+    p.add_argument("--gpu", type=int, default=None,
+                   help="the session on this GPU (a server no console launched needs a terminal's confirmation)")
     p.add_argument("--pid", type=int, default=None, help="a foreign server's (or orphan's) pid")
     p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL (default 20)")
     p.add_argument("--wait", action="store_true", help="(kill always waits for confirmation; accepted for symmetry)")
 
 
-async def resolve_target(link, args) -> KillTarget:
-    if sum(x is not None for x in (args.session, args.gpu, args.pid)) != 1:
-        raise UserError("give exactly one of SESSION, --gpu N or --pid PID")
-    if args.session:
-        return KillTarget(host=link.name, session_id=args.session)
-    snap = await _fresh(link)
-    if args.pid is not None:
-        p = next((x for x in snap.servers if x.pid == args.pid), None)
-        if p is None:
-            raise UserError(f"no server process {args.pid} on {link.name}", exit_code=1)
-        return KillTarget(host=link.name, pid=p.pid, start_ticks=p.start_ticks)
-    import time
+Confirm = Callable[[str], bool]
+"""Asks the operator a yes/no question; False when nobody can answer."""
 
-    views = [v for v in derive_views(snap, {}, time.time()) if args.gpu in v.gpus
-             and v.state not in ("stopped", "failed")]
+
+def ask_on_terminal(question: str) -> bool:
+    """The operator's answer on a terminal (stderr prompt, stdin answer); False without a terminal."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return False
+    sys.stderr.write(question + " [y/N] ")
+    sys.stderr.flush()
+    try:
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+    except (OSError, EOFError):
+        return False
+
+
+def on_gpu(snap: HostSnapshot, host: str, gpu: int, confirm: Confirm) -> KillTarget:
+    """The kill target for ``--gpu``: the one live server on it, a foreign one only when confirmed."""
+    if not snap.gpus:
+        raise UserError(f"{host} has no GPU information ({snap.gpu_error or snap.gpu_source}): --gpu cannot tell "
+                        "which server is on a GPU; name the SESSION or the --pid")
+    if gpu not in {g.index for g in snap.gpus}:
+        raise UserError(f"{host} has no GPU {gpu} (GPUs: {', '.join(str(g.index) for g in snap.gpus)})")
+    views: list[SessionView] = [v for v in derive_views(snap, {}, time.time()) if gpu in v.gpus
+                                and v.state not in ("stopped", "failed")]
     if not views:
-        raise UserError(f"nothing runs on GPU {args.gpu} of {link.name}", exit_code=1)
+        raise UserError(f"nothing runs on GPU {gpu} of {host}", exit_code=1)
     if len(views) > 1:
-        raise UserError(f"GPU {args.gpu} has {len(views)} servers: name one (" + ", ".join(
+        raise UserError(f"GPU {gpu} has {len(views)} servers: name one (" + ", ".join(
             v.session_id or f"--pid {v.launcher_pid}" for v in views) + ")")
     v = views[0]
     if v.session_id:
-        return KillTarget(host=link.name, session_id=v.session_id)
-    return KillTarget(host=link.name, pid=v.launcher_pid, start_ticks=v.launcher_start_ticks)
+        return KillTarget(host=host, session_id=v.session_id)
+    proc = next((p for p in snap.servers if p.pid == v.launcher_pid), None)
+    who = f"pid {v.launcher_pid}" + (f" of user {proc.user}" if proc and proc.user else "")
+    what = term(" ".join(redact_argv(proc.argv if proc else v.argv)))[:160]
+    if not confirm(f"GPU {gpu} of {host} runs a server no console launched ({who}: {what}). Kill it?"):
+        raise UserError(f"GPU {gpu} of {host} runs a server no console launched ({who}): not killed. "
+                        f"Kill it by name with --pid {v.launcher_pid}, or confirm on a terminal")
+    return KillTarget(host=host, pid=v.launcher_pid, start_ticks=v.launcher_start_ticks)
 
 
-async def run(args) -> int:
-    single_host(args)
-    if args.read_only:
+async def resolve_target(link: HostLink, session: str | None, gpu: int | None, pid: int | None,
+                         confirm: Confirm = ask_on_terminal) -> KillTarget:
+    """What ``kill`` stops: a session by id, a server process by pid, or the one server on a GPU."""
+    if sum(x is not None for x in (session, gpu, pid)) != 1:
+        raise UserError("give exactly one of SESSION, --gpu N or --pid PID")
+    if session:
+        return KillTarget(host=link.name, session_id=session)
+    snap = await link.refresh()
+    if pid is not None:
+        p = next((x for x in snap.servers if x.pid == pid), None)
+        if p is None:
+            raise UserError(f"no server process {pid} on {link.name}", exit_code=1)
+        return KillTarget(host=link.name, pid=p.pid, start_ticks=p.start_ticks)
+    assert gpu is not None
+    return on_gpu(snap, link.name, gpu, confirm)
+
+
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    single_host(ctx)
+    if ctx.read_only:
         raise UserError("read-only: kill is disabled")
-    async with connect_hosts(args) as links:
-        target = await resolve_target(links[0], args)
-        r = await kill(links[0], target, step_printer(args), grace=args.grace)
-    return emit_result(args, r)
+    async with connect_hosts(ctx) as links:
+        target = await resolve_target(links[0], args.session, args.gpu, args.pid)
+        r = await kill(links[0], target, step_printer(ctx.json_output), grace=args.grace)
+    return emit_result(ctx.json_output, r)

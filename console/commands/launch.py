@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shlex
 
-from console.commands._ops import emit_result, single_host, step_printer
+from console.commands._ops import emit_result, step_printer
+from console.commands.context import CliContext, open_hosts, single_host
+from console.config import Config
 from console.errors import UserError
-from console.hostctx import connect_hosts, load_args_config
 from console.model import LaunchRequest
 from console.ops.lifecycle import host_env, launch
 
-HELP = "launch a server in a fresh session, confirmed step by step"
 
-
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", default=None, help="GPU index or list, e.g. 0 or 0,1 (default 0)")
     p.add_argument("--port", type=int, default=None, help="server port (added as --port unless in the flags)")
     p.add_argument("--profile", default=None, help="a launch profile from the config")
-    p.add_argument("--command", default=None,
+    p.add_argument("--command", dest="server_command", default=None,
                    help="server command, split like a shell word list but never run by a shell "
                         "(default: the host's server_command)")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment for the server (repeatable)")
@@ -64,22 +64,22 @@ def parse_env(items: list[str]) -> dict[str, str]:
     return env
 
 
-def build_request(args, host: str) -> LaunchRequest:
-    cfg = load_args_config(args)
-    hc = cfg.host(host) if cfg else None
-    command = list(hc.server_command) if hc else ["python3", "-m", "sglang.launch_server"]
+def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchRequest:
+    """The launch request the options describe, with the host's server command and profile from ``cfg``."""
+    hc = cfg.host(host)
+    command = list(hc.server_command)
     flags, gpus, port, env, profile = [], [0], None, {}, None
     if args.profile:
-        prof = (cfg.profiles if cfg else {}).get(args.profile)
+        prof = cfg.profiles.get(args.profile)
         if prof is None:
             raise UserError(f"no profile {args.profile!r} in the config")
         profile = args.profile
         command = list(prof.command or command)
         flags = (["--model-path", prof.model_path] if prof.model_path else []) + list(prof.flags)
         gpus, port, env = list(prof.gpus), prof.port, dict(prof.env)
-    if args.command:
+    if args.server_command:
         try:
-            command = shlex.split(args.command)
+            command = shlex.split(args.server_command)
         except ValueError as e:
             raise UserError(f"--command: {e}") from None
         if not command:
@@ -87,24 +87,24 @@ def build_request(args, host: str) -> LaunchRequest:
     require_utf8(list(args.flags), "flag")
     require_utf8(command, "--command")
     flags += list(args.flags)
-    env.update(host_env(hc.env_names) if hc else {})
+    env.update(host_env(hc.env_names))
     env.update(parse_env(args.env))
     return LaunchRequest(host=host, command=command, flags=flags, gpus=parse_gpus(args.gpu) or gpus,
                          port=args.port or port, env=env, profile=profile, force=args.force)
 
 
-async def run(args) -> int:
-    host = single_host(args)
-    if args.read_only:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    host = single_host(ctx)
+    if ctx.read_only:
         raise UserError("read-only: launch is disabled")
-    async with connect_hosts(args) as links:
-        link = links[0]
-        req = build_request(args, link.name)
+    async with open_hosts(ctx) as opened:
+        link = opened.links[0]
+        req = build_request(args, opened.config, link.name)
         keeper = asyncio.create_task(link.run())  # a dropped connection is re-made; the launch goes on
         try:
-            r = await launch(link, req, step_printer(args), wait=args.wait, timeout=args.timeout,
+            r = await launch(link, req, step_printer(ctx.json_output), wait=args.wait, timeout=args.timeout,
                              allow_busy=args.allow_busy)
         finally:
             keeper.cancel()
     del host
-    return emit_result(args, r)
+    return emit_result(ctx.json_output, r)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from console.errors import UserError
 
-HELP = "send concurrent requests to a server (demo load generator)"
-
+if TYPE_CHECKING:
+    from console.commands.context import CliContext
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, required=True, help="server port on 127.0.0.1")
@@ -20,7 +21,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens per request (default 64)")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from console.sim.loadgen import run_load
 
     try:
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
                        duration=args.duration, max_tokens=args.max_tokens)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if getattr(args, "json", False):
+    if ctx.json_output:
         print(json.dumps(res.model_dump(), indent=2))
     else:
         per = f", {res.per_request_tokens_per_s:.1f} tok/s per request" if res.per_request_tokens_per_s else ""

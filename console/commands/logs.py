@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
 
-from console.commands._ops import single_host
+from console.commands.context import CliContext, connect_hosts, single_host
 from console.errors import UserError
-from console.hostctx import connect_hosts
 from console.redact import redact_text
 from console.remote.link import RequestError
 
-HELP = "print (or follow) one session's own log"
 
-
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", help="session id")
     p.add_argument("-n", "--lines", type=int, default=50, help="last N lines (default 50)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C to stop)")
@@ -31,9 +29,9 @@ def _printer(tty: bool):
     return redact_text
 
 
-async def run(args) -> int:
-    single_host(args)
-    async with connect_hosts(args) as links:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    single_host(ctx)
+    async with connect_hosts(ctx) as links:
         link = links[0]
         try:
             r = await link.request("read_log", {"session_id": args.session,
@@ -41,7 +39,7 @@ async def run(args) -> int:
         except RequestError as e:
             raise UserError(str(e), exit_code=1) from None
         lines = r["data"].splitlines()[-args.lines:] if args.lines > 0 else []
-        if args.json and not args.follow:
+        if ctx.json_output and not args.follow:
             print(json.dumps({"session_id": args.session, "offset": r["offset"], "end": r["end"],
                               "lines": [redact_text(x) for x in lines]}))
             return 0

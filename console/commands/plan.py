@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from console.errors import UserError
+from console.ops.planner import parse_server_flags
 
-HELP = "estimate GPU memory for a model and flags: fits / tight / does not fit"
-
-from console.ops.planner import parse_server_flags  # noqa: E402  (re-exported for callers)
+if TYPE_CHECKING:
+    from console.commands.context import CliContext
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -67,7 +68,7 @@ def render(plan, shape) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from console.ops.model_config import ModelConfigError, load_model_config
     from console.ops.planner import parse_mem, plan
 
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     if result.tp_size > args.gpus:
         raise UserError(f"--tp-size {result.tp_size} needs {result.tp_size} GPUs, --gpus is {args.gpus}")
-    if getattr(args, "json", False):
+    if ctx.json_output:
         print(json.dumps({"plan": result.model_dump(), "model": shape.model_dump()}, indent=2))
     else:
         print(render(result, shape))

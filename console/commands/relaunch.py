@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-from console.commands._ops import emit_result, single_host, step_printer
+import argparse
+
+from console.commands._ops import emit_result, step_printer
+from console.commands.context import CliContext, open_hosts, single_host
 from console.commands.launch import parse_env, require_utf8
 from console.errors import UserError
-from console.hostctx import connect_hosts, load_args_config
 from console.model import KillTarget
-from console.ops.lifecycle import _fresh, host_env, relaunch, request_from_argv
-
-HELP = "confirmed kill, then launch with the same or edited flags"
+from console.ops.lifecycle import host_env, relaunch, request_from_argv
 
 
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", nargs="?", help="session id to relaunch")
     p.add_argument("--pid", type=int, default=None, help="relaunch a foreign server (by pid) as a managed session")
     p.add_argument("--set", action="append", default=[], metavar="--FLAG=VALUE",
                    help="change a flag (repeatable): --set --mem-fraction-static=0.85; --set --flag (boolean)")
     p.add_argument("--unset", action="append", default=[], metavar="--FLAG", help="remove a flag (repeatable)")
-    p.add_argument("--env", action="append", default=[], metavar="K=V")
-    p.add_argument("--wait", action="store_true")
-    p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--grace", type=float, default=20.0)
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="environment for the new server (repeatable); secrets the session was launched with "
+                        "must be given again")
+    p.add_argument("--wait", action="store_true", help="return at READY or FAILED with every step and its timing")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for READY (default 900)")
+    p.add_argument("--grace", type=float, default=20.0,
+                   help="seconds between SIGTERM and SIGKILL of the old server (default 20)")
     p.add_argument("--force", action="store_true", help="relaunch even when the memory planner says it does not fit")
 
 
@@ -52,16 +55,16 @@ def edit_flags(argv: list[str], sets: list[str], unsets: list[str]) -> list[str]
     return out
 
 
-async def run(args) -> int:
-    single_host(args)
-    if args.read_only:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    single_host(ctx)
+    if ctx.read_only:
         raise UserError("read-only: relaunch is disabled")
     if (args.session is None) == (args.pid is None):
         raise UserError("give exactly one of SESSION or --pid PID")
-    async with connect_hosts(args) as links:
-        link = links[0]
-        snap = await _fresh(link)
-        env = host_env(load_args_config(args).host(link.name).env_names)
+    async with open_hosts(ctx) as opened:
+        link = opened.links[0]
+        snap = await link.refresh()
+        env = host_env(opened.config.host(link.name).env_names)
         env.update(parse_env(args.env))
         if args.session:
             s = next((x for x in snap.sessions if x.session_id == args.session), None)
@@ -84,6 +87,6 @@ async def run(args) -> int:
         new_argv = edit_flags(argv, args.set, args.unset)
         require_utf8(new_argv, "flag")
         req = request_from_argv(link.name, new_argv, list(gpus), port, env).model_copy(update={"force": args.force})
-        r = await relaunch(link, target, req, step_printer(args), wait=args.wait, timeout=args.timeout,
+        r = await relaunch(link, target, req, step_printer(ctx.json_output), wait=args.wait, timeout=args.timeout,
                            grace=args.grace)
-    return emit_result(args, r)
+    return emit_result(ctx.json_output, r)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 
-from console.commands._ops import single_host, term
-from console.hostctx import connect_hosts
-from console.ops.lifecycle import _fresh
+from console.commands._ops import term
+from console.commands.context import CliContext, connect_hosts, single_host
 from console.ops.sessions import derive_views
 from console.redact import redact_obj
 
-HELP = "list the launch sessions on a host and their state"
 
-
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="include every ended session (default: live + recent)")
 
 
@@ -32,14 +30,14 @@ async def classify_sessions(link, snap) -> dict:
     return out
 
 
-async def run(args) -> int:
-    single_host(args)
-    async with connect_hosts(args) as links:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    single_host(ctx)
+    async with connect_hosts(ctx) as links:
         link = links[0]
-        snap = await _fresh(link)
+        snap = await link.refresh()
         classes = await classify_sessions(link, snap)
         views = derive_views(snap, classes, time.time(), interval=1e9)
-    if args.json:
+    if ctx.json_output:
         print(json.dumps(redact_obj([v.model_dump(mode="json") for v in views]), indent=2))
         return 0
     if not views:

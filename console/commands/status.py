@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 
-from console.hostctx import connect_hosts
+from console.commands.context import CliContext, connect_hosts
 from console.model import HostSnapshot
 from console.redact import redact_obj
-from console.remote.link import LinkDown, RequestError
-
-HELP = "one snapshot per host (GPUs, servers, sessions), then exit"
+from console.remote.link import HostLink, LinkDown, RequestError
 
 
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each host (default 15)")
 
 
-async def _one(link, timeout: float) -> HostSnapshot:
+async def _one(link: HostLink, timeout: float) -> HostSnapshot:
     if link.chan is not None:
         try:
             return await link.refresh(timeout)
@@ -30,11 +29,11 @@ def snapshot_json(snap: HostSnapshot) -> dict:
     return redact_obj(snap.model_dump(mode="json"))
 
 
-async def run(args) -> int:
-    async with connect_hosts(args, require=False) as links:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    async with connect_hosts(ctx, require=False) as links:
         snaps = await asyncio.gather(*(_one(lk, args.timeout) for lk in links))
     ok = all(s.connection.state == "connected" for s in snaps)
-    if args.json:
+    if ctx.json_output:
         print(json.dumps({"hosts": [snapshot_json(s) for s in snaps]}, indent=2))
     else:
         for s in snaps:

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from console.errors import UserError
 from console.remote import ssh
 
-HELP = "show a host's SSH key fingerprint and add it to known_hosts"
+if TYPE_CHECKING:
+    from console.commands.context import CliContext
 
-
-def configure(p) -> None:
+def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("host", help="SSH alias or user@host[:port]")
     p.add_argument("--yes", action="store_true", help="trust without asking (after you verified the fingerprint)")
 
 
-async def run(args) -> int:
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     spec = ssh.parse_host_spec(args.host)
     if spec.local:
         raise UserError("'local' needs no host key")
-    cfg = args.ssh_config or ssh.default_ssh_config()
+    cfg = ctx.ssh_config
     r = ssh.resolve(spec, cfg)
     key = await ssh.fetch_host_key(spec, cfg)
     fp = key.get_fingerprint("sha256")

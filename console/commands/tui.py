@@ -2,33 +2,37 @@
 
 from __future__ import annotations
 
-HELP = "open the TUI"
+import argparse
+import asyncio
+import sys
+
+from console.commands.context import CliContext, demo_or_config, make_audit, make_links
+from console.errors import UserError
 
 
-def configure(parser) -> None:
-    parser.add_argument("--theme", metavar="NAME", default=None, help="dark, light or high-contrast")
-
-
-def run(args) -> int:
-    """Build the backend (``console.hostctx.make_backend``) and run the app until quit."""
-    from console.errors import UserError
+def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    """Stage the hosts (the demo's, or the operator's), build the backend and run the app until quit."""
     from console.ui.themes import NAMES
 
-    try:
-        from console.hostctx import load_args_config, make_backend
-    except ImportError as e:
-        raise UserError(f"the TUI backend is not available in this build ({e})") from None
-    cfg = load_args_config(args)
-    theme = getattr(args, "theme", None) or cfg.ui.theme
-    if theme not in NAMES:
-        raise UserError(f"unknown theme {theme!r} (choose from {', '.join(NAMES)})")
-    try:
-        backend = make_backend(args)
-    except ImportError as e:
-        raise UserError(f"the TUI backend is not available in this build ({e})") from None
+    if ctx.theme not in NAMES:
+        raise UserError(f"unknown theme {ctx.theme!r} (choose from {', '.join(NAMES)})")
+    if ctx.demo:
+        print("mtpconsole: staging the demo host (simulated GPUs, a hand-started server)…", file=sys.stderr)
+    return asyncio.run(_main(ctx))
+
+
+async def _main(ctx: CliContext) -> int:
+    from console.ops.backend import LiveBackend
     from console.ui.app import make_app
 
-    app = make_app(backend, theme=theme, read_only=bool(getattr(args, "read_only", False) or cfg.ui.read_only),
-                   interval=getattr(args, "interval", None) or cfg.ui.interval, keymap=cfg.ui.keymap)
-    app.run()
-    return int(app.return_code or 0)
+    audit = make_audit(ctx)
+    try:
+        async with demo_or_config(ctx) as (cfg, names):
+            backend = LiveBackend(cfg, make_links(ctx, cfg, names, audit), interval=ctx.interval,
+                                  read_only=ctx.read_only, audit=audit)
+            app = make_app(backend, theme=ctx.theme, read_only=ctx.read_only, interval=ctx.interval,
+                           keymap=cfg.ui.keymap)
+            await app.run_async()
+            return int(app.return_code or 0)
+    finally:
+        audit.close()

@@ -1,17 +1,22 @@
-"""LiveBackend: the real Backend for the TUI — links, trackers and lifecycle operations."""
+"""LiveBackend: the real Backend for the TUI — links, trackers and lifecycle operations.
+
+It is given the config in force and one (not yet opened) link per host by the caller (the
+CLI stages the demo host or reads the operator's config); it knows nothing of the command line.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
+from pathlib import Path
+from typing import Callable, Sequence
 
 from console.audit import Audit
 from console.backend import OnAudit, OnLog, OnSteps, OnView
 from console.config import Config
-from console.hostctx import demo_or_config, host_names, load_args_config, make_audit, make_links
-from console.model import KillTarget, LaunchRequest, OperationResult, PendingLaunch
+from console.model import KillTarget, LaunchRequest, OperationResult, PendingLaunch, Step
 from console.ops import lifecycle
+from console.ops.flags import FlagSchema, check_all, default_cache_dir, learn_schema
 from console.ops.tracker import HostTracker
 from console.remote.link import HostLink
 
@@ -19,27 +24,28 @@ from console.remote.link import HostLink
 class LiveBackend:
     """Connects every host in the background; one slow or dead host never blocks another."""
 
-    def __init__(self, args, *, clock=time.time):
-        self.args = args
+    LEARN_WAIT_S = 3.0
+    """How long a form check waits for a host's --help to be learned before answering without it."""
+
+    def __init__(self, config: Config, links: Sequence[HostLink], *, interval: float = 1.0,
+                 read_only: bool = False, audit: Audit | None = None, cache_dir: Path | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg = config
+        self.links: dict[str, HostLink] = {lk.name: lk for lk in links}
+        self.hosts: list[str] = list(self.links)
+        self.interval = float(interval)
+        self.read_only = bool(read_only)
+        self.audit = audit
+        self.cache_dir = cache_dir
         self.clock = clock
-        self.demo = bool(getattr(args, "demo", False))
-        self.cfg: Config | None = None if self.demo else load_args_config(args)
-        self.hosts: list[str] = ["demo"] if self.demo else host_names(args, self.cfg)
-        self.read_only = bool(getattr(args, "read_only", False) or (self.cfg and self.cfg.ui.read_only))
-        self.interval = float(getattr(args, "interval", None) or (self.cfg.ui.interval if self.cfg else 1.0))
-        self.links: dict[str, HostLink] = {}
         self.trackers: dict[str, HostTracker] = {}
-        self.audit: Audit | None = None
-        self._stack = contextlib.AsyncExitStack()
         self._tasks: list[asyncio.Task] = []
+        self._schema_tasks: dict[str, asyncio.Task[FlagSchema]] = {}
 
     async def start(self, on_view: OnView, on_log: OnLog, on_audit: OnAudit) -> None:
-        self.audit = make_audit(self.args)
-        self.audit.listeners.append(on_audit)
-        cfg, names = await self._stack.enter_async_context(demo_or_config(self.args))
-        self.cfg, self.hosts = cfg, names
-        for link in make_links(self.args, cfg, names, self.audit):
-            self.links[link.name] = link
+        if self.audit is not None:
+            self.audit.listeners.append(on_audit)
+        for link in self.links.values():
             self.trackers[link.name] = HostTracker(link, interval=self.interval, on_view=on_view, on_log=on_log,
                                                    clock=self.clock)
             self._tasks.append(asyncio.create_task(link.run()))
@@ -49,15 +55,12 @@ class LiveBackend:
             await link.close()
         for t in self._tasks:
             t.cancel()
-        await self._stack.aclose()
-        if self.audit:
-            self.audit.close()
 
     def _launch_steps(self, host: str, sid: str, on_steps: OnSteps, skip: int = 0) -> OnSteps:
         """Progress of a launch, also counted into its GPU's LAUNCHING n/6 (``skip``: kill steps before it)."""
         tr = self.trackers[host]
 
-        def cb(steps):
+        def cb(steps: list[Step]) -> None:
             on_steps(steps)
             mine = [s for s in steps[skip:] if not s.name.startswith("kill: ")]
             tr.launch_step(sid, sum(1 for s in mine if s.state in ("ok", "skipped") and s.name != "preflight"))
@@ -70,8 +73,7 @@ class LiveBackend:
     async def launch(self, req: LaunchRequest, on_steps: OnSteps) -> OperationResult:
         link = self.links[req.host]
         tr = self.trackers[req.host]
-        hc = self.cfg.host(req.host) if self.cfg else None
-        env = {**lifecycle.host_env(hc.env_names if hc else []), **req.env}
+        env = {**lifecycle.host_env(self.cfg.host(req.host).env_names), **req.env}
         sid = lifecycle.new_session_id(req.gpus, self.clock())
         tr.launch_sent(self._pending(req, sid))
         result = OperationResult(op="launch", host=req.host, ok=False, error="launch interrupted")
@@ -90,7 +92,7 @@ class LiveBackend:
     async def relaunch(self, target: KillTarget, req: LaunchRequest, on_steps: OnSteps) -> OperationResult:
         tr = self.trackers[target.host]
         sid = lifecycle.new_session_id(req.gpus, self.clock())
-        sent = []
+        sent: list[bool] = []
 
         def on_launch() -> None:  # the old server is confirmed gone
             sent.append(True)
@@ -119,7 +121,7 @@ class LiveBackend:
         self.trackers[host].unfollow(session_id)
 
     def launch_template(self, host: str, gpu: int) -> LaunchRequest:
-        cfg = self.cfg or Config()
+        cfg = self.cfg
         hc = cfg.host(host)
         for name, prof in cfg.profiles.items():
             if (prof.host in (None, host)) and gpu in prof.gpus:
@@ -129,25 +131,21 @@ class LiveBackend:
                                      profile=name)
         return LaunchRequest(host=host, command=list(hc.server_command), gpus=[gpu], port=30000 + gpu)
 
-
     # ---- flag form hooks (console/ui/screens/flag_form.py calls them with host=)
-    LEARN_WAIT_S = 3.0
-    """How long a form check waits for a host's --help to be learned before answering without it."""
 
     def _form_host(self, host: str | None) -> str | None:
         if host in self.links:
             return host
         return next(iter(self.links), None)
 
-    def _schema_task(self, host: str) -> asyncio.Task:
+    def _schema_task(self, host: str) -> asyncio.Task[FlagSchema]:
         """Learn the host's server flags once, in the background (a failed attempt is retried next time)."""
-        tasks = self.__dict__.setdefault("_schema_tasks", {})
+        tasks = self._schema_tasks
         t = tasks.get(host)
         if t is None or (t.done() and (t.cancelled() or t.exception() is not None)):
-            from console.ops.flags import default_cache_dir, learn_schema
-
-            command = list((self.cfg or Config()).host(host).server_command)
-            t = tasks[host] = asyncio.ensure_future(learn_schema(self.links[host], command, default_cache_dir()))
+            command = list(self.cfg.host(host).server_command)
+            t = tasks[host] = asyncio.ensure_future(
+                learn_schema(self.links[host], command, self.cache_dir or default_cache_dir()))
             t.add_done_callback(lambda x: x.cancelled() or x.exception())  # retrieved: no "never retrieved" noise
         return t
 
@@ -157,8 +155,6 @@ class LiveBackend:
         The schema comes from the host's ``--help`` (learned once per host in the background,
         cached per server version); until it is known the check says so instead of guessing.
         """
-        from console.ops.flags import check_all
-
         name = self._form_host(host)
         if name is None:
             return [("warning", "flags not checked: no host connection yet")]
@@ -170,7 +166,7 @@ class LiveBackend:
                              "(check again in a moment)")]
         except Exception as e:  # HostError, LinkDown, ...: say why, do not block the launch
             return [("warning", f"flags not checked: {str(e)[:300]}")]
-        out = []
+        out: list[tuple[str, str]] = []
         for p in check_all(list(flags), schema, version=schema.version):
             out.append((p.severity, p.message + (f" (fix: {p.suggestion})" if p.suggestion else "")))
         where = f"{schema.prog or 'the server'} {schema.version or ''}".rstrip()
@@ -185,7 +181,7 @@ class LiveBackend:
         name = self._form_host(host)
         if name is None:
             return None
-        hc = (self.cfg or Config()).host(name)
+        hc = self.cfg.host(name)
         req = LaunchRequest(host=name, command=list(hc.server_command), flags=list(flags), gpus=list(gpus) or [0])
         verdict, text = await lifecycle.memory_verdict(self.links[name], req)
         if verdict is None:

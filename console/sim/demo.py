@@ -1,6 +1,6 @@
 """The built-in demo host: the incident staged on simulated GPUs, through the real code paths.
 
-``demo_environment(args)`` creates a temporary directory with 4 simulated RTX PRO 6000
+``demo_environment()`` creates a temporary directory with 4 simulated RTX PRO 6000
 Blackwell GPUs, a hybrid 27B model's config.json, a runs directory, and a server started
 "by hand" on GPU 0 (FOREIGN: no speculative decoding, ~400 W, its log in a legacy file),
 and yields a config whose ``demo`` host is local, samples the simulated GPUs and launches
@@ -153,8 +153,11 @@ def start_load(root: Path, port: int) -> subprocess.Popen:
 
 
 @contextlib.asynccontextmanager
-async def demo_environment(args=None) -> AsyncIterator[tuple[Config, list[str]]]:
-    """Stage the demo, yield (config, ["demo"]), and always tear it down (signals included)."""
+async def demo_environment(*, load: bool = True) -> AsyncIterator[tuple[Config, list[str]]]:
+    """Stage the demo, yield (config, ["demo"]), and always tear it down (signals included).
+
+    ``load``: keep the hand-started server busy with a bounded load generator.
+    """
     root = Path(tempfile.mkdtemp(prefix="mtpconsole-demo-"))
     procs: list[subprocess.Popen] = []
     done = {"torn": False}
@@ -187,7 +190,7 @@ async def demo_environment(args=None) -> AsyncIterator[tuple[Config, list[str]]]
         # we are its parent: reap it when it dies (killed from the console), so no zombie lingers
         threading.Thread(target=foreign.wait, name="demo-reaper", daemon=True).start()
         await _wait_serving(foreign, port, timeout=30)
-        if not getattr(args, "no_load", False):
+        if load:
             procs.append(start_load(root, port))
         yield cfg, ["demo"]
     finally:
