@@ -20,7 +20,7 @@ from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
 from ui_fakes import (
     ARGV, FAILED_LOG, LAUNCH_STEPS, NOW, SESSION_LOG, FakeBackend, failed, foreign, frozen_app, gpu, harness,
-    ready, session, snapshot, view_a, view_b,
+    ready, session, snapshot, view_a, view_b, with_current,
 )
 
 BADGES = [("IDLE", "idle"), ("LAUNCHING 3/6", "launching"), ("LOADING", "loading"), ("READY", "ready"),
@@ -57,7 +57,7 @@ PANELS = {
 
 @pytest.mark.parametrize("state", list(PANELS))
 def test_gpu_panel(snap_compare, state):
-    view = PANELS[state]
+    view = with_current(PANELS[state])  # each GPU's current session, as a backend pushes it
     app = harness(lambda: [HostSection("host-a")],
                   on_ready=lambda a: a.query_one(HostSection).apply(view, NOW, 1.0))
     assert snap_compare(app, terminal_size=(90, 10), run_before=settle)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from textual.widgets import Button, Input, Static
+from ui_fakes import NOW, FakeBackend, failed, frozen_app, session, view_a, view_idle
 
 from console.model import HostView, OperationResult, Step
 from console.ui.screens.confirm import ConfirmScreen
@@ -14,7 +15,6 @@ from console.ui.widgets.host_header import HostHeader
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
-from ui_fakes import NOW, FakeBackend, failed, frozen_app, session, view_a, view_idle
 
 SIZE = (140, 60)
 
