@@ -29,6 +29,7 @@ from console.ops.flags import (
     split_launch_command,
     validate,
 )
+from console.ops.flags.sources import PROBE_SOURCE, bundled_schema
 
 DATA = Path(__file__).resolve().parents[1] / "console" / "data"
 HELP_0523 = DATA / "sglang-0.5.23-launch-server-help.txt"
@@ -36,12 +37,7 @@ FLAGS_0523 = DATA / "sglang-0.5.23-flags.json"
 NAMES_BY_VERSION = Path(__file__).resolve().parent / "data" / "sglang" / "sglang-flag-names-by-version.json"
 OLD_HELP = Path(__file__).resolve().parent / "data" / "help" / "sglang-old-style-help.txt"
 
-INCIDENT = (
-    "--model-path /models/Qwen3.6-27B --speculative-algorithm EAGLE --speculative-num-steps 3 "
-    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --mem-fraction-static 0.90 "
-    "--enable-hierarchical-cache --hicache-size 200 --max-running-requests 512 "
-    "--cuda-graph-max-bs 512 --mamba-scheduler-strategy extra_buffer"
-).split()
+INCIDENT = ["--model-path", "/models/Qwen3.6-27B", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--mem-fraction-static", "0.90", "--enable-hierarchical-cache", "--hicache-size", "200", "--max-running-requests", "512", "--cuda-graph-max-bs", "512", "--mamba-scheduler-strategy", "extra_buffer"]
 
 
 @pytest.fixture(scope="module")
@@ -496,12 +492,13 @@ def test_split_launch_command():
 class FakeLink:
     """Stands in for a host link: answers `run` from a table, records every call."""
 
-    def __init__(self, name="gpu1", version="0.5.23", help_text=None, help_on="stdout", rc=0):
+    def __init__(self, name="gpu1", version="0.5.23", help_text=None, help_on="stdout", rc=0, probe=None):
         self.name = name
         self.version = version
         self.help_text = HELP_0523.read_text(encoding="utf-8") if help_text is None else help_text
         self.help_on = help_on
         self.rc = rc
+        self.probe = probe
         self.calls: list[tuple[str, dict]] = []
 
     async def request(self, op, args):
@@ -512,6 +509,10 @@ class FakeLink:
             if self.version is None:
                 return {"rc": 1, "stdout": "", "stderr": "PackageNotFoundError: sglang"}
             return {"rc": 0, "stdout": self.version + "\n", "stderr": ""}
+        if argv[1:3] == ["-c", PROBE_SOURCE]:
+            if self.probe is None:
+                return {"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: No module named 'sglang'"}
+            return {"rc": 0, "stdout": self.probe, "stderr": ""}
         assert argv[-1] == "--help"
         if self.help_on == "stdout":
             return {"rc": self.rc, "stdout": self.help_text, "stderr": "UserWarning: noise\n"}
@@ -527,7 +528,7 @@ async def test_learn_schema_runs_help_and_caches_per_version(tmp_path):
     assert s.version == "0.5.23" and len(s.flags) == 530
     assert [c[1]["argv"] for c in link.calls] == [
         ["/venv/bin/python3", "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
-        CMD + ["--help"]]
+        CMD + ["--help"], ["/venv/bin/python3", "-c", PROBE_SOURCE]]
     path = cache_path(tmp_path, "gpu1", CMD, "0.5.23")
     assert path.exists() and path.name.startswith("gpu1-")
     # same version: the cache answers, --help is not run again
@@ -537,7 +538,7 @@ async def test_learn_schema_runs_help_and_caches_per_version(tmp_path):
     # a new version: learned again, into its own file
     link3 = FakeLink(version="0.5.24", help_text=OLD_HELP.read_text(encoding="utf-8"))
     s3 = await learn_schema(link3, CMD, tmp_path)
-    assert s3.version == "0.5.24" and "--mamba-scheduler-strategy" in s3 and len(link3.calls) == 2
+    assert s3.version == "0.5.24" and "--mamba-scheduler-strategy" in s3 and len(link3.calls) == 3
     assert len(list(tmp_path.glob("gpu1-*.json"))) == 2
 
 
@@ -556,7 +557,19 @@ async def test_learn_schema_corrupt_cache_is_relearned(tmp_path):
     path.write_text("{not json", encoding="utf-8")
     link = FakeLink()
     assert len((await learn_schema(link, CMD, tmp_path)).flags) == 530
-    assert len(link.calls) == 2 and json.loads(path.read_text(encoding="utf-8"))["version"] == "0.5.23"
+    assert len(link.calls) == 3 and json.loads(path.read_text(encoding="utf-8"))["version"] == "0.5.23"
+
+
+async def test_learn_schema_adds_hidden_flags_from_the_hosts_parser(tmp_path):
+    """The host's own parser (the probe) completes --help: hidden flags, exact actions, registration order."""
+    probe = (Path(__file__).resolve().parent / "data" / "sglang" / "sglang-0.5.23-parser-probe.txt").read_text(encoding="utf-8")
+    s = await learn_schema(FakeLink(probe="noise\n" + probe), CMD, tmp_path)
+    hidden = [f.name for f in s.flags if f.hidden]
+    assert hidden == ["--forward-pass-metrics-worker-id", "--forward-pass-metrics-ipc-name"]
+    assert len(s.flags) == 532 and s.get("--enable-tf32-matmul").action_kind == "boolean_optional"
+    assert s.get("--model-path").help.startswith("The path of the model weights")  # help text kept
+    assert validate(["--model", "m", "--forward-pass-metrics-worker-id", "w"], s) == []
+    assert s.option_strings() == bundled_schema().option_strings()
 
 
 async def test_learn_schema_failures_are_clear(tmp_path):

@@ -21,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from console.errors import HostError, UserError
 from console.ops.flags.help import HelpParseError, parse_help
 from console.ops.flags.models import FlagSchema
+from console.ops.flags.sources import PROBE_SOURCE, merge_help, parse_probe_output
 
+SCHEMA_FORMAT = 2
+"""Bumped when a cached schema's content changes meaning (2: completed by the parser probe)."""
 HELP_TIMEOUT_S = 120
 VERSION_TIMEOUT_S = 60
 VERSION_SNIPPET = "import importlib.metadata as m; print(m.version('sglang'))"
@@ -62,7 +65,7 @@ def version_command(command: list[str]) -> list[str] | None:
 
 def cache_path(cache_dir: Path, host: str, command: list[str], version: str | None) -> Path:
     """``cache_dir/<host>-<sha1(command + version)>.json`` (host made filename-safe)."""
-    digest = hashlib.sha1(json.dumps([list(command), version]).encode()).hexdigest()
+    digest = hashlib.sha1(json.dumps([list(command), version, SCHEMA_FORMAT]).encode()).hexdigest()
     safe_host = re.sub(r"[^A-Za-z0-9._@-]", "_", host)[:100] or "host"
     return Path(cache_dir) / f"{safe_host}-{digest}.json"
 
@@ -111,6 +114,25 @@ async def server_version(link: Link, command: list[str]) -> str | None:
     return lines[-1].strip()
 
 
+async def _with_parser_probe(link: Link, command: list[str], helped: FlagSchema, version: str | None) -> FlagSchema:
+    """``helped`` completed from the host's own parser (hidden flags, exact actions and order), when it can be read.
+
+    Runs :data:`~console.ops.flags.sources.PROBE_SOURCE` with the command's Python (only for
+    ``python -m sglang...``); any failure keeps the ``--help`` schema as it is.
+    """
+    vc = version_command(command)
+    if vc is None:
+        return helped
+    try:
+        rc, out, _ = await _run(link, [vc[0], "-c", PROBE_SOURCE], HELP_TIMEOUT_S, "the server's parser probe")
+    except HostError:
+        return helped
+    probed = parse_probe_output(out, version=version) if rc == 0 else None
+    if probed is None or not probed.flags:
+        return helped
+    return merge_help(probed, helped)
+
+
 def _read_cache(path: Path) -> FlagSchema | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -153,6 +175,7 @@ async def learn_schema(link: Link, command: list[str], cache_dir: Path) -> FlagS
         tail = (err.strip() or out.strip())[-400:]
         raise HostError(f"{host}: could not read the flags of {' '.join(command)} (--help exit code {rc}): "
                         f"{e}" + (f"; it printed: {tail}" if tail else "")) from None
+    schema = await _with_parser_probe(link, command, schema, version)
     if version is not None:
         entry = CachedSchema(host=host, command=command, version=version,
                              learned_at=datetime.now(UTC).isoformat(timespec="seconds"), flag_schema=schema)
