@@ -101,6 +101,14 @@ class ServerProc(Frozen):
     dp_rank: int | None = None
     """From an SGLang scheduler's title (``sglang::scheduler_DP<d>_TP<n>``)."""
     metrics_text: str | None = None
+    """A launcher started with ``--enable-metrics``: the raw Prometheus text of its ``/metrics`` (fetched
+    by the agent off its loop, at most 2 MiB within 0.5 s; never parsed on the host)."""
+    metrics_at: float | None = None
+    """When ``metrics_text`` was fetched (host clock)."""
+    metrics_error: str | None = None
+    """Why the last fetch gave no text (refused, timed out, HTTP status), else None."""
+    metrics_truncated: bool = False
+    metrics_text: str | None = None
     """The server's Prometheus ``/metrics`` text (launchers run with ``--enable-metrics`` only), as fetched."""
     metrics_at: float | None = None
     """Host clock when ``metrics_text`` was fetched."""

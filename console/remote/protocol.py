@@ -82,7 +82,7 @@ __all__ = [
 ]
 
 SHIPPED_MODULES = ("hostlib", "hostsecrets", "rundir", "gpus", "procscan", "runs", "logfollow", "watch", "launch",
-                   "samplering", "agent", "supervisor")
+                   "samplering", "metrics", "agent", "supervisor")
 """The modules of ``console/remote`` sent to every host (stdlib only, Python >= 3.8, relative imports
 among themselves only; checked by tests/test_remote_sources.py)."""
 
