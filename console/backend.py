@@ -7,7 +7,7 @@ operations) and test fakes both satisfy :class:`Backend`.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Union
 
 from console.model import (
     AuditEntry,
@@ -25,13 +25,21 @@ OnLog = Callable[[str, str, list[str]], None]
 OnAudit = Callable[[AuditEntry], None]
 OnSteps = Callable[[list[Step]], None]
 """Progress of an operation: the full list of steps each time one changes."""
+Finding = tuple[str, str]
+"""(severity, message): severity is ``error``, ``warning``, ``note`` or ``ok``."""
+PlanVerdict = Union[str, Finding, None]
+"""The memory planner's answer for the flag form: a plan text, a finding, or None (nothing to say)."""
 
 
 class Backend(Protocol):
     """What the UI needs from the data layer."""
 
     hosts: list[str]
+    """The hosts, in the order their sections are shown."""
     read_only: bool
+    """Every destructive action is disabled."""
+    interval: float
+    """Seconds between the samples the backend pushes (a view older than a few is stale)."""
 
     async def start(self, on_view: OnView, on_log: OnLog, on_audit: OnAudit) -> None:
         """Connect every host (never blocks on one host) and start pushing views."""
@@ -64,3 +72,9 @@ class Backend(Protocol):
 
     def acknowledge(self, host: str, session_id: str) -> None:
         """The operator acknowledged an ended session: its GPU reads IDLE (it stays in the history)."""
+
+    async def validator(self, flags: list[str], host: str | None = None) -> list[Finding]:
+        """Check a flag set against the flags ``host``'s server accepts (learned from its ``--help``)."""
+
+    async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> PlanVerdict:
+        """The memory planner's verdict for these flags on these GPUs of ``host``."""

@@ -127,8 +127,7 @@ class FakeBackend:
         self.following: set[tuple[str, str]] = set()
         self.on_view: Callable | None = None
         self.on_log: Callable | None = None
-        self.validator = None
-        self.planner = None
+        self.interval = 1.0
         self.current = {h: CurrentState(h, clock=lambda: NOW) for h in self.hosts}
         """What the console knows beyond the views (launches sent, results), as the real tracker keeps it."""
 
@@ -162,6 +161,13 @@ class FakeBackend:
         self.calls.append(("stop",))
 
     # -- logs
+    # -- flag form checks (a test replaces them with its own functions)
+    async def validator(self, flags: list[str], host: str | None = None) -> list[tuple[str, str]]:
+        return []
+
+    async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> str | None:
+        return None
+
     async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
         self.calls.append(("follow_log", host, session_id))
         self.following.add((host, session_id))

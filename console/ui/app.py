@@ -25,6 +25,7 @@ from console.model import AuditEntry, HostEvent, HostView, OperationResult, Sess
 from console.ui.format import clean, hms, short
 from console.ui.log_follow import LogFollower
 from console.ui.operations import Operations
+from console.ui.screens.workflow import Workflow
 from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
 from console.ui.widgets.audit import AuditPane
 from console.ui.widgets.footer import QuietFooter
@@ -44,6 +45,10 @@ class MainScreen(Screen):
     BINDINGS = [
         Binding("tab", "app.next_panel(1)", "Next GPU", show=False),
         Binding("shift+tab", "app.next_panel(-1)", "Previous GPU", show=False),
+        Binding("left", "app.move_panel(-1, 0)", "Previous GPU", show=False),
+        Binding("right", "app.move_panel(1, 0)", "Next GPU", show=False),
+        Binding("up", "app.move_panel(0, -1)", "GPU above", show=False),
+        Binding("down", "app.move_panel(0, 1)", "GPU below", show=False),
     ]
 
 
@@ -64,6 +69,8 @@ class MtpConsoleApp(App):
     TITLE = "mtpconsole"
     CSS_PATH = css_paths()
     BINDINGS = [
+        Binding("question_mark", "help", "Help", tooltip="show or hide the key help", id="help"),
+        Binding("q", "quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
         Binding("l", "launch", "Launch", tooltip="launch a server on the selected GPU (flag form)", id="launch"),
         Binding("k", "kill", "Kill", tooltip="stop the selected session, confirmed", id="kill"),
         Binding("r", "relaunch", "Relaunch", tooltip="confirmed kill, then launch with the same flags", id="relaunch"),
@@ -75,9 +82,12 @@ class MtpConsoleApp(App):
         Binding("a", "audit", "Audit", tooltip="show or hide the remote commands run", id="audit"),
         Binding("c", "compact", "Compact", tooltip="compact GPU panels", id="compact"),
         Binding("t", "cycle_theme", "Theme", tooltip="dark → light → high contrast", id="cycle_theme"),
-        Binding("question_mark", "help", "Help", tooltip="show or hide the key help", id="help"),
+        Binding("s", "sessions", "Sessions", tooltip="every session, current and ended: open, acknowledge",
+                id="sessions"),
+        Binding("z", "full_log", "Full log", tooltip="the log full screen: search, decisive line", id="full_log"),
+        Binding("o", "orphans", "Orphans", tooltip="processes of no live server holding GPU memory", id="orphans"),
+        Binding("v", "events", "Events", tooltip="exits, OOM kills, READY, actions, with times", id="events"),
         Binding("f1", "help", "Help", show=False, tooltip="show or hide the key help", id="help_f1"),
-        Binding("q", "quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
     ]
 
     def __init__(self, backend: Backend, *, theme: str = "dark", read_only: bool = False,
@@ -89,9 +99,9 @@ class MtpConsoleApp(App):
         if theme not in NAMES:
             raise ValueError(f"unknown theme {theme!r} (choose from {', '.join(NAMES)})")
         self.backend = backend
-        self.read_only = bool(read_only or getattr(backend, "read_only", False))
+        self.read_only = bool(read_only or backend.read_only)
         self.clock = clock
-        self.interval = float(interval or getattr(backend, "interval", None) or 1.0)
+        self.interval = float(interval or backend.interval or 1.0)
         self.theme_name = theme
         self.register_theme(HIGH_CONTRAST)
         self.pending_views: dict[str, HostView] = {}
@@ -103,6 +113,9 @@ class MtpConsoleApp(App):
         self.sections: dict[str, HostSection] = {}
         """host → its section, filled at compose (a DOM query per host per apply was the top cost)."""
         self.compact = False
+        self.workflow = Workflow(self)
+        self.log_listeners: list[Callable[[str, str, list[str]], None]] = []
+        """Also told every batch of log lines (the full-screen log)."""
         self.events_seen: dict[str, HostEvent] = {}
         """host → the newest event already announced."""
 
@@ -163,6 +176,8 @@ class MtpConsoleApp(App):
 
     def on_log(self, host: str, session_id: str, lines: list[str]) -> None:
         self.log_follower.on_log(host, session_id, lines)
+        for fn in list(self.log_listeners):
+            fn(host, session_id, lines)
 
     def on_audit(self, entry: AuditEntry) -> None:
         self.audit_queue.append(entry)
@@ -390,6 +405,21 @@ class MtpConsoleApp(App):
 
     def action_edit(self) -> None:
         self.ops.edit()
+
+    def action_sessions(self) -> None:
+        self.workflow.sessions()
+
+    def action_full_log(self) -> None:
+        self.workflow.full_log()
+
+    def action_orphans(self) -> None:
+        self.workflow.orphans()
+
+    def action_events(self) -> None:
+        self.workflow.events()
+
+    def action_move_panel(self, dx: int, dy: int) -> None:
+        self.workflow.move(dx, dy)
 
     async def action_quit(self) -> None:
         try:

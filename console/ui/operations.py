@@ -71,8 +71,7 @@ class Operations:
         return self.app.query_one(StepsView)
 
     def _checkers(self) -> dict[str, Any]:
-        return {"validator": getattr(self.backend, "validator", None),
-                "planner": getattr(self.backend, "planner", None)}
+        return {"validator": self.backend.validator, "planner": self.backend.planner}
 
     def _busy(self) -> bool:
         if self.busy:
