@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from console.model import SPECULATIVE_ALGORITHMS
 from console.ops.flags.check import SECRET_FLAGS, Value, resolve
 from console.ops.flags.models import FlagSchema, Problem
 
@@ -47,6 +48,11 @@ def speculative_notes(argv: list[str], schema: FlagSchema) -> list[Problem]:
     spec_on = algo is not None and not (isinstance(algo, str) and algo.strip().lower() in ("", "none"))
     given = [n for n in SPEC_NUMS if n in r]
     out: list[Problem] = []
+    if isinstance(algo, str) and spec_on and algo.upper() not in SPECULATIVE_ALGORITHMS:
+        out.append(Problem(
+            kind="speculative", flag="--speculative-algorithm", candidates=list(SPECULATIVE_ALGORITHMS),
+            message=f"SGLang stops at start with 'ValueError: Unknown speculative algorithm name: {algo}' "
+                    f"(built-in: {', '.join(SPECULATIVE_ALGORITHMS)}; a plugin may register others)"))
     if not spec_on:
         if given:
             out.append(Problem(
