@@ -271,6 +271,7 @@ SessionState = Literal[
 FailureCause = Literal[
     "gpu_oom", "host_oom_killed", "port_in_use", "model_not_found", "import_error",
     "nccl_error", "bad_flags", "cuda_driver", "signal_killed", "spec_decode_error", "other",
+    "cuda_graph", "warmup_failed",
 ]
 
 
@@ -340,7 +341,8 @@ class Advice(Frozen):
 class Classification(Frozen):
     """Result of classifying a session's log (plus its exit record)."""
 
-    state: Literal["ready", "loading", "failed"]
+    state: Literal["ready", "loading", "failed", "stopped"]
+    """``stopped``: the log (or the exit record) shows an operator's stop and no crash before it."""
     cause: FailureCause | None = None
     line: str | None = None
     """The decisive log line."""
