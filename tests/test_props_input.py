@@ -9,6 +9,7 @@ import shlex
 import tempfile
 import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -137,17 +138,16 @@ def test_ssh_config_resolve_or_user_error(lines, host):
             raise AssertionError(f"resolve raised {type(e).__name__}: {e}") from None
         else:
             assert isinstance(r["known_hosts"], list)
+            assert 1 <= r["port"] <= 65535, r
     assert not os.path.exists("/tmp/rel-canary")
 
 
-def test_resolve_with_bad_port_in_ssh_config_is_a_user_error(tmp_path):
+@pytest.mark.parametrize("bad", ["Port abc", "Port 99999", "Port 0", "Port 65536", "ServerAliveInterval never"])
+def test_resolve_with_bad_value_in_ssh_config_is_a_user_error(tmp_path, bad):
     p = tmp_path / "ssh_config"
-    for bad in ("Port abc", "Port 99999", "ServerAliveInterval never"):
-        p.write_text(f"Host junk\n  HostName 127.0.0.1\n  {bad}\n")
-        try:
-            resolve(HostSpec(name="junk", host="junk"), str(p))
-        except UserError:
-            pass
+    p.write_text(f"Host junk\n  HostName 127.0.0.1\n  {bad}\n")
+    with pytest.raises(UserError, match="SSH config"):
+        resolve(HostSpec(name="junk", host="junk"), str(p))
 
 
 log_chunks = st.lists(st.binary(max_size=300) | st.sampled_from([

@@ -92,9 +92,13 @@ def resolve(spec: HostSpec, ssh_config: str | None) -> dict:
     known = cfg.get("UserKnownHostsFile") or ["~/.ssh/known_hosts"]
     if isinstance(known, str):
         known = known.split()
+    given = cfg.get("Port")
+    port = int(given if given is not None else (spec.port or 22))
+    if not 1 <= port <= 65535:
+        raise UserError(f"SSH config {ssh_config}: Port {port} for {spec.name} is not a TCP port (1-65535)")
     return {
         "hostname": cfg.get("Hostname") or spec.host,
-        "port": int(cfg.get("Port") or spec.port or 22),
+        "port": port,
         "user": cfg.get("User") or spec.user or getpass.getuser(),
         "known_hosts": [os.path.expanduser(k) for k in known],
         "keepalive_interval": cfg.get("ServerAliveInterval"),
