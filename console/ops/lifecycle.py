@@ -458,11 +458,16 @@ async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: floa
             err = f"no session {target.session_id} on {link.name}"
             st.finish("target", "failed", err)
             return OperationResult(**res, ok=False, steps=st.steps, error=err)
-        if s.record is None:
-            err = f"session {target.session_id} has no supervisor record (never started)"
+        if s.record is None or s.broken or s.record_stale:
+            err = (f"session {target.session_id} is broken ({s.broken}): nothing signalled" if s.broken else
+                   f"session {target.session_id} ended (host rebooted / record stale: {s.record_stale}): "
+                   "nothing signalled" if s.record_stale else
+                   f"session {target.session_id} has no supervisor record (never started)")
             st.finish("target", "failed", err)
             return OperationResult(**res, ok=False, steps=st.steps, error=err)
         pid, start, pgid = s.record.pid, s.record.start_ticks, s.record.pgid
+        if not s.server_alive:  # the recorded group is not confirmed as the session's: only its members count
+            pgid = None
         port = s.spec.port if s.spec else None
         gpus = list(s.spec.gpus) if s.spec else []
     else:
@@ -475,7 +480,9 @@ async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: floa
         pgid = p.pgid if p.pgid == p.pid else None
         port = server_port(p.argv) if p.role == "launcher" else None
     port = port or target.port
-    members = _members(snap, target.model_copy(update={"pid": pid}), pgid)
+    # a session whose server is not confirmed (pgid None) has only the members the agent attributes to it
+    members = _members(snap, target.model_copy(update={"pid": None if target.session_id and pgid is None else pid}),
+                       pgid)
     for m in members:
         gpus.extend(m.gpu_mem_mib)
     gpus = sorted(set(gpus))

@@ -97,6 +97,10 @@ def session_state(s: SessionInfo, cls: Classification | None) -> str:
         if s.exit.error or s.exit.signal or (s.exit.exit_code not in (0, None)):
             return "failed"
         return "stopped"
+    if s.broken is not None:
+        return "failed"  # a run directory that cannot be trusted: shown with its reason, never used
+    if s.record_stale is not None:
+        return "stopped"  # ended (host rebooted / record stale): nothing it names is the session's
     if s.record is None:
         return "launching"
     if not s.server_alive:
@@ -150,6 +154,10 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             cause = cause or "other"
             hint = ("the session's supervisor is gone without writing an exit record (killed on the "
                     "host?): the exit code is unknown; check for leftover processes")
+        if s.broken is not None:
+            cause, hint = cause or "other", f"broken run directory: {s.broken}"
+        elif s.record_stale is not None:
+            hint = f"ended (host rebooted / record stale): {s.record_stale}"
         views.append(SessionView(
             host=snap.name, session_id=s.session_id, state=state,
             gpus=list(spec.gpus) if spec and spec.gpus else _gpus_of(procs),

@@ -33,7 +33,6 @@ from .hostlib import (
     CLK_TCK,
     RUN_STOP_REQUEST,
     OpError,
-    atomic_write_json,
     boot_id,
     listening_ports,
     now,
@@ -46,9 +45,9 @@ from .hostlib import (
     user_name,
 )
 from .launch import Launcher
-from .logfollow import MAX_LOG_CHUNK, LogFollower, log_path, read_log
-from .metrics import MetricsFetcher, metrics_port
+from .logfollow import MAX_LOG_CHUNK, LogFollower, read_log
 from .procscan import ProcScanner
+from .rundir import real_session_dir, write_new_json
 from .runs import SessionStore
 from .watch import ExitWatcher, process_gpus
 
@@ -86,7 +85,6 @@ class Agent(object):
         self.sessions = SessionStore(self.runs_dir, self.watcher.ensure)
         self.procs = ProcScanner(self.runs_dir, sim_scope)
         self.logs = LogFollower(self.runs_dir, self.send)
-        self.metrics = MetricsFetcher()  # /metrics of servers started with --enable-metrics, off the loop
         self.launcher = Launcher(self.runs_dir, cfg.get("launch_env"), sources, self)
         # GPUs are sampled in a worker thread: a hung driver or nvidia-smi never blocks this loop
         self.sampler = GpuSampler(self.gpu, self._wake, stall_s=max(float(cfg.get("gpu_stall_s") or GPU_STALL_S),
@@ -247,24 +245,11 @@ class Agent(object):
         sessions = self.sessions.scan()
         servers = self.procs.scan(gpus, sessions)
         self.watch_session_members(servers)
-        self.attach_metrics(servers)
         return {
             "sampled_at": now(), "gpu_source": self.gpu.name if gpus or not err else "none",
             "gpu_error": err, "gpus": gpus, "gpu_sampled_at": gpus_at,
             "servers": servers, "sessions": self.sessions.visible(sessions),
         }
-
-    def attach_metrics(self, servers):
-        """Ship each metrics-exporting launcher's last /metrics text (raw) and ask for a fresh fetch."""
-        targets = {}
-        for p in servers:
-            port = metrics_port(p["argv"], p["framework"]) if p["role"] == "launcher" else None
-            if port is not None:
-                key = (p["pid"], p["start_ticks"])
-                targets[key] = port
-                p.update(self.metrics.latest(key) or {"metrics_text": None, "metrics_at": None,
-                                                      "metrics_error": "not fetched yet"})
-        self.metrics.request(targets)
 
     def watch_session_members(self, servers):
         """Watch every live process of a session, so each one's end lands in the session's exits.jsonl."""
@@ -368,14 +353,16 @@ class Agent(object):
     def op_kill(self, start_ticks, signal=15, pid=None, pgid=None, session_id=None, pids=None):
         """Signal a process group (checked against its leader's start time) or one process.
 
-        ``pids`` ([[pid, start_ticks], ...]) additionally signals stragglers outside the group.
+        ``pids`` ([[pid, start_ticks], ...]) additionally signals stragglers outside the group. With a
+        ``session_id`` only the session's confirmed members are signalled (see ``kill_targets``).
         """
         sig = int(signal)
         done = []
         if session_id:
-            d = os.path.dirname(log_path(self.runs_dir, session_id))
-            if os.path.isdir(d) and not os.path.exists(os.path.join(d, RUN_STOP_REQUEST)):
-                atomic_write_json(os.path.join(d, RUN_STOP_REQUEST), {"at": now(), "signal": sig})
+            pid, pgid, pids = self.kill_targets(session_id, pid, pgid, pids, sig)
+        for what in (pid, pgid):
+            if what is not None and int(what) <= 1:
+                raise OpError("refusing to signal %s: not a process of a server" % what)
         if pid is not None:
             st = proc_stat(int(pid))
             if st is None or st["state"] in ("Z", "X"):
@@ -386,6 +373,8 @@ class Agent(object):
             elif pgid is not None:
                 if st["pgid"] != int(pgid):
                     raise OpError("process %s left group %s: refusing to signal the group" % (pid, pgid))
+                if int(pgid) in (os.getpgid(0), os.getsid(0)):
+                    raise OpError("refusing to signal group %s: it holds the agent" % pgid)
                 try:
                     os.killpg(int(pgid), sig)
                     done.append(-int(pgid))
@@ -398,13 +387,41 @@ class Agent(object):
                 except ProcessLookupError:
                     pass
         for p, st_ticks in pids or []:
-            if proc_alive(int(p), st_ticks):
+            if int(p) > 1 and st_ticks is not None and proc_alive(int(p), st_ticks):
                 try:
                     os.kill(int(p), sig)
                     done.append(int(p))
                 except ProcessLookupError:
                     pass
         return {"signalled": done}
+
+    def kill_targets(self, session_id, pid, pgid, pids, sig):
+        """What a kill of ``session_id`` may signal: its server and group only when record.json's
+        identity is confirmed now (pid, start time, boot id, the session's mark), and of ``pids`` only
+        the processes the agent itself attributes to the session. Writes ``stop-request.json`` first
+        (never through a symlink). A stale or broken record signals nothing: an OpError says why."""
+        try:
+            d = real_session_dir(self.runs_dir, session_id)
+        except OSError as e:
+            raise OpError(str(e))
+        self.sessions.forget(session_id)
+        s = self.sessions.scan().get(session_id) or {}
+        if s.get("broken"):
+            raise OpError("session %s is broken (%s): nothing signalled" % (session_id, s["broken"]))
+        if s.get("record_stale"):
+            raise OpError("session %s ended (%s): nothing signalled" % (session_id, s["record_stale"]))
+        rec = s.get("record") or {}
+        gpus = self.sampler.latest()[0]
+        members = set((p["pid"], p["start_ticks"]) for p in self.procs.scan(gpus, {session_id: s})
+                      if p["session_id"] == session_id and p["role"] != "supervisor")
+        if s.get("exit") is None and (members or s.get("server_alive") or s.get("supervisor_alive")):
+            write_new_json(os.path.join(d, RUN_STOP_REQUEST), {"at": now(), "signal": sig})
+        if not s.get("server_alive") or pid != rec.get("pid"):
+            pid = pgid = None  # not confirmed: neither the recorded pid nor its group is signalled
+        pids = [[p, t] for p, t in (pids or []) if (int(p), t) in members]
+        if pid is None and not pids:
+            raise OpError("no such process of session %s (already gone)" % session_id)
+        return pid, pgid, pids
 
     def op_launch(self, spec, env=None, preflight=None):
         return self.launcher.launch(spec, env, preflight)

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from console.config import HostConfig
 from console.errors import HostError, HostKeyError
-from console.model import ConnectionInfo, HostSnapshot
+from console.model import ConnectionInfo, HostSnapshot, SessionInfo
 from console.redact import redact_obj
 from console.remote import protocol
 from console.remote.ssh import HostSpec
@@ -410,13 +410,32 @@ class HostLink:
                 name=self.name, connection=conn, sampled_at=s.get("sampled_at"), received_at=self.received_at,
                 hostname=(self.hello or {}).get("hostname"), gpu_source=s.get("gpu_source", "none"),
                 gpu_error=s.get("gpu_error"), gpus=s.get("gpus", []), servers=s.get("servers", []),
-                sessions=s.get("sessions", []), agent_tick_ms=s.get("tick_ms"),
+                sessions=sessions_each(s.get("sessions", [])), agent_tick_ms=s.get("tick_ms"),
                 gpu_sampled_at=s.get("gpu_sampled_at"))
         except ValidationError as e:
             snap = HostSnapshot(name=self.name, connection=conn.model_copy(
                 update={"error": f"agent sent an invalid sample: {e.errors()[0]['msg']}"}))
         self._snapshot = snap
         return snap
+
+
+def sessions_each(raw: Any) -> list[SessionInfo] | Any:
+    """Each session of a sample validated on its own: one the agent sent malformed is listed as broken
+    (with pydantic's reason) instead of voiding the whole sample (GPUs, servers and the other sessions)."""
+    if not isinstance(raw, list):
+        return raw
+    out: list[SessionInfo] = []
+    for item in raw:
+        try:
+            out.append(SessionInfo.model_validate(item))
+        except ValidationError as e:
+            d = item if isinstance(item, dict) else {}
+            sid, run_dir = d.get("session_id"), d.get("run_dir")
+            err = e.errors()[0]
+            out.append(SessionInfo(
+                session_id=sid if isinstance(sid, str) else "?", run_dir=run_dir if isinstance(run_dir, str) else "?",
+                broken=f"invalid run directory: {'.'.join(map(str, err['loc']))}: {err['msg']}"))
+    return out
 
 
 async def _first_message(chan: _Channel, noise: list[str]) -> dict | None:

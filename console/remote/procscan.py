@@ -127,12 +127,13 @@ class ProcScanner(object):
         launchers = set(pid for pid, info in cache.items() if info["role"] == "launcher")
         for s in sessions.values():
             rec = s.get("record") or {}
-            if rec and not s.get("exit"):
+            # only a confirmed supervisor (pid, start time, boot id and run dir match: rundir.confirm_record)
+            # has the session's processes below it: a stale record's pid may be anybody's, pid 1 included
+            if rec and not s.get("exit") and s.get("supervisor_alive"):
                 for p in descendants(rec.get("supervisor_pid")):
                     under.setdefault(p, s["session_id"])
-                st = stats.get(rec.get("pid"))
-                if st is not None and st["start_ticks"] == rec.get("start_ticks"):
-                    launchers.add(rec["pid"])  # what a session's supervisor started is its launcher
+            if rec and not s.get("exit") and s.get("server_alive") and rec["pid"] in cache:  # confirmed too
+                launchers.add(rec["pid"])  # what a session's supervisor started is its launcher
         family = {}  # pid -> framework of the launcher it descends from
         for pid in launchers:
             for p in descendants(pid):

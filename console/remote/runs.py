@@ -2,10 +2,13 @@
 
 Stdlib only, Python >= 3.8; shipped with the agent. Each tick re-reads what may still change
 (record, exit, log size, liveness); a session that ended and of which nothing runs is cached as
-final and never read again.
+final and never read again. Every file is read through ``rundir`` (bounded, typed, never following a
+link or blocking on a FIFO): a bad run directory is reported ``broken`` with its reason, alone; a
+record whose processes are not confirmed (pid, start time, boot id, the session's mark) is ``stale``.
 """
 
 import os
+import stat
 
 from .hostlib import (
     RUN_ACK,
@@ -18,10 +21,25 @@ from .hostlib import (
     SESSION_ID_RE,
     OpError,
     atomic_write_json,
+    boot_id,
     load_json,
     load_json_lines,
     now,
-    proc_alive,
+)
+from .rundir import (
+    EXIT_FIELDS,
+    EXIT_REQUIRED,
+    MAX_SPEC_BYTES,
+    RECORD_FIELDS,
+    RECORD_REQUIRED,
+    SPEC_FIELDS,
+    SPEC_REQUIRED,
+    Broken,
+    check_fields,
+    confirm_record,
+    load_checked,
+    load_file,
+    session_dir_problem,
 )
 from .watch import MAX_EXITS_SHOWN, first_abnormal_exit, merge_exits
 
@@ -36,6 +54,7 @@ class SessionStore(object):
         self.runs_dir = runs_dir
         self.on_alive = on_alive  # called (pid, start_ticks, session_id) for a live, unfinished server
         self.cache = {}  # session_id -> dict
+        self.boot = boot_id()
 
     def run_dir(self, session_id):
         return os.path.join(self.runs_dir, session_id)
@@ -48,47 +67,62 @@ class SessionStore(object):
             return {}
         out = {}
         for sid in names:
-            if sid.startswith("."):
-                continue
+            if session_dir_problem(self.runs_dir, sid):
+                continue  # not a session (dot files, other names), or a symlink/file never followed
             d = os.path.join(self.runs_dir, sid)
             c = self.cache.get(sid)
             if c is not None and c.get("final"):
-                if c.get("acknowledged_at") is None and os.path.exists(os.path.join(d, RUN_ACK)):
-                    ack = load_json(os.path.join(d, RUN_ACK))  # another console acknowledged it
-                    c["acknowledged_at"] = ack.get("at") if isinstance(ack, dict) else None
+                if c.get("acknowledged_at") is None and os.path.lexists(os.path.join(d, RUN_ACK)):
+                    c["acknowledged_at"] = self._ack(d)  # another console acknowledged it
                 out[sid] = c  # ended, and nothing of it runs: its files no longer change (but ack.json)
                 continue
             if c is None:
-                if not os.path.isdir(d):
-                    continue
                 c = {"session_id": sid, "run_dir": d, "spec": None, "record": None, "exit": None}
-            if c["spec"] is None:
-                c["spec"] = load_json(os.path.join(d, RUN_SPEC))
-            if c["record"] is None:
-                c["record"] = load_json(os.path.join(d, RUN_RECORD))
-            if c["exit"] is None:
-                c["exit"] = load_json(os.path.join(d, RUN_EXIT))
-            ack = load_json(os.path.join(d, RUN_ACK))
-            c["acknowledged_at"] = ack.get("at") if isinstance(ack, dict) else None
             try:
-                c["log_size"] = os.stat(os.path.join(d, RUN_LOG)).st_size
-            except OSError:
-                c["log_size"] = 0
-            c["stop_requested"] = os.path.exists(os.path.join(d, RUN_STOP_REQUEST))
-            exits = merge_exits(load_json_lines(os.path.join(d, RUN_EXITS)))
-            c["first_abnormal_exit"] = first_abnormal_exit(exits)
-            c["exits"] = exits[:MAX_EXITS_SHOWN]
-            rec = c["record"] or {}
-            c["server_alive"] = bool(rec) and proc_alive(rec.get("pid", -1), rec.get("start_ticks"))
-            c["supervisor_alive"] = bool(rec) and proc_alive(rec.get("supervisor_pid", -1),
-                                                              rec.get("supervisor_start_ticks"))
-            if rec and c["exit"] is None and c["server_alive"] and self.on_alive is not None:
-                self.on_alive(rec["pid"], rec.get("start_ticks"), sid)
-            c["final"] = c["exit"] is not None and not c["server_alive"] and not c["supervisor_alive"]
+                self._read(c, d, sid)
+            except Broken as e:
+                c = {"session_id": sid, "run_dir": d, "spec": None, "record": None, "exit": None,
+                     "broken": str(e), "server_alive": False, "supervisor_alive": False, "log_size": 0,
+                     "stop_requested": False, "exits": [], "first_abnormal_exit": None, "final": False}
             out[sid] = c
         self.cache = dict((k, v) for k, v in self.cache.items() if k in out)
         self.cache.update(out)
         return out
+
+    @staticmethod
+    def _ack(d):
+        try:
+            ack = load_file(os.path.join(d, RUN_ACK))
+        except Broken:
+            return None
+        at = ack.get("at") if isinstance(ack, dict) else None
+        return at if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+
+    def _read(self, c, d, sid):
+        """(Re-)read what may have changed in run directory ``d``; Broken when a file cannot be trusted."""
+        if c["spec"] is None:
+            c["spec"] = load_checked(os.path.join(d, RUN_SPEC), SPEC_FIELDS, SPEC_REQUIRED, MAX_SPEC_BYTES)
+        if c["record"] is None:
+            c["record"] = load_checked(os.path.join(d, RUN_RECORD), RECORD_FIELDS, RECORD_REQUIRED)
+        if c["exit"] is None:
+            c["exit"] = load_checked(os.path.join(d, RUN_EXIT), EXIT_FIELDS, EXIT_REQUIRED)
+        c["acknowledged_at"] = self._ack(d)
+        try:
+            st = os.lstat(os.path.join(d, RUN_LOG))
+            c["log_size"] = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        except OSError:
+            c["log_size"] = 0
+        c["stop_requested"] = os.path.lexists(os.path.join(d, RUN_STOP_REQUEST))
+        exits = merge_exits([e for e in load_json_lines(os.path.join(d, RUN_EXITS)) if _exit_line_ok(e)])
+        c["first_abnormal_exit"] = first_abnormal_exit(exits)
+        c["exits"] = exits[:MAX_EXITS_SHOWN]
+        rec = c["record"] or {}
+        server, supervisor, stale = confirm_record(rec, d, sid, self.boot)
+        c["server_alive"], c["supervisor_alive"] = server, supervisor
+        c["record_stale"] = stale if c["exit"] is None else None
+        if rec and c["exit"] is None and server and self.on_alive is not None:
+            self.on_alive(rec["pid"], rec.get("start_ticks"), sid)
+        c["final"] = (c["exit"] is not None or stale is not None) and not server and not supervisor
 
     def acknowledge(self, session_id, by=None):
         """Record that an operator acknowledged the ended session ``session_id`` (``ack.json``).
@@ -122,11 +156,13 @@ class SessionStore(object):
             c["exit"] = exit_record
 
     @staticmethod
-    def visible(sessions):
-        """Live sessions and the most recent ended ones, by session id."""
+    def visible(sessions, show_all=False):
+        """Live sessions and the most recent ended ones (every one with ``show_all``), by session id."""
         live = [s for s in sessions.values() if not s.get("exit")]
         ended = sorted((s for s in sessions.values() if s.get("exit")),
-                       key=lambda s: s["session_id"], reverse=True)[:RECENT_ENDED_SESSIONS]
+                       key=lambda s: s["session_id"], reverse=True)
+        if not show_all:
+            ended = ended[:RECENT_ENDED_SESSIONS]
         return sorted(live + ended, key=lambda s: s["session_id"])
 
     def live(self):
@@ -139,3 +175,19 @@ class SessionStore(object):
                 continue
             out.append(s)
         return out
+
+
+def _exit_line_ok(e):
+    """An exits.jsonl line whose fields have the types the console expects (others are skipped)."""
+    def opt_int(v):
+        return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+    def opt_num(v):
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    try:
+        check_fields("exits.jsonl", e, {"pid": opt_int, "start_ticks": opt_int, "at": opt_num, "exit_code": opt_int,
+                                        "signal": opt_int, "oom_kill_delta": opt_int}, ("pid",))
+    except Broken:
+        return False
+    return True
