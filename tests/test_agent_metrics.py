@@ -84,6 +84,6 @@ def test_agent_ships_raw_metrics_text(server, tmp_path):
             (launcher(m, slow_p.pid) or {}).get("metrics_error") or ""), timeout=5)
         samples = [t for t, m in agent.seen if m.get("type") == "sample"]
         gaps = [b - a for a, b in zip(samples, samples[1:])]
-        assert max(gaps) < 0.6, gaps  # the slow endpoint never held the loop
+        assert max(gaps) < 1.5, gaps  # the endpoint takes 3 s: it never held the loop
     finally:
         agent.close()
