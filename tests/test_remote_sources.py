@@ -62,7 +62,7 @@ ONE_DEFINITION = ("RUN_SPEC", "RUN_RECORD", "RUN_LOG", "RUN_SUPERVISOR_LOG", "RU
                   "RUN_EXITS", "SESSION_ENV", "SESSION_ID_RE", "SECRET_FLAGS", "TOKEN_PATTERNS", "CLK_TCK",
                   "PAGE_KIB", "AGENT_VERSION", "SERVER_PATTERNS", "MAX_LOG_CHUNK")
 ONE_FUNCTION = ("atomic_write_json", "load_json", "read_oom_kill", "boot_id", "proc_stat", "mask_argv",
-                "mask_text", "read_chunk")
+                "mask_text", "read_chunk", "decode_wait_status", "merge_exits", "first_abnormal_exit")
 
 
 def test_each_host_fact_has_one_definition():
