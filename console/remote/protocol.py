@@ -25,7 +25,8 @@ Console -> agent (requests)
 ``{"type": "reply", "id": 7, "ok": false, "error": "message"}``. Ops:
 
 ``hello``                     -> {agent_version, python, hostname, uid, user, boot_id, pid, gpu_source, gpu_error, clk_tck}
-``snapshot``                  -> a sample (as pushed, see below), taken now
+``snapshot``                  -> a sample (as pushed, see below), taken now; answered by the loop once a fresh
+                                 GPU sample is in (at most 2 s: a hung nvidia-smi shows as ``gpu_error``)
 ``set_interval {interval}``
 ``sessions {}``               -> [SessionInfo]
 ``launch {spec, env, preflight}`` -> {session: SessionInfo} ; refuses with ``error`` naming who holds the GPU/port
@@ -42,8 +43,12 @@ Console -> agent (requests)
 
 Agent -> console (pushed)
 -------------------------
-``{"type": "sample", "data": {sampled_at, tick_ms, gpu_source, gpu_error, gpus: [...], servers: [...], sessions: [...]}}``
-``{"type": "event", "kind": "exit", "pid", "start_ticks", "at", "session_id"?}``
+``{"type": "sample", "data": {sampled_at, tick_ms, gpu_source, gpu_error, gpu_sampled_at, gpus: [...], servers: [...], sessions: [...]}}``
+  GPUs are sampled in a worker thread (``gpu_sampled_at`` says when); a server started with
+  ``--enable-metrics`` carries ``metrics_text`` (raw /metrics), ``metrics_at``, ``metrics_error``;
+  a session carries ``exits`` (ProcessExit, oldest first) and ``first_abnormal_exit``.
+``{"type": "event", "kind": "exit", "pid", "start_ticks", "at", "exit_code", "signal", "session_id"?}``
+  (code/signal None when unknown: the process was not ours and its parent reaped it first)
 ``{"type": "event", "kind": "session_ended", "session_id", "exit": {...}}``
 ``{"type": "log", "session_id", "offset", "data"}``  (data decoded as UTF-8 with replacement; offsets are bytes)
 ``{"type": "error", "message"}``  (the agent survived a failure it wants logged)
