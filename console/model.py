@@ -551,6 +551,8 @@ class LaunchRequest(Frozen):
     profile: str | None = None
     force: bool = False
     """Launch even when the memory planner says it does not fit."""
+    check_flags: bool = True
+    """Check the flags against the host's server before spawning it (``launch --no-validate`` skips it)."""
     replaces: str | None = None
 
 

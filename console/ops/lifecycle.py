@@ -24,6 +24,7 @@ from console import __version__
 from console.model import (
     Classification, HostSnapshot, KillTarget, LaunchRequest, LaunchSpec, OperationResult, ServerProc, Step,
 )
+from console.ops.flags.preflight import check_launch_flags
 from console.ops.sessions import flag_value, has_flag, new_session_id, server_port
 from console.remote.link import HostLink, LinkDown, RequestError
 
@@ -196,6 +197,16 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
     st = Stepper(["preflight"] + LAUNCH_STEPS, on_steps)
     res = dict(op="launch", host=link.name, session_id=sid)
     st.start("preflight")
+    flags_note = ""
+    if req.check_flags:  # the host's own server's flags, before anything is spawned
+        fv = await check_launch_flags(link, req.command, req.flags)
+        if not fv.ok:
+            fixes = "; ".join(f"{p.message}" + (f" (fix: {p.suggestion})" if p.suggestion else "")
+                              for p in fv.problems[:5])
+            st.finish("preflight", "failed", f"{fv.error} — nothing was started")
+            return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps,
+                                   error=fv.error, cause="bad_flags", line=fv.error, hint=fixes)
+        flags_note = fv.note
     verdict, plan_text = await memory_verdict(link, req)
     if verdict == "does_not_fit" and not req.force:
         msg = f"memory plan: does not fit — {plan_text} (launch with force to try anyway)"
@@ -216,7 +227,8 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
         pre = info.get("preflight") or []
         st.finish("preflight", "ok", "; ".join([f"{c['name']}: {c['detail']}" for c in pre]
                                                + [f"memory plan: {verdict or 'skipped'}"
-                                                  + (f" ({plan_text})" if plan_text and plan_text != verdict else "")])
+                                                  + (f" ({plan_text})" if plan_text and plan_text != verdict else "")]
+                                               + ([flags_note] if flags_note else []))
                    + orphan_note(link, req.gpus))
         await link.follow_log(sid, 0)
         rec = info.get("record")

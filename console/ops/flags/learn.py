@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,7 +22,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from console.errors import HostError, UserError
 from console.ops.flags.help import HelpParseError, parse_help
 from console.ops.flags.models import FlagSchema
-from console.ops.flags.sources import PROBE_SOURCE, merge_help, parse_probe_output
+from console.ops.flags.sources import (
+    BUNDLED_VERSION,
+    PROBE_SOURCE,
+    bundled_schema,
+    merge_help,
+    parse_probe_output,
+)
 
 SCHEMA_FORMAT = 2
 """Bumped when a cached schema's content changes meaning (2: completed by the parser probe)."""
@@ -87,7 +94,7 @@ async def _run(link: Link, argv: list[str], timeout: int, what: str) -> tuple[in
         raise
     except TimeoutError:
         raise HostError(f"{host}: {what} timed out after {timeout} s") from None
-    except Exception as e:  # the link's own errors (connection lost, agent refused)
+    except Exception as e:  # noqa: BLE001 - the link's own errors (connection lost, agent refused)
         raise HostError(f"{host}: {what} failed: {e}") from None
     return _result(reply, what)
 
@@ -160,8 +167,11 @@ async def learn_schema(link: Link, command: list[str], cache_dir: Path) -> FlagS
     command = [str(c) for c in command]
     if not command:
         raise HostError("no server command to learn flags from")
+    return await _learn(link, command, cache_dir, await server_version(link, command))
+
+
+async def _learn(link: Link, command: list[str], cache_dir: Path, version: str | None) -> FlagSchema:
     host = str(getattr(link, "name", None) or "host")
-    version = await server_version(link, command)
     path = cache_path(Path(cache_dir), host, command, version)
     if version is not None:
         cached = _read_cache(path)
@@ -183,4 +193,38 @@ async def learn_schema(link: Link, command: list[str], cache_dir: Path) -> FlagS
             _write_cache(path, entry)
         except OSError:
             pass  # a cache we cannot write only costs a --help run next time
+    return schema
+
+
+_UNVERSIONED_TTL_S = 300.0
+_unversioned: dict[tuple[str, tuple[str, ...]], tuple[float, FlagSchema]] = {}
+
+
+async def launch_schema(link: Link, command: list[str], cache_dir: Path | None = None) -> FlagSchema:
+    """The schema to check a launch against, as cheaply as it can be known for certain.
+
+    A cached schema for the host's server version; for sglang 0.5.23 the bundled schema
+    (recorded from that parser; tests/contract checks they are equal); for a server whose version
+    cannot be asked, the ``--help`` learned in this process within the last 5 minutes; else
+    :func:`learn_schema`. Raises :class:`HostError` when none can be had.
+    """
+    command = [str(c) for c in command]
+    if not command:
+        raise HostError("no server command to check flags for")
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    host = str(getattr(link, "name", None) or "host")
+    version = await server_version(link, command)
+    if version is not None:
+        cached = _read_cache(cache_path(cache_dir, host, command, version))
+        if cached is not None:
+            return cached
+        if version == BUNDLED_VERSION and version_command(command) is not None:
+            return bundled_schema()
+        return await _learn(link, command, cache_dir, version)
+    key = (host, tuple(command))
+    hit = _unversioned.get(key)
+    if hit is not None and time.monotonic() - hit[0] < _UNVERSIONED_TTL_S:
+        return hit[1]
+    schema = await _learn(link, command, cache_dir, None)
+    _unversioned[key] = (time.monotonic(), schema)
     return schema
