@@ -2,8 +2,8 @@
 
 Location: ``--config PATH`` or ``$XDG_CONFIG_HOME/mtpconsole/config.toml`` (default
 ``~/.config/mtpconsole/config.toml``). A missing default file is an empty config; a
-missing explicit file, bad TOML or a bad value is a :class:`ConfigError` naming the
-file, the key and the problem.
+missing explicit file, bad TOML or bad values are a :class:`ConfigError` naming the
+file and every key with its problem, all at once, on one line.
 
 Example::
 
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from console.errors import ConfigError
 
@@ -123,8 +124,16 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        more = f" (and {len(e.errors()) - 1} more problem(s))" if len(e.errors()) > 1 else ""
-        raise ConfigError(f"{p}: key '{key}': {err['msg']}{more}") from None
+        problems = [_problem(err) for err in e.errors()]
+        head = f"{len(problems)} problems: " if len(problems) > 1 else ""
+        raise ConfigError(f"{p}: {head}{'; '.join(problems)}") from None
     return cfg.model_copy(update={"path": str(p)})
+
+
+def _problem(err: ErrorDetails) -> str:
+    """One validation error as the operator reads it: the key and what is wrong with it."""
+    key = ".".join(str(x) for x in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"key '{key}': unknown key"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"key '{key}': {msg}"
