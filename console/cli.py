@@ -92,6 +92,11 @@ COMMANDS: dict[str, Command] = {
                    HOST_OPTIONS),
     "load": Command("console.commands.load", "send concurrent requests to a server (demo load generator)",
                     frozenset({"json"})),
+    "report": Command("console.commands.report",
+                      "write an incident report of a session (Markdown + the panel as SVG)", HOST_OPTIONS),
+    "export": Command("console.commands.export",
+                      "serve the console's view as Prometheus metrics (for Prometheus/Grafana)",
+                      HOST_OPTIONS | {"interval"}),
 }
 
 

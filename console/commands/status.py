@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 
 from console.commands.context import CliContext, connect_hosts
-from console.model import HostSnapshot
+from console.model import Advice, HostSnapshot
+from console.ops.advice_host import advise_link, schema_validator
+from console.ops.flags.sources import bundled_schema
 from console.redact import redact_obj
 from console.remote.link import HostLink, LinkDown, RequestError
 
@@ -20,7 +23,7 @@ async def _one(link: HostLink, timeout: float) -> HostSnapshot:
     if link.chan is not None:
         try:
             return await link.refresh(timeout)
-        except (LinkDown, RequestError, asyncio.TimeoutError) as e:
+        except (TimeoutError, LinkDown, RequestError) as e:
             link._set_state("unreachable", f"{link.name}: no snapshot: {str(e) or 'timed out'}")
     return link.snapshot()
 
@@ -29,16 +32,65 @@ def snapshot_json(snap: HostSnapshot) -> dict:
     return redact_obj(snap.model_dump(mode="json"))
 
 
+DEMO_SETTLE_S = 20.0
+"""Under --demo, wait at most this long for the staged load to reach the hand-started server."""
+
+
+def _serving(figures: list[dict]) -> bool:
+    """Every live server reports requests in flight (its figures reflect traffic, not start-up)."""
+    return bool(figures) and all(f["figures"].get("running", {}).get("value", 0) > 0 for f in figures)
+
+
+Extra = tuple[HostSnapshot, list[Advice], list[dict]]
+
+
+async def _advice(link: HostLink, snap: HostSnapshot, timeout: float, settle_s: float = 0.0) -> Extra:
+    """The snapshot the advice was drawn from, the advisor's findings and the serving figures of a host.
+
+    ``settle_s`` > 0 (the demo): re-read until every live server is serving, at most that long."""
+    if snap.connection.state != "connected":
+        return snap, [], []
+    validate = schema_validator(bundled_schema())
+    deadline = time.monotonic() + settle_s
+    try:
+        while True:
+            advice, figures = await asyncio.wait_for(advise_link(link, snap, now=time.time(), validate=validate),
+                                                     timeout)
+            if _serving(figures) or time.monotonic() >= deadline:
+                return snap, advice, figures
+            await asyncio.sleep(0.5)
+            snap = await link.refresh(timeout)
+    except (TimeoutError, LinkDown, RequestError):
+        return snap, [], []
+
+
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     async with connect_hosts(ctx, require=False) as links:
         snaps = await asyncio.gather(*(_one(lk, args.timeout) for lk in links))
+        settle = DEMO_SETTLE_S if ctx.demo else 0.0
+        extra = await asyncio.gather(*(_advice(lk, s, args.timeout, settle) for lk, s in zip(links, snaps)))
     ok = all(s.connection.state == "connected" for s in snaps)
     if ctx.json_output:
-        print(json.dumps({"hosts": [snapshot_json(s) for s in snaps]}, indent=2))
+        hosts = [dict(snapshot_json(s), advice=redact_obj([a.model_dump(mode="json") for a in adv]),
+                      figures=redact_obj(figs)) for s, adv, figs in extra]
+        print(json.dumps({"hosts": hosts}, indent=2))
     else:
-        for s in snaps:
+        for s, adv, _ in extra:
             print(render_text(s))
+            for a in adv:
+                print(render_advice(a))
     return 0 if ok else 1
+
+
+def render_advice(a: Advice) -> str:
+    from console.commands._ops import term
+
+    who = f"session {a.session_id}" if a.session_id else f"pid {a.pid}" if a.pid else "host"
+    where = f"GPU {a.gpu} " if a.gpu is not None else ""
+    line = f"  advice: {where}{who}: {term(a.message)}"
+    if a.evidence:
+        line += f" [{term('; '.join(a.evidence))}]"
+    return line
 
 
 def render_text(s: HostSnapshot) -> str:

@@ -8,13 +8,38 @@ caller) so the planner can check suggestions.
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from console.model import Advice, GpuSample, HostView, ServerProc, ServingFigures, SessionView
+from pydantic import Field
+
+from console.model import (
+    Advice,
+    Frozen,
+    GpuSample,
+    HostView,
+    ServeMetrics,
+    ServerProc,
+    ServingFigures,
+    SessionView,
+)
 from console.ops.advisor import HostContext, ServerContext, Validator, advise
-from console.ops.metrics import MetricsParseError, figures_from_log, merge, parse_sglang_metrics
+from console.ops.classify import classify
+from console.ops.foreign_log import NoOutput, read_foreign_output
+from console.ops.metrics import (
+    MetricsParseError,
+    figures_from_log,
+    merge,
+    parse_sglang_metrics,
+)
 from console.ops.model_config import ModelConfigError, ModelShape, parse_model_config
 from console.ops.planner import parse_server_flags
+from console.ops.sessions import derive_views
+from console.remote.link import HostLink, LinkDown, RequestError
+
+if TYPE_CHECKING:
+    from console.model import HostSnapshot
+    from console.ops.flags import FlagSchema
 
 ReadFile = Callable[[str], Awaitable[bytes | str]]
 
@@ -38,9 +63,18 @@ def _launcher(view: HostView, s: SessionView) -> ServerProc | None:
     return next((p for p in view.snapshot.servers if p.pid == s.launcher_pid), None)
 
 
-def figures_for(view: HostView, s: SessionView) -> ServingFigures:
-    """The session's figures: ``/metrics`` when the agent fetched it, else its log's last batch line."""
-    log = figures_from_log(s.metrics, view.snapshot.received_at)
+def view_key(s: SessionView) -> str:
+    """How a server is keyed in per-server maps: its session id, else ``pid:<launcher pid>``."""
+    return s.session_id or f"pid:{s.launcher_pid}"
+
+
+def figures_for(view: HostView, s: SessionView, log_metrics: Mapping[str, ServeMetrics] | None = None) -> ServingFigures:
+    """The session's figures: ``/metrics`` when the agent fetched it, else its log's last batch line.
+
+    ``log_metrics`` supplies the log figures of servers whose view has none (a hand-started
+    server's stdout file, read separately)."""
+    metrics = s.metrics or (log_metrics or {}).get(view_key(s))
+    log = figures_from_log(metrics, view.snapshot.received_at)
     proc = _launcher(view, s)
     if proc is None or not proc.metrics_text or proc.metrics_at is None:
         return log
@@ -52,7 +86,8 @@ def figures_for(view: HostView, s: SessionView) -> ServingFigures:
 
 def server_contexts(view: HostView, shapes: Mapping[str, ModelShape] | None = None,
                     history: Mapping[str, Sequence[ServingFigures]] | None = None,
-                    log_tails: Mapping[str, Sequence[str]] | None = None) -> list[ServerContext]:
+                    log_tails: Mapping[str, Sequence[str]] | None = None,
+                    log_metrics: Mapping[str, ServeMetrics] | None = None) -> list[ServerContext]:
     """One context per live server (managed or foreign) on this host, on its first GPU."""
     gpus: dict[int, GpuSample] = {g.index: g for g in view.snapshot.gpus}
     out = []
@@ -61,12 +96,12 @@ def server_contexts(view: HostView, shapes: Mapping[str, ModelShape] | None = No
             continue
         argv = server_flags(s.argv)
         flags = parse_server_flags(argv)
-        key = s.session_id or f"pid:{s.launcher_pid}"
+        key = view_key(s)
         path = model_path(flags)
         out.append(ServerContext(
             host=view.snapshot.name, gpu=gpus[s.gpus[0]], session_id=s.session_id,
             pid=None if s.session_id else s.launcher_pid, flags_argv=argv, flags=flags,
-            figures=figures_for(view, s), history=(history or {}).get(key, ()),
+            figures=figures_for(view, s, log_metrics), history=(history or {}).get(key, ()),
             log_tail=(log_tails or {}).get(key, ()), shape=(shapes or {}).get(path) if path else None,
             throttle_reasons=tuple(gpus[s.gpus[0]].throttle_reasons or ())))
     return out
@@ -101,8 +136,91 @@ async def load_shapes(view: HostView, read_file: ReadFile, cache: dict[str, Mode
 def host_advice(view: HostView, shapes: Mapping[str, ModelShape] | None = None, *,
                 validate: Validator | None = None,
                 history: Mapping[str, Sequence[ServingFigures]] | None = None,
-                log_tails: Mapping[str, Sequence[str]] | None = None) -> list[Advice]:
+                log_tails: Mapping[str, Sequence[str]] | None = None,
+                log_metrics: Mapping[str, ServeMetrics] | None = None) -> list[Advice]:
     """The advisor's findings for one host view."""
-    ctxs = server_contexts(view, shapes, history, log_tails)
+    ctxs = server_contexts(view, shapes, history, log_tails, log_metrics)
     host = HostContext(host=view.snapshot.name, gpus=view.snapshot.gpus, orphans=orphan_holders(view))
     return advise(ctxs, host, validate=validate)
+
+
+LOG_TAIL_BYTES = 256 * 1024
+"""Read this much of each live session's log for its classification and the retraction rule."""
+
+
+def schema_validator(schema: FlagSchema) -> Validator:
+    """The flag validator as the advisor uses it: the first error, or None when the flags are accepted."""
+    from console.ops.flags import validate
+
+    def check(argv: list[str]) -> str | None:
+        errors = [p for p in validate(argv, schema) if p.severity == "error"]
+        return errors[0].message if errors else None
+    return check
+
+
+def figures_json(view: HostView, now: float, log_metrics: Mapping[str, ServeMetrics] | None = None) -> list[dict[str, Any]]:
+    """Each live server's figures with their source and age, for ``status --json``."""
+    out = []
+    for s in view.sessions:
+        if s.state not in LIVE_STATES:
+            continue
+        figs = figures_for(view, s, log_metrics)
+        fields = {}
+        for name in ServingFigures.model_fields:
+            f = getattr(figs, name)
+            if f is not None:
+                fields[name] = {"value": f.value, "source": f.source, "at": f.at, "age_s": round(max(0.0, now - f.at), 3)}
+        out.append({"session_id": s.session_id, "pid": None if s.session_id else s.launcher_pid,
+                    "gpus": s.gpus, "figures": fields})
+    return out
+
+
+class LiveLogs(Frozen):
+    """What the live servers' own logs say: last lines and last serving figures, per server key."""
+
+    tails: dict[str, list[str]] = Field(default_factory=dict)
+    metrics: dict[str, ServeMetrics] = Field(default_factory=dict)
+
+
+async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float) -> tuple[HostView, LiveLogs]:
+    """A HostView whose live sessions are classified from their own logs (ended ones are not read).
+
+    A hand-started server's output is read from its stdout file when that is a regular file."""
+    classes, tails, metrics = {}, {}, {}
+    for s in snap.sessions:
+        if not s.server_alive:
+            continue
+        try:
+            r = await link.request("read_log", {"session_id": s.session_id, "tail_bytes": LOG_TAIL_BYTES}, audit=False)
+        except (RequestError, LinkDown, TimeoutError):  # unreadable: the session stays unclassified
+            continue
+        text = str(r.get("data", ""))
+        classes[s.session_id] = classify(text, s.exit)
+        tails[s.session_id] = text.splitlines()[-200:]
+    view = HostView(snapshot=snap, sessions=derive_views(snap, classes, now, interval=1e9))
+    for s in view.sessions:
+        if s.session_id is None and s.state == "foreign" and s.launcher_pid is not None:
+            try:
+                _, lines = await read_foreign_output(link, s.launcher_pid, s.launcher_start_ticks)
+            except (NoOutput, RequestError, LinkDown, TimeoutError):  # not a file, gone: no log figures
+                continue
+            key = view_key(s)
+            tails[key] = lines[-200:]
+            m = classify("\n".join(lines)).metrics
+            if m is not None:
+                metrics[key] = m
+    return view, LiveLogs(tails=tails, metrics=metrics)
+
+
+async def advise_link(link: HostLink, snap: HostSnapshot, *, now: float, validate: Validator | None = None,
+                      shape_cache: dict[str, ModelShape | None] | None = None) -> tuple[list[Advice], list[dict[str, Any]]]:
+    """The advisor's findings and the serving figures of one connected host, read through its link."""
+    view, logs = await view_with_live_sessions(link, snap, now)
+
+    async def read_file(path: str) -> str:
+        r = await link.request("read_file", {"path": path, "max_bytes": 4 << 20}, audit=False)
+        return str(r["data"])
+
+    shapes = await load_shapes(view, read_file, {} if shape_cache is None else shape_cache)
+    advice = host_advice(view, shapes, validate=validate, log_tails=logs.tails, log_metrics=logs.metrics)
+    return advice, figures_json(view, now, logs.metrics)

@@ -12,8 +12,10 @@ from how SGLang and GPUs behave, not fitted to the demo.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from itertools import pairwise
+from typing import Any
 
 from console.model import Advice, GpuSample, ServingFigures, Suggestion
 from console.ops.model_config import ModelShape
@@ -228,7 +230,7 @@ def running_at_limit(ctx: ServerContext, chk: Checker) -> Advice | None:
     running, queue = _value(ctx.figures.running), _series(ctx, "queue")
     if limit_n is None or running is None or running < limit_n or len(queue) < MIN_HISTORY_POINTS:
         return None
-    if not all(b >= a for a, b in zip(queue, queue[1:])) or queue[-1] <= queue[0]:
+    if not all(b >= a for a, b in pairwise(queue)) or queue[-1] <= queue[0]:
         return None
     target = _largest_that_fits(ctx, limit_n, limit_n * RAISE_RUNNING_FACTOR)
     if target <= limit_n:

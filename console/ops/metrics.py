@@ -13,8 +13,9 @@ requests and throughput are summed over data-parallel ranks and taken from tenso
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -80,7 +81,7 @@ def parse_sglang_metrics(text: str, at: float) -> ServingFigures:
     out: dict[str, Figure] = {}
 
     def put(field: str, v: float | None) -> None:
-        if v is not None and v == v:  # NaN is "not exported yet"
+        if v is not None and not math.isnan(v):  # NaN is "not exported yet"
             out[field] = Figure(value=v, source="metrics", at=at)
 
     for field, name in SUMMED.items():

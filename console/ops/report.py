@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import difflib
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic import Field
 
-from console.model import AuditEntry, Classification, ExitRecord, Frozen, LaunchSpec, Step
+from console.model import (
+    AuditEntry,
+    Classification,
+    ExitRecord,
+    Frozen,
+    LaunchSpec,
+    Step,
+)
 from console.redact import redact_argv, redact_text
 
 EXCERPT_BEFORE = 12
@@ -202,9 +209,9 @@ def build_report(inp: ReportInputs) -> str:
     title = f"Incident report: {inp.session_id} on {inp.host}"
     if c and c.cause:
         title += f" — {c.cause}"
-    parts = [f"# {_md(title)}", "",
-             f"_Written by mtpconsole at {_t(inp.generated_at)} from the run directory, the audit log and the "
-             "host's GPU samples; secrets masked._", "",
+    byline = (f"_Written by mtpconsole at {_t(inp.generated_at)} from the run directory, the audit log and the "
+              "host's GPU samples; secrets masked._")
+    parts = [f"# {_md(title)}", "", byline, "",
              "## Summary", "", *summary(inp), ""]
     if inp.panel_svg:
         parts += [f"![the GPU panel at the failure]({inp.panel_svg})", ""]

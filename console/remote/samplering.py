@@ -25,7 +25,7 @@ def _point(g):
     return [g.get(k) for k in keys]
 
 
-class SampleRing(object):
+class SampleRing:
     """Appends GPU samples to the ring file at most every ``EVERY_S`` seconds; never raises."""
 
     def __init__(self, runs_dir, every_s=EVERY_S, keep=KEEP):
@@ -56,7 +56,7 @@ class SampleRing(object):
                 self._trim()
             self.error = None
         except OSError as e:
-            self.error = "gpu sample ring: %s" % e
+            self.error = "gpu sample ring: " + str(e)
 
     def _trim(self):
         lines = _read_lines(self.path)[-self.keep:]

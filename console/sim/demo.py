@@ -146,7 +146,7 @@ def _kill_env_marked(root: str) -> None:
 def start_load(root: Path, port: int) -> subprocess.Popen:
     """Keep the hand-launched server busy (bounded, 127.0.0.1 only) so its power and throughput move."""
     return subprocess.Popen(
-        [sys.executable, "-m", "console", "load", "--port", str(port), "--concurrency", "8",
+        [sys.executable, "-m", "console", "load", "--port", str(port), "--concurrency", "40",
          "--duration", "3600", "--max-tokens", "512"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         cwd=str(root), env={**os.environ, "MTPCONSOLE_SIM_DIR": str(root / "sim")})

@@ -1,0 +1,90 @@
+"""`mtpconsole report --host H SESSION`: write an incident report (Markdown + the panel as SVG)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from console.commands.context import CliContext, connect_hosts, single_host
+from console.errors import UserError
+from console.ops.report import ReportInputs, build_report
+from console.ops.report_gather import ReportError, gather
+from console.redact import redact_text
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session", help="the session id to report on")
+    p.add_argument("--since", default="2h", metavar="AGE",
+                   help="how far before the session to include audit entries and GPU samples (e.g. 30m, 2h)")
+    p.add_argument("--out", metavar="FILE",
+                   help="Markdown file to write (default ./report-SESSION.md); the SVG goes beside it")
+
+
+def parse_age(text: str) -> float:
+    """``90s``, ``30m``, ``2h``, ``1d`` or plain seconds -> seconds; a clear error otherwise."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip().lower()
+    try:
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise UserError(f"--since {text!r}: expected an age like 90s, 30m, 2h or 1d") from None
+    if value < 0:
+        raise UserError(f"--since {text!r}: an age cannot be negative")
+    return value
+
+
+def panel_svg(inp: ReportInputs) -> str:
+    """The GPU panel at the failure, drawn with rich (no terminal needed)."""
+    c = inp.classification
+    gpus = inp.spec.gpus if inp.spec and inp.spec.gpus else []
+    last = [p for p in inp.samples if p.gpu in gpus][-1:] if gpus else inp.samples[-1:]
+    state = (inp.state or (c.state if c else "unknown")).upper()
+    badge = Text(f" {state}{': ' + c.cause if c and c.cause else ''} ",
+                 style="bold white on red" if state == "FAILED" else "bold black on yellow")
+    body = Table.grid(padding=(0, 1))
+    body.add_column(style="dim")
+    body.add_column()
+    body.add_row("session", inp.session_id)
+    if last:
+        p = last[0]
+        if p.power_w is not None and p.power_limit_w:
+            body.add_row("power", f"{p.power_w:.0f} / {p.power_limit_w:.0f} W")
+        if p.mem_used_mib is not None and p.mem_total_mib:
+            body.add_row("memory", f"{p.mem_used_mib / 1024:.1f} / {p.mem_total_mib / 1024:.1f} GiB")
+    if c and c.line:
+        body.add_row("line", redact_text(c.line)[:200])
+    if c and c.hint:
+        body.add_row("hint", redact_text(c.hint)[:200])
+    title = Text.assemble(f"GPU {','.join(map(str, gpus)) or '?'} · {inp.host} ", badge)
+    console = Console(record=True, width=100, file=io.StringIO(), force_terminal=True)
+    console.print(Panel(body, title=title, title_align="left"))
+    return console.export_svg(title=f"mtpconsole · {inp.session_id}")
+
+
+async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    host = single_host(ctx)
+    since = parse_age(args.since)
+    out = Path(args.out or f"report-{args.session}.md")
+    async with connect_hosts(ctx) as links:
+        link = next(lk for lk in links if lk.name == host) if len(links) > 1 else links[0]
+        try:
+            inp = await gather(link, args.session, audit_path=ctx.audit_log, since_s=since, now=time.time())
+        except ReportError as e:
+            raise UserError(str(e), exit_code=1) from None
+    svg = out.with_suffix(".svg")
+    svg.write_text(panel_svg(inp), encoding="utf-8")
+    out.write_text(build_report(inp.model_copy(update={"panel_svg": svg.name})), encoding="utf-8")
+    if ctx.json_output:
+        print(json.dumps({"report": str(out), "svg": str(svg), "session_id": inp.session_id,
+                          "state": inp.state, "cause": inp.classification.cause if inp.classification else None}))
+    else:
+        print(f"wrote {out} and {svg}")
+    return 0

@@ -1,0 +1,127 @@
+"""Gathering a report's inputs for one session: run directory, log, audit log, GPU ring, planner.
+
+Everything is read through the host's link (the agent's ops) and the console's own audit log;
+nothing here formats text (that is :mod:`console.ops.report`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from console.model import AuditEntry, HostSnapshot, LaunchRequest, SessionInfo
+from console.ops.advice_host import server_flags
+from console.ops.classify import classify
+from console.ops.lifecycle import memory_verdict
+from console.ops.report import GpuPoint, ReportInputs, TimelineEvent
+from console.remote.link import HostLink, LinkDown, RequestError
+
+LOG_TAIL_BYTES = 2 << 20
+"""The report's excerpt and classification read at most the last 2 MiB of the session's log."""
+AFTER_END_S = 300.0
+"""Audit entries and GPU samples up to 5 minutes after the session ended belong to its story."""
+MAX_AUDIT_BYTES = 32 << 20
+
+
+class ReportError(RuntimeError):
+    """The report cannot be written (unknown session, host gone); the message says which."""
+
+
+def find_session(snap: HostSnapshot, session_id: str) -> SessionInfo:
+    s = next((x for x in snap.sessions if x.session_id == session_id), None)
+    if s is None:
+        raise ReportError(f"{snap.name}: no session {session_id!r} in its runs directory")
+    return s
+
+
+def previous_on_gpu(snap: HostSnapshot, s: SessionInfo) -> SessionInfo | None:
+    """The newest session launched on one of ``s``'s GPUs before it."""
+    if s.spec is None or s.spec.created_at is None:
+        return None
+    mine, at = set(s.spec.gpus), s.spec.created_at
+    older = [x for x in snap.sessions if x.spec is not None and x.spec.created_at is not None
+             and x.spec.created_at < at and set(x.spec.gpus) & mine and x.session_id != s.session_id]
+    return max(older, key=lambda x: x.spec.created_at or 0.0, default=None)
+
+
+def read_audit(path: str | Path, host: str, session_id: str, since: float, until: float) -> list[AuditEntry]:
+    """Audit entries for ``host`` in [since, until] that concern this session (or launch/kill on the host)."""
+    p = Path(path).expanduser()
+    try:
+        with p.open("rb") as f:
+            f.seek(max(0, p.stat().st_size - MAX_AUDIT_BYTES))
+            raw = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in raw:
+        try:
+            e = AuditEntry.model_validate(json.loads(line))
+        except (ValueError, TypeError):
+            continue
+        if e.host != host or not since <= e.at <= until:
+            continue
+        blob = json.dumps(e.args) + (e.result or "")
+        if session_id in blob or e.op in ("launch", "kill", "ack"):
+            out.append(e)
+    return out
+
+
+async def _samples(link: HostLink, gpus: list[int], since: float, until: float) -> list[GpuPoint]:
+    try:
+        r = await link.request("gpu_samples", {"since": since, "until": until}, audit=False)
+    except (RequestError, LinkDown, TimeoutError):
+        return []
+    pts = [GpuPoint.model_validate(p) for p in r.get("points", []) if isinstance(p, dict)]
+    return [p for p in pts if not gpus or p.gpu in gpus]
+
+
+async def _log(link: HostLink, session_id: str) -> str:
+    try:
+        r = await link.request("read_log", {"session_id": session_id, "tail_bytes": LOG_TAIL_BYTES}, audit=False)
+    except (RequestError, LinkDown, TimeoutError):
+        return ""
+    return str(r.get("data", ""))
+
+
+async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: float,
+                 now: float | None = None) -> ReportInputs:
+    """Everything a report on ``session_id`` says, read from the host and the audit log."""
+    now = time.time() if now is None else now
+    snap = await link.refresh()
+    s = find_session(snap, session_id)
+    started = (s.record.started_at if s.record else None) or (s.spec.created_at if s.spec else None) or now
+    ended = s.exit.ended_at if s.exit else now
+    window = (min(started, now - since_s), min(now, ended + AFTER_END_S))
+    text = await _log(link, session_id)
+    cls = classify(text, s.exit) if text or s.exit else None
+    prev = previous_on_gpu(snap, s)
+    planner = None
+    if s.spec is not None:
+        req = LaunchRequest(host=snap.name, command=[], flags=server_flags(s.spec.argv), gpus=s.spec.gpus or [0],
+                            port=s.spec.port)
+        try:
+            verdict, why = await memory_verdict(link, req)
+            planner = f"{verdict.replace('_', ' ')}: {why}" if verdict else why
+        except (RequestError, LinkDown, TimeoutError) as e:
+            planner = f"not planned: {e}"
+    events = [TimelineEvent(at=x.at, what=x.describe(), source="exit") for x in s.exits if x.at is not None]
+    if s.record is not None:
+        events.append(TimelineEvent(at=s.record.started_at, what=f"server spawned: pid {s.record.pid}, "
+                                    f"process group {s.record.pgid}", source="record"))
+    if s.acknowledged_at is not None:
+        events.append(TimelineEvent(at=s.acknowledged_at, what="failure acknowledged", source="record"))
+    state = None
+    if s.exit is not None:
+        state = "stopped" if s.exit.stopped_by_operator else (cls.state if cls else "failed")
+        if state == "ready":  # a server that was serving and then died is a failure
+            state = "failed"
+    elif cls is not None:
+        state = cls.state
+    return ReportInputs(
+        host=snap.name, session_id=session_id, spec=s.spec, started_at=started, exit=s.exit, classification=cls,
+        state=state, previous=prev.spec if prev else None, planner=planner,
+        audit=read_audit(audit_path, snap.name, session_id, *window), events=events,
+        samples=await _samples(link, s.spec.gpus if s.spec else [], *window),
+        log_lines=text.splitlines(), generated_at=now)
