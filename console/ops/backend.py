@@ -113,6 +113,20 @@ class LiveBackend:
     def acknowledge(self, host: str, session_id: str) -> None:
         """The operator acknowledged an ended session: its GPU reads IDLE (it stays in the history)."""
         self.trackers[host].acknowledge(session_id)
+        link = self.links.get(host)
+        if link is not None:  # recorded in the run directory too (ack.json): every console sees it
+            import getpass
+            import socket
+
+            t = asyncio.ensure_future(link.request("ack", {"session_id": session_id,
+                                                           "by": f"{getpass.getuser()}@{socket.gethostname()}"}))
+            t.add_done_callback(lambda x: x.cancelled() or x.exception())
+
+    async def foreign_output(self, host: str, pid: int, start_ticks: int | None) -> tuple[str, list[str]]:
+        """A hand-started server's stdout file (``/proc/<pid>/fd/1`` when it is a regular file)."""
+        from console.ops.foreign_log import read_foreign_output
+
+        return await read_foreign_output(self.links[host], pid, start_ticks)
 
     async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
         return await self.trackers[host].follow(session_id, tail_lines)

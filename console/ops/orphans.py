@@ -90,17 +90,19 @@ def looks_like_worker(p: ServerProc) -> bool:
     return p.role == "worker" or bool(p.argv and WORKER_TITLE.match(p.argv[0]))
 
 
-def find_orphans(snap: HostSnapshot, *, port_owners: dict[int, int] | None = None) -> list[Orphan]:
+def find_orphans(snap: HostSnapshot, *, port_owners: dict[int, int] | None = None,
+                 live_ids: Iterable[str] = ()) -> list[Orphan]:
     """Every suspected orphan on the host, with its evidence (see the module docstring).
 
     ``port_owners`` maps a port -> the pid listening on it, for the ports of ended sessions
-    (the agent's ``port_owner`` op); a suspect holding one is said to.
+    (the agent's ``port_owner`` op); a suspect holding one is said to. ``live_ids``: more
+    session ids known to be live (a console's views), beyond the snapshot's run directories.
     """
     port_owners = port_owners or {}
     held_ports = {pid: port for port, pid in port_owners.items() if pid}
     sessions = {s.session_id: s for s in snap.sessions}
     live = live_sessions(snap)
-    live_ids = {s.session_id for s in live}
+    live_ids = {s.session_id for s in live} | set(live_ids)
     live_pgids = {s.record.pgid for s in live if s.record}
     supervisors = {s.record.supervisor_pid: s.session_id for s in snap.sessions if s.record}
     by_pid = {p.pid: p for p in snap.servers}

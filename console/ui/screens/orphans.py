@@ -1,0 +1,130 @@
+"""The orphan hunter screen (``o``): processes of no live server that hold GPU memory or look like
+server workers, on every host, with the evidence why each is suspected; ``k`` kills the selected
+one after the Cancel-focused confirm dialog (the kill itself is confirmed step by step)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import DataTable, Static
+
+from console.model import HostView, KillTarget
+from console.ops.orphans import Orphan, find_orphans
+from console.ui.format import clean, short
+from console.ui.screens.confirm import ConfirmScreen
+from console.ui.screens.impact import orphan_lines
+from console.ui.widgets.footer import QuietFooter
+
+OnKill = Callable[[Orphan, KillTarget], None]
+
+
+class OrphanScreen(Screen):
+    """Every suspected orphan of every host; refreshed from the app's views once a second."""
+
+    DEFAULT_CSS = """
+    OrphanScreen { layout: vertical; }
+    OrphanScreen .screen-title { height: 1; padding: 0 1; background: $panel; color: $text; text-style: bold; }
+    OrphanScreen DataTable { height: 1fr; }
+    OrphanScreen .detail { height: auto; max-height: 12; padding: 0 1; border-top: solid $primary; color: $text; }
+    """
+    BINDINGS = [
+        Binding("k", "kill", "Kill", tooltip="kill the selected orphan (confirmed)"),
+        Binding("escape,o", "close", "Back", tooltip="back to the GPU panels"),
+        Binding("question_mark", "app.help", "Help"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self, views: Callable[[], dict[str, HostView]], on_kill: OnKill, *, read_only: bool = False) -> None:
+        super().__init__()
+        self.views, self.on_kill, self.read_only = views, on_kill, read_only
+        self.orphans: list[Orphan] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("Orphans: processes of no live server (GPU memory, worker titles)", classes="screen-title")
+            yield DataTable(cursor_type="row", zebra_stripes=True, id="orphans")
+            yield Static("", classes="detail", markup=False)
+        yield QuietFooter()
+
+    def on_mount(self) -> None:
+        t = self.query_one(DataTable)
+        t.add_columns("HOST", "PID", "GPU MEMORY", "TITLE", "WHY (first reason)")
+        self.refresh_rows()
+        self.set_interval(1.0, self.refresh_rows)
+        t.focus()
+
+    def find(self) -> list[Orphan]:
+        out = []
+        for view in self.views().values():
+            if view.snapshot.connection.state == "connected":
+                live = {s.session_id for s in view.sessions if s.session_id and s.state not in ("failed", "stopped")}
+                out.extend(find_orphans(view.snapshot, live_ids=live))
+        return out
+
+    def refresh_rows(self) -> None:
+        found = self.find()
+        if [(o.host, o.pid, o.start_ticks, o.evidence) for o in found] == \
+                [(o.host, o.pid, o.start_ticks, o.evidence) for o in self.orphans] and self.orphans:
+            return
+        t = self.query_one(DataTable)
+        keep = self.selected()
+        self.orphans = found
+        t.clear()
+        for o in found:
+            held = ", ".join(f"GPU {i} {m:,} MiB" for i, m in sorted(o.gpu_mem_mib.items())) or "none"
+            why = o.evidence[1] if len(o.evidence) > 1 and o.evidence[0].startswith("titled like") else (
+                o.evidence[0] if o.evidence else "")
+            t.add_row(clean(o.host, 40), str(o.pid), held, short(clean(o.title), 40), short(clean(why), 80),
+                      key=f"{o.host}:{o.pid}:{o.start_ticks}")
+        if keep is not None:
+            idx = next((i for i, o in enumerate(found) if (o.host, o.pid) == (keep.host, keep.pid)), None)
+            if idx is not None:
+                t.move_cursor(row=idx)
+        self.show_detail()
+
+    def selected(self) -> Orphan | None:
+        t = self.query_one(DataTable)
+        if not self.orphans or t.cursor_row is None or not 0 <= t.cursor_row < len(self.orphans):
+            return None
+        return self.orphans[t.cursor_row]
+
+    def show_detail(self) -> None:
+        box = self.query_one(".detail", Static)
+        o = self.selected()
+        if o is None:
+            box.update("no orphans: every server process and GPU memory holder belongs to a live server"
+                       if not self.orphans else "")
+            return
+        box.update(Content("\n".join(orphan_lines(o))))
+
+    def on_data_table_row_highlighted(self) -> None:
+        self.show_detail()
+
+    def action_kill(self) -> None:
+        o = self.selected()
+        if o is None:
+            self.app.notify("no orphan selected", severity="warning", markup=False)
+            return
+        if self.read_only:
+            self.app.notify("read-only: kill disabled", severity="warning", markup=False)
+            return
+        if not o.start_ticks:
+            self.app.notify(f"pid {o.pid} is not visible in the host's /proc: it cannot be killed from here",
+                            severity="warning", markup=False)
+            return
+        target = KillTarget(host=o.host, pid=o.pid, start_ticks=o.start_ticks, port=o.port)
+        lines = [*orphan_lines(o), "", "then checks: gone · no process of it left · GPU memory released · port closed"]
+        self.app.push_screen(ConfirmScreen(f"Kill orphan pid {o.pid}?", lines, "Kill"),
+                             callback=lambda ok: ok and self._kill(o, target))
+
+    def _kill(self, o: Orphan, target: KillTarget) -> None:
+        self.dismiss()
+        self.on_kill(o, target)
+
+    def action_close(self) -> None:
+        self.dismiss()

@@ -1,0 +1,228 @@
+"""Issue 16 at the Pilot level: the sessions table (s: enter, a, sort, filter), the full-screen log (z: /, n, N,
+d, w, end), the orphan hunter (o: k behind the Cancel-focused dialog), the events (v), arrow keys between
+panels, and the dialogs that name what is hit — each key on the real app with the fake backend."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Button, DataTable
+
+from console.model import GpuProc, HostView, ServerProc
+from console.ui.screens.confirm import ConfirmScreen
+from console.ui.screens.events import EventsScreen
+from console.ui.screens.log_screen import LogScreen
+from console.ui.screens.orphans import OrphanScreen
+from console.ui.screens.sessions import SessionsScreen
+from tests.ui_fakes import FakeBackend, frozen_app, gpu, proc, snapshot, view_a
+
+SIZE = (160, 50)
+
+
+def view_with_orphan() -> HostView:
+    """host-a plus an sglang::scheduler adopted by init holding 9 GiB on GPU 2 (no session of it lives)."""
+    v = view_a()
+    orphan = ServerProc(pid=7777, ppid=1, pgid=7777, sid=7777, start_ticks=4242, state="S", user="op",
+                        argv=["sglang::scheduler"], role="worker", framework="sglang", gpu_mem_mib={2: 9216})
+    gpus = [g if g.index != 2 else gpu(2, used=9300, procs=[GpuProc(pid=7777, used_mib=9216)])
+            for g in v.snapshot.gpus]
+    snap = v.snapshot.model_copy(update={"servers": [*v.snapshot.servers, orphan], "gpus": gpus})
+    return v.model_copy(update={"snapshot": snap})
+
+
+async def settle(pilot, n: int = 3) -> None:
+    for _ in range(n):
+        await pilot.pause()
+
+
+async def select_gpu(pilot, app, index: int) -> None:
+    await pilot.press("tab")
+    await settle(pilot)
+    for _ in range(8):
+        if app.selected is not None and app.selected.index == index:
+            return
+        await pilot.press("tab")
+        await settle(pilot)
+    raise AssertionError(f"GPU {index} not reachable with tab")
+
+
+async def test_s_opens_the_sessions_table_sorts_filters_and_acknowledges():
+    backend = FakeBackend()
+    app = frozen_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.views["host-a"].counts.get("failed") == 1
+        await pilot.press("s")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, SessionsScreen)
+        keys = [s.session_id or f"pid {s.launcher_pid}" for s in screen.rows]
+        assert set(keys) == {"s-ready", "s-failed", "pid 5150"}
+        await pilot.press("2")  # sort by SESSION / PID
+        await settle(pilot)
+        assert [s.session_id for s in screen.rows][:2] == ["s-failed", "s-ready"]
+        await pilot.press("2")  # again: reversed
+        await settle(pilot)
+        assert screen.reverse and screen.rows[-1].session_id == "s-failed"
+        await pilot.press("f", "f")  # all -> live -> failed
+        await settle(pilot)
+        assert screen.flt == "failed" and [s.session_id for s in screen.rows] == ["s-failed"]
+        await pilot.press("a")
+        await settle(pilot, 5)
+        assert ("acknowledge", "host-a", "s-failed") in backend.calls
+        assert app.views["host-a"].counts.get("failed") is None  # the header count drops
+        cur = app.views["host-a"].current_of(2)
+        assert cur is not None and cur.session is None  # GPU 2 reads IDLE
+        assert screen.rows[0].acknowledged and screen.query_one(DataTable).get_row_at(0)[-1] == "✓"
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, SessionsScreen)
+
+
+async def test_a_refuses_a_live_session_and_enter_opens_its_log_full_screen():
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, SessionsScreen)
+        row = next(i for i, s in enumerate(screen.rows) if s.session_id == "s-ready")
+        screen.query_one(DataTable).move_cursor(row=row)
+        await pilot.press("a")
+        await settle(pilot)
+        assert not screen.rows[row].acknowledged
+        await pilot.press("enter")
+        await settle(pilot, 6)
+        assert isinstance(app.screen, LogScreen)
+        log = app.screen
+        assert log.key == ("host-a", "s-ready")
+        assert any("ready to roll" in x for x in log.lines)
+
+
+async def test_z_full_screen_log_search_next_decisive_wrap_and_back():
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await select_gpu(pilot, app, 2)  # the FAILED session
+        await settle(pilot, 5)
+        await pilot.press("z")
+        await settle(pilot, 5)
+        screen = app.screen
+        assert isinstance(screen, LogScreen) and screen.key == ("host-a", "s-failed")
+        assert screen.following and len(screen.lines) == 3
+        await pilot.press("slash")
+        await pilot.press(*"memory")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert screen.term == "memory" and screen.matches == [2] and not screen.following
+        await pilot.press("n")
+        await pilot.press("N")
+        await settle(pilot)
+        assert screen.match_i == 0
+        await pilot.press("end")
+        await settle(pilot)
+        assert screen.following
+        await pilot.press("d")
+        await settle(pilot)
+        assert not screen.following  # at the decisive line
+        await pilot.press("w")
+        await settle(pilot)
+        assert screen.wrap
+        # new lines of the session arrive while it is open, and show
+        app.backend.on_log("host-a", "s-failed", ["late line after the failure"])
+        await settle(pilot, 4)
+        assert screen.lines[-1] == "late line after the failure"
+        await pilot.press("z")
+        await settle(pilot)
+        assert not isinstance(app.screen, LogScreen)
+
+
+async def test_o_orphan_hunter_kill_needs_the_dialog_with_cancel_focused():
+    backend = FakeBackend([view_with_orphan()])
+    app = frozen_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, OrphanScreen)
+        assert [o.pid for o in screen.orphans] == [7777]
+        await pilot.press("k")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmScreen)
+        body = "\n".join(dialog.lines)
+        assert "pid:      7777 (start 4242" in body and "9,216 MiB on GPU 2" in body and "init (pid 1)" in body
+        assert app.focused is not None and app.focused.id == "cancel"
+        await pilot.press("enter")  # Cancel
+        await settle(pilot)
+        assert not any(c[0] == "kill" for c in backend.calls)
+        await pilot.press("k")
+        await settle(pilot)
+        app.screen.query_one("#confirm", Button).press()
+        await settle(pilot, 8)
+        kills = [c[1] for c in backend.calls if c[0] == "kill"]
+        assert kills and kills[0].pid == 7777 and kills[0].start_ticks == 4242 and kills[0].session_id is None
+
+
+async def test_o_in_read_only_refuses_the_kill():
+    app = frozen_app(FakeBackend([view_with_orphan()]), read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o")
+        await settle(pilot)
+        await pilot.press("k")
+        await settle(pilot)
+        assert isinstance(app.screen, OrphanScreen)
+
+
+async def test_v_events_merges_console_and_run_dir_events():
+    backend = FakeBackend()
+    app = frozen_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        backend.current["host-a"].event("foreign_appeared", "foreign server pid 5150 appeared", gpus=[3])
+        backend.repush("host-a")
+        await settle(pilot)
+        await pilot.press("v")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, EventsScreen)
+        assert any(e.kind == "foreign_appeared" for e in screen.events)
+        await pilot.press("f")
+        await settle(pilot)
+        assert screen.flt == "failures"
+        await pilot.press("v")
+        await settle(pilot)
+        assert not isinstance(app.screen, EventsScreen)
+
+
+@pytest.mark.parametrize("keys,want", [(("right",), 1), (("right", "right", "left"), 1), (("down", "down"), 2)])
+async def test_arrow_keys_move_between_panels(keys, want):
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await select_gpu(pilot, app, 0)
+        await pilot.press(*keys)
+        await settle(pilot)
+        assert app.selected is not None and app.selected.index == want
+
+
+async def test_kill_dialog_names_port_model_uptime_traffic_and_memory():
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await select_gpu(pilot, app, 0)
+        await pilot.press("k")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmScreen)
+        body = "\n".join(dialog.lines)
+        for want in ("port 30000", "model:    /models/demo-27b", "uptime:   10 min", "12 running · 0 queued · 412 tok/s",
+                     "118,000 MiB on GPU 0", "118,000 MiB on GPU 1"):
+            assert want in body, (want, body)
+        assert app.focused is not None and app.focused.id == "cancel"
+
+
+def test_snapshot_like_idle_host_has_no_orphans():
+    from console.ops.orphans import find_orphans
+
+    assert find_orphans(snapshot(gpus=[gpu(0)], servers=[proc(1, ["python", "-m", "sglang.launch_server"], None,
+                                                                   {})])) == []
