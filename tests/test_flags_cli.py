@@ -106,3 +106,21 @@ def test_online_against_the_local_host(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "ambiguous option: --cuda-graph-max-bs could match" in r.stdout
     assert "(fake serve)" in r.stdout
+
+
+def test_launch_demo_without_profile_or_flags_says_so(tmp_path):
+    r = mtp("--demo", "launch", tmp_path=tmp_path, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "nothing to launch: give --profile NAME or the server flags after '--'" in r.stderr
+    assert "incident" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_launch_refuses_bad_flags_before_spawning(tmp_path):
+    """The preflight checks flags against the host's server: nothing is started, argparse's own line is shown."""
+    r = mtp("--demo", "launch", "--json", "--", "--model-path", "/m", "--cuda-graph-max-bs", "8",
+            tmp_path=tmp_path, timeout=120)
+    assert r.returncode != 0, r.stdout
+    out = json.loads(r.stdout)
+    assert out["cause"] == "bad_flags" and out["session_id"] is None
+    assert "ambiguous option: --cuda-graph-max-bs could match" in out["line"]
+    assert [s["name"] for s in out["steps"] if s["state"] == "failed"] == ["preflight"]

@@ -26,6 +26,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for READY (default 900)")
     p.add_argument("--allow-busy", action="store_true", help="launch even if the GPUs hold other compute processes")
     p.add_argument("--force", action="store_true", help="launch even when the memory planner says it does not fit")
+    p.add_argument("--no-validate", dest="check_flags", action="store_false",
+                   help="do not check the flags against the host's server before spawning it")
     p.add_argument("flags", nargs="*", help="server flags, after --")
 
 
@@ -89,8 +91,14 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
     flags += list(args.flags)
     env.update(host_env(hc.env_names))
     env.update(parse_env(args.env))
+    if not flags:
+        names = ", ".join(sorted(cfg.profiles))
+        where = f" (profiles here: {names})" if names else ""
+        raise UserError("nothing to launch: give --profile NAME or the server flags after '--' "
+                        f"(e.g. -- --model-path M){where}")
     return LaunchRequest(host=host, command=command, flags=flags, gpus=parse_gpus(args.gpu) or gpus,
-                         port=args.port or port, env=env, profile=profile, force=args.force)
+                         port=args.port or port, env=env, profile=profile, force=args.force,
+                         check_flags=getattr(args, "check_flags", True))
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
