@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from console.model import KillTarget, LaunchRequest, OperationResult, SessionView, Step
+from console.model import HostSnapshot, KillTarget, LaunchRequest, OperationResult, SessionView, Step
 from console.ui.flag_values import from_argv, split_argv
 from console.ui.format import clean, gpu_list, short
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
+from console.ui.screens.impact import impact_lines
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.steps import StepsView
 
@@ -41,18 +43,18 @@ def relaunch_request(s: SessionView) -> LaunchRequest:
         call_default_factory=True), flags=flags, gpus=s.gpus or [0], port=s.port, replaces=s.session_id)
 
 
-def who(s: SessionView) -> list[str]:
-    """The lines of a confirmation dialog that name exactly what is hit."""
-    return [
-        f"host:     {s.host}",
-        f"GPUs:     {gpu_list(s.gpus)}",
-        f"session:  {clean(s.session_id or 'foreign (not launched by mtpconsole)', 80)}",
-        f"pids:     {', '.join(map(str, s.pids)) or 'N/A'}",
-    ]
+def who(s: SessionView, snap: HostSnapshot | None = None, now: float | None = None) -> list[str]:
+    """The lines of a confirmation dialog that name exactly what is hit: pids, port, model, uptime,
+    current traffic and the GPU memory freed (``console/ui/screens/impact.py``)."""
+    return impact_lines(s, snap, time.time() if now is None else now)
 
 
 class Operations:
     """Launch / kill / relaunch / edit for the app (see the module docstring)."""
+
+    def _who(self, s: SessionView) -> list[str]:
+        view = self.app.views.get(s.host)
+        return who(s, view.snapshot if view else None, self.app.clock())
 
     def __init__(self, app: MtpConsoleApp) -> None:
         self.app = app
@@ -134,7 +136,7 @@ class Operations:
             return
         s = t[1]
         target = kill_target(s)  # captured now: a list shifting underneath cannot change it
-        lines = [*who(s), "", "then checks: " + KILL_CHECKS]
+        lines = [*self._who(s), "", "then checks: " + KILL_CHECKS]
         self.app.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
                              callback=lambda ok: ok and self.run(
                                  f"kill · {s.host} · {s.session_id or 'pid ' + str(target.pid)}", "kill", s.host,
@@ -157,7 +159,7 @@ class Operations:
                          severity="warning")
             return
         target, req = kill_target(s), relaunch_request(s)
-        lines = [*who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
+        lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
         self.app.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
                                            "Relaunch"), callback=lambda ok: ok and self._start_relaunch(target, req))
@@ -171,7 +173,7 @@ class Operations:
         req = relaunch_request(s)
         sid = clean(s.session_id or "the ended session", 80)
         ended = f"{s.state.upper()}" + (f": {s.cause}" if s.state == "failed" and s.cause else "")
-        lines = [*who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
+        lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  f"it ended ({ended}): nothing to kill; its flags are launched again and confirmed step by step"]
         self.app.push_screen(ConfirmScreen(f"Relaunch {sid}'s flags?", lines, "Relaunch"),
                              callback=lambda ok: ok and self.run(
@@ -193,6 +195,7 @@ class Operations:
         s = t2[1]
         target = kill_target(s)
         form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, replaces=s.session_id,
+                        impact=self._who(s),
                         title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host}"
                               f" · GPUs {gpu_list(s.gpus)}", **self._checkers())
         self.app.push_screen(form, callback=lambda req: req and self._start_relaunch(target, req))

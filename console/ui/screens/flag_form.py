@@ -76,7 +76,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
     def __init__(self, host: str, raw: dict[str, Any], *, title: str, running_argv: list[str] | None = None,
                  validator: Validator | None = None, planner: Planner | None = None,
                  remember: Callable[[dict[str, Any]], None] | None = None, replaces: str | None = None,
-                 template: LaunchRequest | None = None) -> None:
+                 template: LaunchRequest | None = None, impact: list[str] | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.host, self.raw, self.title_text = host, dict(raw), title
         self.running_argv, self.validator, self.planner = running_argv, validator, planner
@@ -84,10 +84,14 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         self.template = template
         """Carries what the form does not edit (env values, profile name) into the request."""
         self.armed: list[str] | None = None
+        self.impact = impact
+        """What launching stops (the running server: pids, port, model, traffic, GPU memory), when it does."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog form"):
             yield Static(Content.from_markup("[b]$t[/b]", t=self.title_text), classes="dialog-title")
+            if self.impact:
+                yield Static(Content("launching stops:\n" + "\n".join(self.impact)), classes="impact")
             with VerticalScroll(classes="fields"):
                 for name, label, kind in FIELDS:
                     with Horizontal(classes="field"):
