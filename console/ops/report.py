@@ -129,7 +129,8 @@ def timeline(inp: ReportInputs) -> list[str]:
     for a in inp.audit:
         verdict = "ok" if a.ok else ("failed" if a.ok is False else "sent")
         args = " ".join(f"{k}={v}" for k, v in a.args.items() if k in ("session_id", "gpus", "port", "pid"))
-        events.append(TimelineEvent(at=a.at, what=f"`{a.op}` {args} → {verdict}".strip(), source="audit"))
+        events.append(TimelineEvent(at=a.at, what=" ".join(filter(None, (f"`{a.op}`", args, f"→ {verdict}"))),
+                                    source="audit"))
     for s in inp.steps:
         if s.started_at is not None:
             ev = f" — {s.evidence}" if s.evidence else ""
