@@ -110,12 +110,17 @@ def figures_from_log(metrics: ServeMetrics | None, at: float | None) -> ServingF
     return ServingFigures(**{k: Figure(value=float(v), source="log", at=at) for k, v in pairs if v is not None})
 
 
+PREFER_METRICS_WITHIN_S = 10.0
+"""A ``/metrics`` figure wins over a log figure unless it is this much older: the log's time is when
+the console read the line, not when the server wrote it, so it always looks newer than it is."""
+
+
 def merge(primary: ServingFigures, fallback: ServingFigures) -> ServingFigures:
-    """Per figure, the newer of the two (``primary`` on a tie): metrics are usually fresher than a log line."""
+    """Per figure, ``primary`` (metrics) unless missing or clearly staler than ``fallback`` (the log)."""
     merged: dict[str, Figure] = {}
     for name in ServingFigures.model_fields:
         a, b = getattr(primary, name), getattr(fallback, name)
-        pick = a if a is not None and (b is None or a.at >= b.at) else b
+        pick = a if a is not None and (b is None or a.at >= b.at - PREFER_METRICS_WITHIN_S) else b
         if pick is not None:
             merged[name] = pick
     return ServingFigures(**merged)

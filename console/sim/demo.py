@@ -55,7 +55,8 @@ FIXED_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3
                "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
                "--mem-fraction-static", "0.90", "--max-running-requests", "16",
                "--mamba-radix-cache-strategy", "extra_buffer", "--context-length", "32768", "--enable-metrics"]
-FOREIGN_FLAGS = ["--mem-fraction-static", "0.85", "--max-running-requests", "32", "--context-length", "32768"]
+FOREIGN_FLAGS = ["--mem-fraction-static", "0.85", "--max-running-requests", "32", "--context-length", "32768",
+                 "--enable-metrics"]
 
 
 def free_port() -> int:
