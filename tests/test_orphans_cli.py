@@ -210,6 +210,12 @@ async def test_ack_records_the_acknowledgement_in_the_run_dir(link, sim, tmp_pat
     assert await wait_until(lambda: any(s.acknowledged_at == at for s in link.snapshot().sessions), 10)
     (v,) = [v for v in derive_views(link.snapshot(), {}, time.time()) if v.session_id == r.session_id]
     assert v.acknowledged and v.acknowledged_at == at
+    table = cli("sessions", "--host", "local", "--config", str(cfg), "--all", "--state", "ended")
+    assert table.returncode == 0, table.stderr
+    (row,) = [x for x in table.stdout.splitlines() if r.session_id in x]
+    assert "STOPPED" in row and " ✓ " in row and "SESSION / PID" in table.stdout
+    live_only = cli("sessions", "--host", "local", "--config", str(cfg), "--state", "live")
+    assert r.session_id not in live_only.stdout
     bad = cli("ack", "--host", "local", "--config", str(cfg), "../etc")
     assert bad.returncode == 2 and "bad session id" in bad.stderr and "Traceback" not in bad.stderr
 

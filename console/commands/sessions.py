@@ -8,12 +8,40 @@ import time
 
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
+from console.model import SessionInfo
 from console.ops.sessions import derive_views
 from console.redact import redact_obj
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="include every ended session (default: live + recent)")
+    p.add_argument("--state", choices=["live", "failed", "stopped", "ended", "ready", "foreign"], default=None,
+                   help="only these sessions (live: still running; ended: failed or stopped)")
+
+
+LIVE = ("launching", "loading", "ready", "stopping", "foreign", "stale", "unreachable")
+
+
+def wanted(state: str, flt: str | None) -> bool:
+    """Whether a session in ``state`` passes ``--state``."""
+    if flt is None:
+        return True
+    if flt == "live":
+        return state in LIVE
+    if flt == "ended":
+        return state in ("failed", "stopped")
+    return state == flt
+
+
+def age(started: float | None, now: float) -> str:
+    """Since when the session exists, short (``42s``, ``17m``, ``3h``, ``2d``)."""
+    if started is None:
+        return "-"
+    d = max(0.0, now - started)
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if d >= n:
+            return f"{d / n:.0f}{unit}"
+    return f"{d:.0f}s"
 
 
 async def classify_sessions(link, snap) -> dict:
@@ -35,16 +63,24 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     async with connect_hosts(ctx) as links:
         link = links[0]
         snap = await link.refresh()
+        if args.all:  # the history: every run directory, not only the recent ones a sample carries
+            every = [SessionInfo.model_validate(x) for x in await link.request("sessions", audit=False)]
+            snap = snap.model_copy(update={"sessions": every})
         classes = await classify_sessions(link, snap)
-        views = derive_views(snap, classes, time.time(), interval=1e9)
+        now = time.time()
+        views = [v for v in derive_views(snap, classes, now, interval=1e9) if wanted(v.state, args.state)]
     if ctx.json_output:
         print(json.dumps(redact_obj([v.model_dump(mode="json") for v in views]), indent=2))
         return 0
     if not views:
         print(f"{term(link.name)}: no sessions")
+    else:
+        print(f"{'SESSION / PID':<36} {'STATE':<10} {'GPU':<9} {'PORT':<10} {'AGE':<5} {'ACK':<3} "
+              "CAUSE / FLAGS")
     for v in views:
         what = term(v.session_id or f"foreign pid {v.launcher_pid}")
         extra = f" {v.cause}: {v.line}" if v.state == "failed" and v.cause else ""
+        ack = "✓" if v.acknowledged else "-"
         print(f"{what:<36} {v.state.upper():<10} GPU {','.join(map(str, v.gpus)) or '-':<5} "
-              f"port {v.port or '-':<6} {term(v.flags_summary + extra)}")
+              f"port {v.port or '-':<6} {age(v.started_at, now):<5} {ack:<3} {term(v.flags_summary + extra)}")
     return 0
