@@ -1,0 +1,162 @@
+"""The hint for each cause: what the operator should most likely change."""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+
+from console.model import ExitRecord, FailureCause, ProcessExit
+from console.ops.classify.events import Failure
+from console.ops.flags.renames import RENAMES
+
+_RENAMED = {r.old: r.replacement for r in RENAMES}
+_FLAG = re.compile(r"(--[\w-]+)")
+_PORT = re.compile(r"\(\s*'[^']*',\s*(\d+)\s*\)|[Pp]ort[ =:]+(\d+)|:(\d{2,5})\b")
+_MODULE = re.compile(r"No module named '([^']+)'|cannot import name '([^']+)'|undefined symbol: (\S+)")
+_AMBIG = re.compile(r"ambiguous option: (--[\w-]+) could match (.*)")
+_MEM_FRACTION = re.compile(r"mem_fraction_static=([\d.]+)")
+_ORPHANS = "check for orphaned sglang:: processes still holding GPU memory from an earlier server"
+
+
+def signal_of(exit: ExitRecord) -> int | None:
+    """The signal that ended the process, from the record's signal or its exit code."""
+    if exit.signal:
+        return exit.signal
+    code = exit.exit_code
+    if code is not None and code < 0:
+        return -code
+    if code is not None and 128 < code <= 128 + 64:
+        return code - 128
+    return None
+
+
+def signame(n: int) -> str:
+    try:
+        return _signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+def _first(rx: re.Pattern[str], text: str) -> str | None:
+    m = rx.search(text)
+    return next((g for g in m.groups() if g), None) if m else None
+
+
+def hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *, vllm: bool = False,
+             death: ProcessExit | None = None) -> str:
+    """One sentence naming the likely fix."""
+    rule = c.rule if c else None
+    body = (c.detail or c.line) if c else ""
+    if death is not None and cause in ("signal_killed", "host_oom_killed", "other"):
+        return _death_hint(cause, death)
+    if cause == "gpu_oom":
+        return _oom_hint(rule, body, vllm)
+    if cause == "host_oom_killed":
+        counts = ""
+        if exit is not None and exit.oom_kill_before is not None and exit.oom_kill_after is not None:
+            counts = f" ({exit.oom_kill_before} -> {exit.oom_kill_after})"
+        return (f"the host's OOM killer ended the server: /proc/vmstat oom_kill rose{counts}; host RAM ran out "
+                "- lower --hicache-size/--hicache-ratio, run fewer servers per host, check dmesg")
+    if cause == "port_in_use":
+        port = _first(_PORT, body)
+        return (f"port{' ' + port if port else ''} is already taken (another server or an orphaned "
+                "sglang::/VLLM:: process): stop it or choose another --port")
+    if cause == "model_not_found":
+        return ("the model was not found: check --model-path (a local directory needs config.json), the "
+                "repo id's spelling, HF_TOKEN for gated repos, HF_HUB_OFFLINE and the HF cache")
+    if cause == "import_error":
+        mod = _first(_MODULE, body)
+        return (f"the server's Python environment is broken{f' ({mod})' if mod else ''}: install the missing "
+                "package in that environment or align sglang / sgl-kernel / flashinfer / vllm / torch versions")
+    if cause == "nccl_error":
+        return ("multi-GPU communication failed: check CUDA_VISIBLE_DEVICES and --tp-size, stale processes "
+                "on those GPUs, /dev/shm size in containers; retry with NCCL_DEBUG=INFO or NCCL_P2P_DISABLE=1")
+    if cause == "bad_flags":
+        return _flags_hint(body)
+    if cause == "cuda_driver":
+        if rule == "cuda_error":
+            return ("a CUDA error stopped the server: check nvidia-smi and dmesg (Xid), the driver vs the torch "
+                    "CUDA build; for illegal memory access retry with --disable-cuda-graph or another "
+                    "--attention-backend")
+        return ("CUDA is not usable: check nvidia-smi, CUDA_VISIBLE_DEVICES and that the driver (and the torch "
+                "build's GPU architectures) match this GPU")
+    if cause == "cuda_graph":
+        return ("CUDA-graph capture failed (not for memory): retry with --disable-cuda-graph or a smaller "
+                "--cuda-graph-max-bs, drop --enable-torch-compile, or try another --attention-backend")
+    if cause == "warmup_failed":
+        return ("the server started but its own warmup request failed: usually an HTTP proxy intercepting "
+                "127.0.0.1 - set NO_PROXY=127.0.0.1,localhost (and no_proxy) for the server")
+    if cause == "spec_decode_error":
+        return ("speculative decoding failed to set up: check --speculative-algorithm, set "
+                "--speculative-num-steps with --speculative-eagle-topk / --speculative-num-draft-tokens, the "
+                "draft model path, and that this model supports the algorithm")
+    if cause == "signal_killed":
+        return _signal_hint(c, exit)
+    if rule == "child_exit" and c is not None and c.detail:
+        code = re.search(r"exit code:? (-?\d+)", c.detail)
+        return (f"a server subprocess exited{f' with code {code.group(1)}' if code else ''}: "
+                "read the lines above it in the log")
+    return "the server failed: read the decisive line and the log around it"
+
+
+def _oom_hint(rule: str | None, body: str, vllm: bool) -> str:
+    if vllm:
+        return ("GPU memory ran out: lower --max-model-len or --max-num-seqs, adjust "
+                "--gpu-memory-utilization; check for leftover VLLM:: processes holding GPU memory")
+    if rule == "kv_pool":
+        now = _first(_MEM_FRACTION, body)
+        return ("no GPU memory left for the KV cache after the weights and Mamba/speculative buffers: "
+                f"{_ORPHANS}; lower --max-running-requests or --context-length, or raise "
+                f"--mem-fraction-static{f' (now {now})' if now else ''} only if the GPU has headroom")
+    if rule == "runtime_oom":
+        return ("the KV cache ran out while serving: lower --max-running-requests or --context-length, "
+                "or raise --mem-fraction-static if the GPU has headroom")
+    if "graph" in body.lower():
+        return ("CUDA graph capture ran out of memory: lower --mem-fraction-static or "
+                f"--cuda-graph-max-bs (or --disable-cuda-graph); {_ORPHANS}")
+    return ("GPU out of memory: lower --mem-fraction-static, --max-running-requests or --context-length; "
+            f"{_ORPHANS}")
+
+
+def _flags_hint(body: str) -> str:
+    m = _AMBIG.search(body)
+    if m:
+        return (f"argparse rejected the ambiguous abbreviation {m.group(1)} (could be {m.group(2).strip()}): "
+                "spell the full flag; flag names drift between releases - check the host's own flags "
+                "(mtpconsole flags)")
+    flag = _first(_FLAG, body.split(": error: ", 1)[-1]) or "a flag"
+    renamed = f" (renamed {_RENAMED[flag]})" if flag in _RENAMED else ""
+    return (f"argparse rejected {flag}{renamed}: flag names drift between releases - check the host's "
+            "own flags (mtpconsole flags / mtpconsole check)")
+
+
+def _signal_hint(c: Failure | None, exit: ExitRecord | None) -> str:
+    sig = None
+    if c is not None and c.rule == "child_signal" and c.detail and c.detail.lstrip("-").isdigit():
+        sig = abs(int(c.detail))  # the scheduler's own signal, not the launcher's exit
+    elif exit is not None:
+        sig = signal_of(exit)
+    what = signame(sig) if sig else "a signal"
+    if sig not in (None, _signal.SIGKILL):
+        return (f"ended by {what} with no cause in the log: something outside mtpconsole sent it "
+                "(another operator, a job scheduler, systemd)")
+    if exit is not None and exit.oom_kill_before is not None and exit.oom_kill_after is not None:
+        oom = "/proc/vmstat oom_kill did not rise, so not the host OOM killer"
+    else:
+        oom = "often the host OOM killer (compare /proc/vmstat oom_kill, check dmesg)"
+    return f"killed by {what} with no cause in the log: {oom}; otherwise someone or a watchdog killed it"
+
+
+def _death_hint(cause: FailureCause, death: ProcessExit) -> str:
+    who = death.describe()
+    if cause == "host_oom_killed":
+        return (f"{who}: the kernel's OOM killer took it (oom_kill +{death.oom_kill_delta}) - host RAM ran out; "
+                "lower --hicache-size/--hicache-ratio, run fewer servers per host, check dmesg")
+    if death.signal == _signal.SIGKILL:
+        return (f"{who} before its launcher noticed: oom_kill did not rise, so not the host OOM killer - "
+                "someone or a watchdog sent SIGKILL (check other operators, job schedulers, dmesg); "
+                "relaunch the server, its remaining processes cannot serve without that rank")
+    if death.signal:
+        return (f"{who} before its launcher noticed: {signame(death.signal)} came from outside the server "
+                "(another operator, a job scheduler, a crash in native code for SIGSEGV/SIGABRT); relaunch")
+    return f"{who} first: read that process's lines in the log just before the launcher's follow-up lines"

@@ -1,0 +1,122 @@
+"""One raw log line -> what the classifier reads: the body without wrappers, its level, its style.
+
+Real logs arrive wrapped: Docker/compose (``vllm-1  | ``), Kubernetes/containerd
+(``2025-07-25T07:53:08.2+08:00 stdout F ``), CI (``  | [2025-03-10T15:07:20Z] ``), RFC 3339
+timestamps, Ray/vLLM process tags (``(EngineCore_DP0 pid=17374) ``, nested), torch's
+``[rank0]: ``, SGLang's ``[2025-10-22 10:29:28 DP1 TP4] `` and vLLM's
+``ERROR 09-28 15:47:24 [core.py:718] ``. :func:`read_line` peels them in that order and keeps the
+body's own indentation, so a traceback frame stays a frame whatever wraps it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+_COMPOSE = re.compile(r"[\w.\-]{1,80} {1,40}\| ")
+_CI = re.compile(r" {0,4}\| \[\d{4}-\d\d-\d\dT[\d:.]+Z?\] ")
+_K8S = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ")
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
+_PROC_TAG = re.compile(r"_?\(?[A-Za-z_][\w.\-]{0,63}(?: [\w.\-]+=[\w.\-:]+,?){1,4}\) ?")
+_RANK = re.compile(r"\[rank\d+\]: ?")
+SGLANG_PREFIX = re.compile(
+    r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,4}\d+){0,6}\] ?")
+_VLLM_LEVEL = re.compile(
+    r"(INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]]{0,200}\]|[\w.\-]{1,80}:\d+\]) ?")
+_UVICORN_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):(?: +|$)")
+_CARET_C = "^C"
+
+QUIET_LEVELS = frozenset(("INFO", "WARNING", "DEBUG"))
+
+
+@dataclass(slots=True)
+class Line:
+    """A log line as the classifier reads it."""
+
+    raw: str
+    """The line as shown to the operator (ANSI and NULs removed)."""
+    body: str
+    """The message without wrappers, stripped."""
+    level: str | None
+    """INFO / WARNING / ERROR ... when a vLLM or uvicorn prefix gave one."""
+    indented: bool
+    """The message itself starts with whitespace (a traceback frame or continuation)."""
+    sglang: bool
+    """An SGLang ``[date time TPn]`` prefix was present."""
+    vllm: bool
+    """A vLLM level prefix or process tag was present."""
+    interrupt: bool
+    """The line starts with a terminal's ``^C``."""
+
+
+def read_line(raw: str) -> Line:
+    """Peel the wrappers off one line (already without its newline)."""
+    if "\x00" in raw:
+        raw = raw.replace("\x00", "")
+    if "\x1b" in raw:
+        raw = ANSI.sub("", raw)
+    s = raw
+    interrupt = False
+    if s.startswith(_CARET_C):
+        interrupt = True
+        s = s[2:]
+    sglang = vllm = False
+    level: str | None = None
+    for _ in range(8):  # every wrapper at most once or twice; bounded
+        start = s
+        c = s[:1]
+        if c.isdigit():
+            m = _K8S.match(s) or _RFC3339.match(s)
+            if m:
+                s = s[m.end():]
+        elif c == " " or c == "|":
+            m = _CI.match(s)
+            if m:
+                s = s[m.end():]
+        elif c == "(" or c == "_":
+            m = _PROC_TAG.match(s)
+            if m:
+                vllm = True
+                s = s[m.end():]
+        elif c == "[":
+            m = _RANK.match(s)
+            if m:
+                s = s[m.end():]
+            else:
+                m = SGLANG_PREFIX.match(s)
+                if m:
+                    sglang = True
+                    s = s[m.end():]
+        elif c in "IWEDC" and level is None:
+            m = _VLLM_LEVEL.match(s)
+            if m:
+                level, vllm = m.group(1), True
+                s = s[m.end():]
+            else:
+                m = _UVICORN_LEVEL.match(s)
+                if m:
+                    level = m.group(1)
+                    s = s[m.end():]
+        if s is start and c.isalnum() and "|" in s[:120]:
+            m = _COMPOSE.match(s)
+            if m:
+                s = s[m.end():]
+        if s is start:
+            break
+    body = s.strip()
+    indented = s[:1] in (" ", "\t") and bool(body)
+    return Line(raw=raw, body=body, level=level, indented=indented, sglang=sglang, vllm=vllm,
+                interrupt=interrupt)
+
+
+def clean(line: str, limit: int) -> str:
+    """The line as returned to the operator: no ANSI, no control characters, at most ``limit``."""
+    if "\x1b" in line:
+        line = ANSI.sub("", line)
+    line = CONTROL.sub("", line).strip()
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return line

@@ -1,0 +1,274 @@
+"""What the classifier knows about log lines, as data: one table per framework plus the causes.
+
+Each :class:`Framework` lists the lines that mean *ready*, *serving*, *startup progress*,
+*metrics*, an operator's *stop*, and the *going-down* lines its launcher prints when a child
+dies. :data:`CAUSES` maps failure messages (CUDA, NCCL, Hugging Face, argparse ... shared by
+both servers) to a cause with a specificity score. Nothing here decides a state: that is
+``rules.py``; nothing here reads a line: that is ``events.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from console.model import FailureCause
+
+
+def _rx(*alternatives: str) -> re.Pattern[str]:
+    return re.compile("|".join(alternatives))
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A serving figure on a line: which field, the pattern (group 1 is the number), a scale."""
+
+    field: str
+    rx: re.Pattern[str]
+    scale: float = 1.0
+    integer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Framework:
+    """The lines of one server framework that are not failures."""
+
+    name: str
+    ready: re.Pattern[str]
+    """The server says it is up (an explicit ready line)."""
+    serving: re.Pattern[str]
+    """Evidence of serving even when the ready line scrolled away."""
+    progress: re.Pattern[str]
+    """Normal start-up steps: a failure seen before one of these did not stop the process."""
+    metrics_line: re.Pattern[str]
+    """Lines that carry the metrics below."""
+    metrics: tuple[Metric, ...]
+    stop: re.Pattern[str]
+    """An operator's stop (a signal from outside, Ctrl-C, an orderly shutdown)."""
+
+
+_NUM = r"(\d+(?:\.\d+)?)"
+
+SGLANG = Framework(
+    name="sglang",
+    ready=_rx(r"fired up and ready to roll"),
+    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]"),
+    progress=_rx(
+        r"Load weight (?:begin|end)", r"(?:KV )?Cache is allocated", r"Memory pool end",
+        r"Capture (?:cuda|\w+ \w+ CUDA) graph (?:begin|end)", r"max_total_num_tokens=",
+        r"Init (?:torch distributed|parallel) (?:begin|ends?)", r"Uvicorn running on",
+        r"Application startup complete", r"Started server process", r"Waiting for application startup",
+        r"server_args=|ServerArgs\(", r"Retrying in \d+s \[Retry \d+/\d+\]", r"Launch DP\d",
+        r"Using (?:default HuggingFace )?chat template", r"checkpoint shards",
+    ),
+    metrics_line=_rx(r"\b(?:Decode|Prefill) batch[.,]"),
+    metrics=(
+        Metric("running_req", re.compile(r"#running-req: (\d+)"), integer=True),
+        Metric("queue_req", re.compile(r"#queue-req: (\d+)"), integer=True),
+        Metric("token_usage", re.compile(r"(?<!swa )(?<!mamba )(?:full )?token[ -]usage: " + _NUM)),
+        Metric("gen_throughput", re.compile(r"gen throughput \(token/s\): " + _NUM)),
+        Metric("accept_len", re.compile(r"accept len: " + _NUM)),
+    ),
+    stop=_rx(r"SIGTERM received", r"signum=(?:15|2)\b", r"kill_process_tree called",
+             r"Received SIG(?:TERM|INT)\b", r"Gracefully exiting"),
+)
+
+VLLM = Framework(
+    name="vllm",
+    ready=_rx(r"Application startup complete", r"Starting vLLM (?:API )?server on", r"Available routes are",
+              r"^Route: /", r"Uvicorn running on"),
+    serving=_rx(r"Avg (?:prompt|generation) throughput", r"\bAdded request \S", r"\bReceived request \S",
+                r"Finished request \S"),
+    progress=_rx(
+        r"Loading safetensors checkpoint shards", r"Loading (?:pt |bin )?checkpoint shards",
+        r"Loading weights took", r"Model loading took", r"Starting to load model",
+        r"init engine \(profile", r"Capturing CUDA graphs", r"Graph capturing finished",
+        r"GPU KV cache size", r"Available KV cache memory", r"Maximum concurrency for",
+        r"# (?:GPU|cpu) blocks:", r"torch\.compile takes", r"Compiling a graph", r"Dynamo bytecode transform",
+        r"Found nccl from library", r"vLLM is using nccl", r"Initializing an? (?:V1 )?LLM engine",
+        r"non-default args:", r"Waiting for output from MQLLMEngine", r"Starting (?:Startup|Engine) Loop",
+        r"Supported_?tasks", r"vLLM API server version", r"Automatically detected platform",
+        r"Using \w+ (?:attention )?backend", r"world size \d+ is assigned as",
+        r"cache_config_info with initialization", r"Loading drafter model",
+    ),
+    metrics_line=_rx(r"throughput: ", r"Mean acceptance length"),
+    metrics=(
+        Metric("gen_throughput", re.compile(r"Avg generation throughput: " + _NUM)),
+        Metric("running_req", re.compile(r"Running: (\d+) reqs"), integer=True),
+        Metric("queue_req", re.compile(r"(?:Waiting|Pending): (\d+) reqs"), integer=True),
+        Metric("token_usage", re.compile(r"GPU KV cache usage: " + _NUM + "%"), scale=0.01),
+        Metric("accept_len", re.compile(r"Mean acceptance length: " + _NUM)),
+    ),
+    stop=_rx(r"received signal=SIG(?:TERM|INT)", r"Received SIG(?:TERM|INT)\b", r"\[shutdown\]",
+             r"^Shutting down$", r"Waiting for application shutdown", r"Application shutdown complete",
+             r"Finished server process", r"terminated by shutdown signal"),
+)
+
+FRAMEWORKS = (SGLANG, VLLM)
+PROGRESS_ANY = re.compile(SGLANG.progress.pattern + "|" + VLLM.progress.pattern)
+STOP_ANY = re.compile(SGLANG.stop.pattern + "|" + VLLM.stop.pattern)
+STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down", "Finished server", "Gracefully")
+READY_GATE = ("ready to roll", "startup complete", "Starting vLLM", "routes are", "Route: /", "Uvicorn running")
+SERVING_GATE = (" batch", "throughput", " request ")
+
+# ---------------------------------------------------------------- lines that are neither
+
+BENIGN = _rx(
+    r"^Ignore import error", r"^\S+\.py:\d+: \w*Warning: ", r"^warnings\.warn\(",
+    r"^Failed to import .{0,200}(?:ModuleNotFoundError|ImportError)",
+)
+"""Warnings that look like failures and are not (python warnings, SGLang's optional imports)."""
+
+USAGE_START = re.compile(r"^usage: \S")
+ARGPARSE_ERROR = re.compile(r"^[\w.\-/ ]{1,100}: error: ")
+HTTP = re.compile(r'"(POST|GET|PUT) (\S{1,300}) HTTP/[\d.]+" (\d{3})')
+TRACEBACK = "Traceback (most recent call last)"
+CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+EXCEPTION = re.compile(
+    r"((?:[A-Za-z_]\w{0,80}\.){0,8}[A-Za-z_]\w{0,80}?(?:Error|Exception|Exit|Interrupt|Failure))"
+    r"(?:\(\w{1,80}\))?(?::|$)")
+IGNORED_EXCEPTIONS = ("SystemExit", "CancelledError", "GeneratorExit")
+STOP_EXCEPTIONS = ("KeyboardInterrupt",)
+
+# Frames and source lines that tell what a traceback was doing.
+FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("spec", _rx(r"speculative|eagle|draft|spec_decode|mtp_|nextn|medusa|proposer")),
+    ("graph", _rx(r"cuda_graph_runner|capture_one_batch|def capture|in capture\b|graph_capture|cudagraph")),
+    ("engine", _rx(r"multiprocessing/process\.py|event_loop|run_busy_loop|run_engine_core|worker_busy_loop",
+                   r"run_scheduler_process|run_detokenizer|_run_worker_process|EngineCoreProc|launch_server",
+                   r"api_server\.py|entrypoints/cli|<module>|run_server|from_engine_args|_bootstrap")),
+    ("request", _rx(r"serving_chat|serving_completion|starlette|fastapi|uvicorn/protocols|h11_impl",
+                    r"chat_completion_stream_generator|handle_generate_request")),
+)
+
+# ---------------------------------------------------------------- failures
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """A family of failure lines: its cause, how specific it is, how it behaves."""
+
+    name: str
+    cause: FailureCause
+    score: int
+    rx: re.Pattern[str]
+    crash: bool = False
+    """Fatal even after the server was ready (a crash, not a handled request error)."""
+    terminal: bool = False
+    """The process is going down, whatever the cause."""
+    stop_induced: bool = False
+    """Also what an operator's stop produces: no proof of a crash by itself."""
+    exception_only: bool = False
+    """Counts only on an exception line (``SomeError: ...``)."""
+    announce: bool = False
+    """Introduces a traceback (its exception, on the following lines, is more specific)."""
+
+
+CAUSES: tuple[Cause, ...] = (
+    # memory
+    Cause("kv_pool", "gpu_oom", 95, _rx(
+        r"Not enough memory\. Please try to increase --mem-fraction-static",
+        r"Loaded weights leave no GPU memory for the KV cache")),
+    Cause("cuda_oom", "gpu_oom", 90, _rx(
+        r"CUDA out of memory", r"OutOfMemoryError", r"CUDA (?:driver )?error: out of memory",
+        r"cudaErrorMemoryAllocation", r"CUBLAS_STATUS_ALLOC_FAILED", r"CUDA_ERROR_OUT_OF_MEMORY",
+        r"HIP out of memory"), crash=True),
+    Cause("runtime_oom", "gpu_oom", 90, _rx(
+        r"(?:Prefill|Decode) out of memory\. Try to lower", r"\bOut of memory\. Try to lower your batch size",
+        r"Not enough space for mamba", r"alloc_req_slots runs out of memory"), crash=True),
+    Cause("vllm_oom", "gpu_oom", 92, _rx(
+        r"No available memory for the cache blocks", r"larger than the available KV cache memory",
+        r"larger than the maximum number of tokens that can be stored in KV cache",
+        r"Free memory on device .{0,80} is less than desired GPU memory utilization",
+        r"Insufficient memory for KV cache")),
+    Cause("mem_generic", "gpu_oom", 60, _rx(r"\bNot enough memory\b")),
+    # graph capture (not about memory: memory wins by score)
+    Cause("graph", "cuda_graph", 86, _rx(
+        r"Capture (?:cuda|CUDA) graph failed", r"operation not permitted when stream is capturing",
+        r"cudaErrorStreamCaptureUnsupported", r"stream is capturing"), crash=True),
+    # ports
+    Cause("port", "port_in_use", 85, _rx(
+        r"[Aa]ddress already in use", r"EADDRINUSE", r"\[Errno 98\]", r"error while attempting to bind on address",
+        r"\b[Pp]ort \d+ is (?:already )?in use", r"\b[Pp]ort \d+ is not available")),
+    # model
+    Cause("model", "model_not_found", 85, _rx(
+        r"does not appear to have a file named", r"Repository Not Found", r"RepositoryNotFoundError",
+        r"HFValidationError", r"is not a local folder and is not a valid model identifier",
+        r"GatedRepoError", r"Cannot access gated repo", r"You are trying to access a gated repo",
+        r"LocalEntryNotFoundError", r"Revision Not Found", r"RevisionNotFoundError",
+        r"Incorrect path_or_model_id", r"Can't load (?:the )?(?:tokenizer|config|configuration|model) for",
+        r"Invalid repository ID or local directory", r"Repo id must be")),
+    Cause("model_file", "model_not_found", 80, _rx(
+        r"(?:FileNotFoundError|No such file or directory).{0,500}?(?:config\.json|tokenizer|\.safetensors)"),
+        exception_only=True),
+    # drivers and CUDA
+    Cause("driver", "cuda_driver", 82, _rx(
+        r"CUDA driver version is insufficient", r"no CUDA-capable device is detected", r"Found no NVIDIA driver",
+        r"NVIDIA driver on your system is too old", r"No CUDA GPUs are available", r"Torch not compiled with CUDA",
+        r"cudaErrorNoDevice", r"cudaErrorInsufficientDriver", r"CUDA_ERROR_NO_DEVICE", r"CUDA_ERROR_NOT_INITIALIZED",
+        r"forward compatibility was attempted on non supported HW", r"libcuda\.so\S*: cannot open shared object",
+        r"CUDA unknown error", r"unsupported display driver / cuda driver combination",
+        r"no kernel image is available for execution"), crash=True),
+    Cause("cuda_error", "cuda_driver", 75, _rx(
+        r"CUDA error: ", r"cudaError\w+", r"CUDA_ERROR_\w+", r"device-side assert triggered",
+        r"an illegal memory access was encountered", r"illegal instruction was encountered",
+        r"Failed to encode tensor map"), crash=True),
+    # distributed
+    Cause("nccl", "nccl_error", 76, _rx(
+        r"NCCL error", r"nccl(?:Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error",
+        r"DistBackendError", r"Watchdog caught collective operation timeout", r"NCCL communicator was aborted",
+        r"ProcessGroupNCCL.{0,300}?(?:[Tt]imeout|[Ee]rror)", r"DistNetworkError", r"DistStoreError",
+        r"ProcessGroupGloo.{0,300}?(?:errors?|[Tt]imeout)", r"Connection closed by peer"),
+        crash=True),
+    Cause("nccl_warn", "nccl_error", 40, _rx(r"NCCL WARN")),
+    # environment
+    Cause("import", "import_error", 80, _rx(
+        r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b", r"undefined symbol: ",
+        r"cannot open shared object file", r"has no attribute '\w+'.{0,40}_OpNamespace|_OpNamespace.{0,80}no attribute"),
+        exception_only=True),
+    # command line
+    Cause("argparse", "bad_flags", 95, _rx(
+        r"^[\w.\-/ ]{1,100}: error: (?:unrecognized arguments|ambiguous option|argument |invalid choice"
+        r"|the following arguments are required|expected |unrecognized)"), terminal=True),
+    Cause("flag_value", "bad_flags", 70, _rx(
+        r"[Uu]nknown speculative algorithm", r"is not supported for (?:attention|the) backend",
+        r"[Ii]nvalid (?:value|choice) for --[\w-]+")),
+    # speculative decoding
+    Cause("spec_msg", "spec_decode_error", 70, _rx(
+        r"[Ff]ailed to (?:load|initialize|init) (?:the )?draft", r"[Uu]nsupported speculative",
+        r"[Ss]peculative[\w ]{0,40} (?:is )?not supported", r"EagleProposer|eagle_worker|draft_worker")),
+    # warmup
+    Cause("warmup", "warmup_failed", 80, _rx(r"Initialization failed\. warmup error"), terminal=True,
+          announce=True),
+    # going down (what a launcher prints after a child failed): low specificity
+    Cause("hit_exception", "other", 15, _rx(
+        r"hit an exception", r"Exception in worker \S+ while processing method", r"Error executing method",
+        r"EngineCore failed to start", r"WorkerProc failed to start", r"Error in inspecting model architecture",
+        r"EngineCore encountered an issue", r"WorkerProc hit an exception"), terminal=True, announce=True),
+    Cause("engine_dead", "other", 12, _rx(
+        r"Engine core initialization failed", r"EngineDeadError", r"Engine loop is not running",
+        r"Engine process failed to start", r"AsyncEngineDeadError", r"EngineCore exiting"), terminal=True),
+    Cause("native_crash", "other", 12, _rx(
+        r"Fatal Python error", r"Segmentation fault", r"core dumped", r"terminate called after throwing",
+        r"^Aborted\b", r"^what\(\): "), terminal=True),
+    Cause("sigquit", "other", 10, _rx(r"Received sigquit from a child process", r"SIGQUIT received"),
+          terminal=True, stop_induced=True),
+    Cause("killed", "other", 8, _rx(r"^Killed$"), terminal=True, stop_induced=True),
+)
+CAUSES_BY_NAME = {c.name: c for c in CAUSES}
+
+CHILD_CRASH = re.compile(r"Subprocess (\S+) \(pid=\d+\) crashed with exit code (-?\d+)")
+RANK_DIED = re.compile(r"Rank (\d+) scheduler died during initialization \(exit code: (-?\d+)\)")
+
+KEYWORDS = (
+    "error", "memory", "sigquit", "crash", "died", "killed", "in use", "eaddrinuse", "nccl", "gloo",
+    "cuda", "not found", "notfound", "not a local folder", "does not appear", "can't load", "gated",
+    "exception", "fatal", "fault", "abort", "core dumped", "terminate called", "fail", "interrupt",
+    "nvidia", "driver", "symbol", "shared object", "speculative", "draft", "engine", "not available",
+    "not enough", "no available", "no module", "larger than", "exit", "no such file", "incorrect path",
+    "errno", "watchdog", "runs out of", "repo", "capturing", "kernel image", "what():", "proposer",
+    "eagle", "connection closed", "tensor map", "warmup",
+)
+"""A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
+ANY_CAUSE = re.compile("|".join(f"(?:{c.rx.pattern})" for c in CAUSES))
+"""One scan that rejects the many error-ish lines that match no cause."""

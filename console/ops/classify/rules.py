@@ -1,0 +1,251 @@
+"""The structural rules: from the events of a log (plus the exit record and the first death) to
+a state, a cause and the decisive line.
+
+* A failure seen after the last normal event (ready, serving, progress) is *fresh*: it is how the
+  log ends, so before ready the server failed, whatever the exception. A failure followed by
+  progress is *demoted*: it did not stop the process, but it stays the root cause if the
+  process goes down later (a TP rank's OOM before the launcher notices).
+* After ready only a crash fails the server: a crash-grade cause (GPU OOM, CUDA, NCCL, graph
+  capture), a going-down line, a traceback of an engine/worker loop. A handled request error
+  does not.
+* An operator's stop (SIGTERM/SIGINT lines, Ctrl-C, ``stopped_by_operator``) is *stopped* unless a
+  real crash came before it; what the stop itself produces (sigquit, ``Killed``, a
+  ``KeyboardInterrupt`` traceback) is no crash.
+* The exit record outranks the log: a server that ended on its own failed, whatever its log says.
+* The first death decides: a worker killed by a signal before its launcher noticed is the cause,
+  not the launcher's follow-up line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from console.model import (
+    Classification,
+    ExitRecord,
+    FailureCause,
+    ProcessExit,
+    ServeMetrics,
+)
+from console.ops.classify.events import Failure
+from console.ops.classify.hints import hint_for, signal_of
+from console.ops.classify.lines import Line, clean
+
+MAX_RETURNED_LINE = 1000
+"""Longest decisive line returned (longer ones are cut and end with an ellipsis)."""
+
+FRESH_BONUS = 10
+"""A candidate followed by normal progress is probably not what killed the server."""
+
+
+def _better(a: Failure | None, b: Failure) -> bool:
+    """``b`` beats ``a``: more specific, or as specific and earlier (the root cause)."""
+    return a is None or b.score > a.score or (b.score == a.score and b.seq < a.seq)
+
+
+@dataclass(slots=True)
+class State:
+    """Everything remembered about a log: bounded whatever its size."""
+
+    sglang: bool = False
+    vllm: bool = False
+    ready_line: str | None = None
+    ready_explicit: bool = False
+    fresh: dict[str, Failure] = field(default_factory=dict)
+    demoted: dict[str, Failure] = field(default_factory=dict)
+    stop_line: str | None = None
+    stop_seq: int | None = None
+    sigterm_line: str | None = None
+    last_line: str | None = None
+    metrics: dict[str, float | int] = field(default_factory=dict)
+
+    def copy(self) -> State:
+        return State(self.sglang, self.vllm, self.ready_line, self.ready_explicit, dict(self.fresh),
+                     dict(self.demoted), self.stop_line, self.stop_seq, self.sigterm_line, self.last_line,
+                     dict(self.metrics))
+
+    # ------------------------------------------------------------ the Sink protocol
+
+    def seen(self, line: Line) -> None:
+        self.last_line = line.raw
+        if line.sglang:
+            self.sglang = True
+        if line.vllm:
+            self.vllm = True
+
+    def is_sglang(self) -> bool:
+        return self.sglang and not self.vllm
+
+    def ready(self, raw: str, explicit: bool) -> None:
+        if explicit and not self.ready_explicit:
+            self.ready_explicit = True
+            self.ready_line = raw
+            self._reset()
+        elif self.ready_line is None:
+            self.ready_line = raw
+            self._reset()
+        else:
+            self.progress()
+
+    def serving(self, raw: str) -> None:
+        if self.ready_line is None:
+            self.ready(raw, False)
+        else:
+            self.progress()
+
+    def progress(self) -> None:
+        for cause, c in self.fresh.items():
+            if _better(self.demoted.get(cause), c):
+                self.demoted[cause] = c
+        self.fresh.clear()
+
+    def stop(self, raw: str, seq: int, sigterm: bool) -> None:
+        if self.stop_seq is None:
+            self.stop_seq, self.stop_line = seq, raw
+        if sigterm and self.sigterm_line is None:
+            self.sigterm_line = raw
+
+    def failure(self, f: Failure) -> None:
+        if _better(self.fresh.get(f.cause), f):
+            self.fresh[f.cause] = f
+
+    def metric(self, name: str, value: float) -> None:
+        self.metrics[name] = value
+
+    def _reset(self) -> None:
+        """The server became ready: what happened before did not kill it."""
+        self.fresh.clear()
+        self.demoted.clear()
+        self.stop_line = self.stop_seq = None
+
+    # ------------------------------------------------------------ questions
+
+    def best(self, *, fresh_only: bool = False, before: int | None = None,
+             real_only: bool = False) -> Failure | None:
+        """The most specific failure (fresh ones get a bonus)."""
+        best: Failure | None = None
+        best_eff = -1
+        groups = [(self.fresh, FRESH_BONUS)] + ([] if fresh_only else [(self.demoted, 0)])
+        for group, bonus in groups:
+            for c in group.values():
+                if (before is not None and c.seq >= before) or (real_only and c.stop_induced):
+                    continue
+                eff = c.score + bonus
+                if eff > best_eff or (eff == best_eff and best is not None and c.seq < best.seq):
+                    best, best_eff = c, eff
+        return best
+
+    def fatal(self, *, before: int | None = None, real_only: bool = False) -> bool:
+        """The log ends in a failure (after ready: in a crash)."""
+        for c in self.fresh.values():
+            if (before is not None and c.seq >= before) or (real_only and c.stop_induced):
+                continue
+            if self.ready_line is None or c.crash or c.terminal:
+                return True
+        return False
+
+
+# ---------------------------------------------------------------- decision
+
+def _metrics(st: State) -> ServeMetrics | None:
+    return ServeMetrics(**st.metrics) if st.metrics else None  # type: ignore[arg-type]
+
+
+def _failed(st: State, c: Failure | None, cause: FailureCause, exit: ExitRecord | None,
+            hint: str | None = None, line: str | None = None,
+            death: ProcessExit | None = None) -> Classification:
+    text = line if line is not None else (c.line if c is not None else st.last_line)
+    return Classification(state="failed", cause=cause, line=clean(text, MAX_RETURNED_LINE) if text else None,
+                          hint=hint or hint_for(cause, c, exit, vllm=st.vllm and not st.sglang, death=death),
+                          metrics=_metrics(st))
+
+
+def _alive(st: State) -> Classification:
+    if st.ready_line is not None:
+        return Classification(state="ready", line=clean(st.ready_line, MAX_RETURNED_LINE), metrics=_metrics(st))
+    return Classification(state="loading", metrics=_metrics(st))
+
+
+def _stopped(st: State) -> Classification:
+    line = clean(st.stop_line, MAX_RETURNED_LINE) if st.stop_line else None
+    return Classification(state="stopped", line=line, metrics=_metrics(st))
+
+
+def _specific(c: Failure | None) -> bool:
+    return c is not None and c.cause not in ("other", "signal_killed")
+
+
+def decide(st: State, exit: ExitRecord | None, death: ProcessExit | None = None,
+           exec_failure: Failure | None = None) -> Classification:
+    """The classification of a log's events, its exit record and its first abnormal death."""
+    operator = exit is not None and exit.stopped_by_operator
+    if exit is not None and exit.error and not operator:
+        return _failed(st, exec_failure, exec_failure.cause if exec_failure else "other", exit, line=exit.error)
+    if death is not None and not death.abnormal:
+        death = None
+    if death is not None:
+        by_death = _first_death(st, exit, death)
+        if by_death is not None:
+            return by_death
+
+    if operator:
+        # Only a crash the log shows before the stop keeps it a failure.
+        if st.fatal(before=st.stop_seq, real_only=True):
+            best = st.best(before=st.stop_seq, real_only=True)
+            if best is not None and (st.ready_line is None or best.crash or best.terminal):
+                return _failed(st, best, best.cause, exit)
+        return _stopped(st)
+
+    if exit is None:
+        if st.stop_seq is not None and not st.fatal(before=st.stop_seq, real_only=True):
+            return _stopped(st)
+        if st.fatal():
+            best = st.best()
+            return _failed(st, best, best.cause if best else "other", None)
+        return _alive(st)
+
+    # The process ended on its own: failed, whatever the log says. After ready, lines that
+    # serving went on after are not what ended it.
+    ready = st.ready_line is not None
+    sig = signal_of(exit)
+    best = st.best(fresh_only=ready)
+    if st.fatal() and best is not None:
+        if exit.host_oom_killed and (
+                best.cause == "signal_killed" or (best.cause == "other" and (sig is not None or best.rule != "exception"))):
+            return _failed(st, best, "host_oom_killed", exit)
+        return _failed(st, best, best.cause, exit)
+    if _specific(best):
+        assert best is not None
+        return _failed(st, best, best.cause, exit)
+    if exit.host_oom_killed:
+        return _failed(st, best, "host_oom_killed", exit)
+    if sig is not None:
+        return _failed(st, best, "signal_killed", exit)
+    if best is not None:
+        return _failed(st, best, best.cause, exit)
+    code = exit.exit_code
+    when = "after it was ready" if ready else "before it was ready"
+    if st.sigterm_line is not None:
+        return _failed(st, None, "other", exit, line=st.sigterm_line,
+                       hint=f"the server got SIGTERM from outside mtpconsole and exited (code {code}) {when}")
+    hint = f"the server exited with code {code} {when}"
+    if code == 2 and not ready:
+        hint += "; exit code 2 usually means its argument parser rejected the command line"
+    hint += "; read the end of the log"
+    return _failed(st, None, "other", exit, hint=hint)
+
+
+def _first_death(st: State, exit: ExitRecord | None, death: ProcessExit) -> Classification | None:
+    """A process of the session died abnormally first: its death decides unless the log names a cause."""
+    if exit is not None and exit.stopped_by_operator and death.after_stop_request:
+        return None
+    best = st.best()
+    if (death.signal or (death.oom_kill_delta or 0) > 0) and not _specific(best):
+        cause: FailureCause = "host_oom_killed" if (death.oom_kill_delta or 0) > 0 else "signal_killed"
+        return _failed(st, best, cause, exit, line=death.describe(), death=death)
+    if _specific(best):
+        assert best is not None
+        return _failed(st, best, best.cause, exit, death=death)
+    if best is not None and st.fatal():
+        return _failed(st, best, best.cause, exit, death=death)
+    return _failed(st, best, "other", exit, line=death.describe(), death=death)
