@@ -271,7 +271,7 @@ SessionState = Literal[
 FailureCause = Literal[
     "gpu_oom", "host_oom_killed", "port_in_use", "model_not_found", "import_error",
     "nccl_error", "bad_flags", "cuda_driver", "signal_killed", "spec_decode_error", "other",
-    "cuda_graph", "warmup_failed",
+    "cuda_graph", "warmup_failed", "watchdog_timeout",
 ]
 
 
