@@ -19,10 +19,10 @@ FAKE_NVML = Path(__file__).resolve().parents[1] / "gpu" / "fake_nvml"
 class AgentProc:
     """``python -c BOOTSTRAP`` with the shipped modules and ``cfg``; messages read with a deadline."""
 
-    def __init__(self, cfg: dict[str, Any], env: dict[str, str] | None = None):
+    def __init__(self, cfg: dict[str, Any], env: dict[str, str] | None = None, python: str = sys.executable):
         full_env = dict(os.environ)
         full_env.update(env or {})
-        self.p = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([python, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, env=full_env)
         assert self.p.stdin is not None and self.p.stdout is not None
         self.p.stdin.write((json.dumps(shipped_payload()) + "\n" + json.dumps(cfg) + "\n").encode())
@@ -78,6 +78,26 @@ class AgentProc:
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait(5)
+
+
+def oldest_python() -> str | None:
+    """A Python 3.8 interpreter (the oldest the agent supports) when this machine has one:
+    ``$MTPCONSOLE_PYTHON38``, ``python3.8`` on PATH, or a pyenv-installed 3.8."""
+    import glob
+    import shutil
+
+    candidates = [os.environ.get("MTPCONSOLE_PYTHON38"), shutil.which("python3.8")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    for exe in candidates:
+        if exe:
+            try:
+                r = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2] == (3, 8))"],
+                                   capture_output=True, text=True, timeout=30)
+            except OSError:
+                continue
+            if r.returncode == 0 and r.stdout.strip() == "True":
+                return exe
+    return None
 
 
 def start_ticks(pid: int) -> int:

@@ -14,7 +14,6 @@ import sys
 import time
 
 
-
 def install(root: str) -> None:
     """Write ``<root>/sglang/launch_server.py`` running this file (put ``root`` on PYTHONPATH)."""
     os.makedirs(os.path.join(root, "sglang"), exist_ok=True)
