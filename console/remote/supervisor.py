@@ -6,6 +6,9 @@ beside it) and run by the agent from the package it wrote (see ``launch.supervis
     python3 -c SUPERVISOR_BOOT LIB_ROOT RUN_DIR   # stdin: ONE JSON line {"env": {"K": "V", ...}} then EOF
 
 Stdlib only, Python >= 3.8, no import from ``console``. Importing this module has no side effects.
+Longer than the ~400 lines a module should have, for a reason: it is the whole life of one detached
+process (validate, detach, spawn, reap, clean up, record) whose steps share the fork/fd/signal state
+described here; the facts it shares with the agent live in ``hostlib``/``hostsecrets``.
 
 ``RUN_DIR/spec.json`` (a LaunchSpec: ``argv``, ``gpus``, ``cwd``, ``session_id``...) already
 exists. Env *values* (tokens included) travel only on stdin, never on a command line or in a log.
