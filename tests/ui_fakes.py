@@ -257,14 +257,14 @@ class FakeBackend:
         steps = await self._steps(names, on_steps, None, "")
         result = OperationResult(op="kill", host=target.host, ok=True, session_id=target.session_id,
                                  state="stopped", steps=steps)
-        self.current[target.host].kill_done(target.session_id, target.pid, result)
+        self.current[target.host].kill_done(target.session_id, target.pid, result, target.start_ticks)
         self._stop(target.host, target)
         return result
 
     async def relaunch(self, target: KillTarget, req: LaunchRequest, on_steps) -> OperationResult:
         self.calls.append(("relaunch", target, req))
         self.current[target.host].kill_done(target.session_id, target.pid, OperationResult(
-            op="kill", host=target.host, ok=True, session_id=target.session_id, state="stopped"))
+            op="kill", host=target.host, ok=True, session_id=target.session_id, state="stopped"), target.start_ticks)
         self._stop(target.host, target)
         return await self._launch(req.model_copy(update={"replaces": target.session_id}), on_steps, "relaunch")
 

@@ -86,7 +86,7 @@ class LiveBackend:
 
     async def kill(self, target: KillTarget, on_steps: OnSteps) -> OperationResult:
         result = await lifecycle.kill(self.links[target.host], target, on_steps)
-        self.trackers[target.host].kill_done(target.session_id, target.pid, result)
+        self.trackers[target.host].kill_done(target.session_id, target.pid, result, target.start_ticks)
         return result
 
     async def relaunch(self, target: KillTarget, req: LaunchRequest, on_steps: OnSteps) -> OperationResult:
@@ -96,8 +96,8 @@ class LiveBackend:
 
         def on_launch() -> None:  # the old server is confirmed gone
             sent.append(True)
-            tr.kill_done(target.session_id, target.pid,
-                         OperationResult(op="kill", host=target.host, ok=True, session_id=target.session_id))
+            gone = OperationResult(op="kill", host=target.host, ok=True, session_id=target.session_id)
+            tr.kill_done(target.session_id, target.pid, gone, target.start_ticks)
             tr.launch_sent(self._pending(req, sid, target.session_id))
 
         result = OperationResult(op="relaunch", host=target.host, ok=False, error="relaunch interrupted")

@@ -108,8 +108,9 @@ class CurrentState:
         """session id -> state an operation just confirmed (READY, STOPPED), shown until the sample agrees."""
         self.stopped_here: dict[str, float] = {}
         """session id -> when this console confirmed it stopped."""
-        self.killed_pids: dict[int, float] = {}
-        """foreign launcher pid -> when this console confirmed it gone."""
+        self.killed: dict[tuple[int, int | None], float] = {}
+        """(foreign launcher pid, start ticks) -> when this console confirmed it gone; forgotten once a
+        sample no longer lists it (a later process with that pid is another server)."""
         self.acknowledged: set[str] = set()
         self.superseded: set[str] = set()
         self.events: deque[HostEvent] = deque(maxlen=EVENTS_KEPT)
@@ -140,7 +141,8 @@ class CurrentState:
         if result.ok and result.state:
             self.confirmed[session_id] = result.state
 
-    def kill_done(self, session_id: str | None, pid: int | None, result: OperationResult) -> None:
+    def kill_done(self, session_id: str | None, pid: int | None, result: OperationResult,
+                  start_ticks: int | None = None) -> None:
         """A kill this console ran was confirmed (or not)."""
         if not result.ok:
             return
@@ -149,7 +151,14 @@ class CurrentState:
             self.stopped_here[session_id] = now
             self.confirmed[session_id] = "stopped"
         elif pid is not None:
-            self.killed_pids[pid] = now
+            self.killed[(pid, start_ticks)] = now
+
+    def _killed(self, s: SessionView) -> float | None:
+        """When this console confirmed foreign server ``s`` gone, if it did."""
+        if s.launcher_pid is None:
+            return None
+        at = self.killed.get((s.launcher_pid, s.launcher_start_ticks))
+        return at if at is not None else self.killed.get((s.launcher_pid, None))
 
     def acknowledge(self, session_id: str) -> None:
         """The operator has seen this ended session: it no longer is its GPU's current session."""
@@ -177,6 +186,10 @@ class CurrentState:
         if connected:
             self._supersede(out)
             self._watch(out)
+            listed = {(s.launcher_pid, s.launcher_start_ticks) for s in view.sessions if s.session_id is None}
+            listed |= {(pid, None) for pid, _t in listed}
+            for k in [k for k in self.killed if k not in listed]:
+                del self.killed[k]  # the sample agrees it is gone: a later server with that pid is another
         current = current_by_gpu(out, [g.index for g in snap.gpus], superseded=self.superseded)
         return view.model_copy(update={"sessions": out, "current": current, "counts": header_counts(current),
                                        "events": list(self.events)})
@@ -185,7 +198,7 @@ class CurrentState:
         sid = s.session_id
         upd: dict = {}
         if sid is None:
-            if s.launcher_pid in self.killed_pids and s.state in ("foreign", "stale"):
+            if s.state in ("foreign", "stale") and self._killed(s) is not None:
                 return None  # confirmed gone by this console; the next sample agrees
             return s
         if sid in self.acknowledged:
@@ -224,7 +237,7 @@ class CurrentState:
                                gpus=list(s.gpus))
             for k, s in self._foreign.items():
                 if k not in foreign:
-                    at = self.killed_pids.get(s.launcher_pid or -1)
+                    at = self._killed(s)
                     who = ("killed by this console" if at is not None
                            else "not stopped by this console (another console, the CLI or by hand)")
                     self.event("foreign_vanished", f"foreign server pid {s.launcher_pid} on GPUs {_gpus(s.gpus)} "

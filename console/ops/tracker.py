@@ -124,8 +124,9 @@ class HostTracker:
         self.current.launch_done(session_id, result)
         self.emit()
 
-    def kill_done(self, session_id: str | None, pid: int | None, result: OperationResult) -> None:
-        self.current.kill_done(session_id, pid, result)
+    def kill_done(self, session_id: str | None, pid: int | None, result: OperationResult,
+                  start_ticks: int | None = None) -> None:
+        self.current.kill_done(session_id, pid, result, start_ticks)
         self.emit()
 
     def acknowledge(self, session_id: str) -> None:

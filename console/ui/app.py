@@ -35,6 +35,9 @@ from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
 
 DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
+MAIN_ONLY = {*DESTRUCTIVE, "select_panel", "filter_log", "wrap_log", "follow_log", "audit", "compact",
+             "sessions", "full_log", "orphans", "events", "move_panel", "next_panel"}
+"""Actions of the GPU panels' screen: hidden from the footer and inert while another screen is shown."""
 COMPACT_CELL = 44
 """Width of one GPU panel in compact mode (the stats line fits)."""
 
@@ -202,7 +205,11 @@ class MtpConsoleApp(App):
             mounted = False
             for host, view in pending.items():
                 self.views[host] = view
-                mounted |= self.section(host).apply(view, now, self.interval)
+                sec = self.section(host)
+                if not sec.children:  # not composed yet (a view right at start): the next tick shows it
+                    self.pending_views.setdefault(host, view)
+                    continue
+                mounted |= sec.apply(view, now, self.interval)
                 self._announce(view)
             self._selection_changed()
         if mounted:
@@ -373,6 +380,8 @@ class MtpConsoleApp(App):
 
     # ------------------------------------------------------------------ read-only
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in MAIN_ONLY and not isinstance(self.screen, MainScreen):
+            return False  # another screen (a table, the full log, a form, a dialog): its own keys only
         if action in DESTRUCTIVE and self.read_only:
             return None  # shown disabled in the footer; the key falls through to _refuse
         return True
