@@ -148,17 +148,17 @@ def test_clean_never_leaks_control_characters(s):
     assert len(out) <= MAX_LINE + 30
 
 
-def test_packaged_tcss_is_the_themes_folder():
-    """console/ui/tcss/ ships as package data and is what the app loads; themes/ must say the same."""
+def test_the_themes_folder_is_what_the_app_loads():
+    """themes/ at the top of the repository is the one copy of the TCSS (installs ship it as console/themes/)."""
     from pathlib import Path
 
-    from console.ui.themes import css_paths, themes_dir
+    from console.ui.themes import NAMES, css_paths, themes_dir
 
     repo = Path(__file__).resolve().parents[1]
-    packaged = {p.name: p.read_text() for p in themes_dir().glob("*.tcss")}
-    top = {p.name: p.read_text() for p in (repo / "themes").glob("*.tcss")}
-    assert packaged == top, "themes/*.tcss and console/ui/tcss/*.tcss differ: copy themes/ over"
-    assert themes_dir() == repo / "console" / "ui" / "tcss" and all(p.is_file() for p in css_paths())
+    assert themes_dir() == repo / "themes" and all(p.is_file() for p in css_paths())
+    assert sorted(p.name for p in (repo / "themes").glob("*.tcss")) == sorted(["base.tcss"] + [f"{n}.tcss"
+                                                                                           for n in NAMES])
+    assert not (repo / "console" / "ui" / "tcss").exists() and not (repo / "console" / "themes").exists()
 
 
 def test_spark_is_on_an_absolute_scale():

@@ -1,10 +1,10 @@
 """Where the TCSS lives and which Textual theme goes with each of our theme names.
 
-The TCSS ships as package data in ``console/ui/tcss/`` (so a plain ``pip install .`` has it)
-and is always loaded from there; the top-level ``themes/`` folder holds identical copies for
-people looking for the themes (tests/test_ui_units.py fails when the two differ).
-``base.tcss`` holds the layout and colours (theme variables only) and each ``<name>.tcss``
-holds rules scoped to ``App.theme-<name>``.
+The TCSS has one home: the top-level ``themes/`` folder. Installs ship it as the package
+``console.themes`` (pyproject.toml maps that package to ``themes/``), so a plain ``pip install .``
+finds it beside this package; a source checkout or an editable install finds it at the top of
+the repository. ``base.tcss`` holds the layout and colours (theme variables only) and each
+``<name>.tcss`` holds rules scoped to ``App.theme-<name>``.
 """
 
 from __future__ import annotations
@@ -26,13 +26,18 @@ HIGH_CONTRAST = Theme(
 
 
 def themes_dir() -> Path:
-    """The folder holding base.tcss and one TCSS file per theme (package data)."""
-    d = Path(__file__).resolve().parent / "tcss"
-    if not (d / "base.tcss").is_file():
-        raise FileNotFoundError(f"mtpconsole: {d} (base.tcss, dark.tcss, ...) is missing from this install")
-    return d
+    """The folder holding base.tcss and one TCSS file per theme: installed package data
+    (``console/themes/``), else the repository's ``themes/`` (source checkout, editable install)."""
+    package = Path(__file__).resolve().parents[1]
+    candidates = (package / "themes", package.parent / "themes")
+    for d in candidates:
+        if (d / "base.tcss").is_file():
+            return d
+    raise FileNotFoundError("mtpconsole: the themes (base.tcss, dark.tcss, ...) are missing from this install: "
+                            + " and ".join(str(d) for d in candidates) + " have none")
 
 
 def css_paths() -> list[Path]:
+    """base.tcss, then one file per theme name, in load order."""
     d = themes_dir()
     return [d / "base.tcss", *(d / f"{n}.tcss" for n in NAMES)]
