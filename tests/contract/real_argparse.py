@@ -26,7 +26,8 @@ def main():
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 ns = p.parse_args(argv)
-            values = {k: repr(v) for k, v in vars(ns).items() if v is not defaults.get(k, object()) and v != defaults.get(k)}
+            values = {k: repr(v) for k, v in vars(ns).items()
+                      if v is not defaults.get(k, object()) and v != defaults.get(k)}
         except SystemExit as e:
             rc = e.code if isinstance(e.code, int) else 1
             lines = [ln for ln in err.getvalue().splitlines() if ln.startswith("sglang serve: error: ")]
