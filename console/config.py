@@ -105,10 +105,10 @@ def default_path() -> Path:
     return Path(base) / "mtpconsole" / "config.toml"
 
 
-def load_config(path: str | os.PathLike | None = None) -> Config:
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Load and validate the config; raise ConfigError naming the file, key and problem."""
     explicit = path is not None
-    p = Path(path) if explicit else default_path()
+    p = Path(path) if path is not None else default_path()
     if not p.exists():
         if explicit:
             raise ConfigError(f"config file {p} does not exist")

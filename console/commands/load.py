@@ -35,6 +35,6 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
         per = f", {res.per_request_tokens_per_s:.1f} tok/s per request" if res.per_request_tokens_per_s else ""
         print(f"{res.requests_ok} ok, {res.requests_failed} failed, {res.completion_tokens} tokens in "
               f"{res.elapsed_s:.1f} s: {res.tokens_per_s:.1f} tok/s{per}")
-        for e in res.errors:
-            print(f"  error: {e}")
+        for err in res.errors:
+            print(f"  error: {err}")
     return 0 if res.requests_ok and not res.requests_failed else 1

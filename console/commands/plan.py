@@ -16,6 +16,8 @@ from console.ops.planner import parse_server_flags
 
 if TYPE_CHECKING:
     from console.commands.context import CliContext
+    from console.ops.model_config import ModelShape
+    from console.ops.planner import MemoryPlan
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -32,7 +34,7 @@ def _fmt_gb(b: int | float) -> str:
     return f"{b / (1 << 30):.2f} GB"
 
 
-def render(plan, shape) -> str:  # type: ignore[no-untyped-def]
+def render(plan: MemoryPlan, shape: ModelShape) -> str:
     """Human-readable report of a MemoryPlan."""
     verdict = {"fits": "FITS", "tight": "TIGHT", "does_not_fit": "DOES NOT FIT"}[plan.verdict]
     lines = [
