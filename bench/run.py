@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "ui": ("bench.b_ui", "UI: 64 panels, keypress latency, a 10,000 lines/s log"),
     "startup": ("bench.b_startup", "Start-up"),
     "biglog": ("bench.b_biglog", "Opening the tail of a 1 GB log"),
+    "truth": ("bench.b_truth", "UI truth: the log pane follows a new session, the panel reads READY/STOPPED"),
 }
 
 
