@@ -26,6 +26,7 @@ from console.ops.classify.patterns import (
     CHAIN,
     CHILD_CRASH,
     EXCEPTION,
+    EXIT_CODE,
     FRAME_FLAGS,
     HTTP,
     IGNORED_EXCEPTIONS,
@@ -35,6 +36,7 @@ from console.ops.classify.patterns import (
     READY_GATE,
     SERVING_GATE,
     SGLANG,
+    SPEC_PROGRESS,
     STOP_ANY,
     STOP_EXCEPTIONS,
     STOP_GATE,
@@ -127,8 +129,9 @@ class _Episode:
             return
         self.last_src = raw
         low = body.lower()
-        if "speculative" in low or "draft" in low or "eagle" in low:
-            self.flags.add("spec")
+        for name, rx in FRAME_FLAGS:
+            if name in ("spec", "kv_check") and rx.search(low):
+                self.flags.add(name)
         if body.startswith("raise ") and self.last_exc is None:
             self.consider(raw, body, seq, False)  # a cut traceback: the raise statement names the error
 
@@ -165,6 +168,10 @@ class _Episode:
                 cause, score = "spec_decode_error", 70
             elif "graph" in self.flags:
                 cause, score = "cuda_graph", 70
+            elif "warmup" in self.flags:
+                cause, score = "warmup_failed", 70  # the server's own warmup request failed
+            elif "kv_check" in self.flags:
+                cause, score = "gpu_oom", 60  # cut inside the KV-cache size check, which raises only that
             else:
                 cause = "other"
                 score = 20 if self.last_exc is not None else (16 if self.header else 15)
@@ -193,10 +200,12 @@ class Reader:
         self.seq = 0
         self.ep: _Episode | None = None
         self.usage = False
+        self.spec_step = False
+        """The last start-up step was on the speculative path (loading the draft model ...)."""
 
     def copy(self) -> Reader:
         r = Reader()
-        r.seq, r.usage = self.seq, self.usage
+        r.seq, r.usage, r.spec_step = self.seq, self.usage, self.spec_step
         if self.ep is not None:
             r.ep = replace(self.ep, flags=set(self.ep.flags))
         return r
@@ -210,7 +219,7 @@ class Reader:
             ep, self.ep = self.ep, None
             f = ep.to_failure()
             if f is not None:
-                sink.failure(f)
+                sink.failure(self._where(f))
             elif ep.last_exc is not None and ep.last_exc[2].rsplit(".", 1)[-1] in STOP_EXCEPTIONS:
                 sink.stop(ep.last_exc[0], ep.seq, False)
 
@@ -239,9 +248,23 @@ class Reader:
         if ln.interrupt:
             self.close(sink)
             sink.stop(ln.raw, seq, False)
+        quiet = ln.level in QUIET_LEVELS
+        if ln.indented:
+            if quiet:
+                return
+            if body.startswith('File "'):  # a traceback whose start is not in the log
+                self.close(sink)
+                self.ep = _Episode(seq=seq)
+                self.ep.frame(ln.raw, body, seq)
+            elif body.startswith("what():"):  # C++ terminate message
+                self._failure_line(ln, body, seq, sink)
+            return
+        if not quiet and (body.startswith(TRACEBACK) or EXCEPTION.match(body)):
+            self._failure_line(ln, body, seq, sink)
+            return
         if self._normal(ln, body, seq, sink):
             return
-        if BENIGN.search(body) or (ln.level in QUIET_LEVELS) or ln.indented:
+        if BENIGN.search(body) or quiet or body.startswith(("frame #", "Exception raised from")):
             return
         self._failure_line(ln, body, seq, sink)
 
@@ -290,7 +313,13 @@ class Reader:
 
     def _emit(self, sink: Sink, f: Failure) -> None:
         self.close(sink)
-        sink.failure(f)
+        sink.failure(self._where(f))
+
+    def _where(self, f: Failure) -> Failure:
+        """A generic failure right after a speculative start-up step is a speculative failure."""
+        if self.spec_step and f.cause == "other" and f.rule not in ("child_exit", "sigquit", "killed"):
+            return replace(f, cause="spec_decode_error", score=max(f.score, 60))
+        return f
 
     def _normal(self, ln: Line, body: str, seq: int, sink: Sink) -> bool:
         """Ready, serving, metrics, progress and stop lines; True when the line was one.
@@ -301,6 +330,7 @@ class Reader:
             for fw in (SGLANG, VLLM):
                 if fw.serving.search(body):
                     self.close(sink)
+                    self.spec_step = False
                     if fw.metrics_line.search(body):
                         self._metrics(fw.metrics, body, sink, decode="Prefill batch" not in body)
                     sink.serving(ln.raw)
@@ -315,6 +345,7 @@ class Reader:
         if any(g in body for g in READY_GATE):
             if SGLANG.ready.search(body):
                 self.close(sink)
+                self.spec_step = False
                 sink.ready(ln.raw, True)
                 return True
             if VLLM.ready.search(body):
@@ -333,6 +364,7 @@ class Reader:
             return True
         if PROGRESS_ANY.search(body):
             self.close(sink)
+            self.spec_step = SPEC_PROGRESS.search(body) is not None
             sink.progress()
             return True
         return False
@@ -375,7 +407,7 @@ class Reader:
             ep.exception(ln.raw, body, name, seq)
             self.ep = ep
             return
-        crash = CHILD_CRASH.search(body) or RANK_DIED.search(body)
+        crash = CHILD_CRASH.search(body) or RANK_DIED.search(body) or EXIT_CODE.match(body)
         if crash is not None:
             code = int(crash.group(2))
             if code < 0:

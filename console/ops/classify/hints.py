@@ -86,6 +86,10 @@ def hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *,
     if cause == "warmup_failed":
         return ("the server started but its own warmup request failed: usually an HTTP proxy intercepting "
                 "127.0.0.1 - set NO_PROXY=127.0.0.1,localhost (and no_proxy) for the server")
+    if cause == "watchdog_timeout":
+        return ("a scheduler made no progress for --watchdog-timeout seconds (a hung collective or kernel, "
+                "a stuck request): check the other ranks' last lines and NCCL, dump stacks with py-spy; "
+                "raise --watchdog-timeout only for legitimately slow steps")
     if cause == "spec_decode_error":
         return ("speculative decoding failed to set up: check --speculative-algorithm, set "
                 "--speculative-num-steps with --speculative-eagle-topk / --speculative-num-draft-tokens, the "

@@ -23,7 +23,7 @@ _RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\
 _PROC_TAG = re.compile(r"_?\(?[A-Za-z_][\w.\-]{0,63}(?: [\w.\-]+=[\w.\-:]+,?){1,4}\) ?")
 _RANK = re.compile(r"\[rank\d+\]: ?")
 SGLANG_PREFIX = re.compile(
-    r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,4}\d+){0,6}\] ?")
+    r"\[(?:\d{4}-\d\d-\d\d |\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,4}\d+){0,6}\] ?")
 _VLLM_LEVEL = re.compile(
     r"(INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]]{0,200}\]|[\w.\-]{1,80}:\d+\]) ?")
 _UVICORN_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):(?: +|$)")

@@ -52,7 +52,7 @@ _NUM = r"(\d+(?:\.\d+)?)"
 SGLANG = Framework(
     name="sglang",
     ready=_rx(r"fired up and ready to roll"),
-    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]"),
+    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]", r"^\[\w+Stage\] (?:finished in|average time per step)"),
     progress=_rx(
         r"Load weight (?:begin|end)", r"(?:KV )?Cache is allocated", r"Memory pool end",
         r"Capture (?:cuda|\w+ \w+ CUDA) graph (?:begin|end)", r"max_total_num_tokens=",
@@ -109,7 +109,7 @@ PROGRESS_ANY = re.compile(SGLANG.progress.pattern + "|" + VLLM.progress.pattern)
 STOP_ANY = re.compile(SGLANG.stop.pattern + "|" + VLLM.stop.pattern)
 STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down", "Finished server", "Gracefully")
 READY_GATE = ("ready to roll", "startup complete", "Starting vLLM", "routes are", "Route: /", "Uvicorn running")
-SERVING_GATE = (" batch", "throughput", " request ")
+SERVING_GATE = (" batch", "throughput", " request ", "Stage] ")
 
 # ---------------------------------------------------------------- lines that are neither
 
@@ -125,7 +125,7 @@ HTTP = re.compile(r'"(POST|GET|PUT) (\S{1,300}) HTTP/[\d.]+" (\d{3})')
 TRACEBACK = "Traceback (most recent call last)"
 CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 EXCEPTION = re.compile(
-    r"((?:[A-Za-z_]\w{0,80}\.){0,8}[A-Za-z_]\w{0,80}?(?:Error|Exception|Exit|Interrupt|Failure))"
+    r"((?:[A-Za-z_]\w{0,80}\.){0,8}(?:[A-Za-z_]\w{0,80}?)?(?:Error|Exception|Exit|Interrupt|Failure))"
     r"(?:\(\w{1,80}\))?(?::|$)")
 IGNORED_EXCEPTIONS = ("SystemExit", "CancelledError", "GeneratorExit")
 STOP_EXCEPTIONS = ("KeyboardInterrupt",)
@@ -137,6 +137,8 @@ FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("engine", _rx(r"multiprocessing/process\.py|event_loop|run_busy_loop|run_engine_core|worker_busy_loop",
                    r"run_scheduler_process|run_detokenizer|_run_worker_process|EngineCoreProc|launch_server",
                    r"api_server\.py|entrypoints/cli|<module>|run_server|from_engine_args|_bootstrap")),
+    ("warmup", _rx(r"_wait_and_warmup|_execute_server_warmup|def warmup|in warmup\b")),
+    ("kv_check", _rx(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory|determine_num_available_blocks")),
     ("request", _rx(r"serving_chat|serving_completion|starlette|fastapi|uvicorn/protocols|h11_impl",
                     r"chat_completion_stream_generator|handle_generate_request")),
 )
@@ -172,7 +174,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause("cuda_oom", "gpu_oom", 90, _rx(
         r"CUDA out of memory", r"OutOfMemoryError", r"CUDA (?:driver )?error: out of memory",
         r"cudaErrorMemoryAllocation", r"CUBLAS_STATUS_ALLOC_FAILED", r"CUDA_ERROR_OUT_OF_MEMORY",
-        r"HIP out of memory"), crash=True),
+        r"HIP out of memory", r"cudaMalloc\w* .{0,60}out of memory"), crash=True),
     Cause("runtime_oom", "gpu_oom", 90, _rx(
         r"(?:Prefill|Decode) out of memory\. Try to lower", r"\bOut of memory\. Try to lower your batch size",
         r"Not enough space for mamba", r"alloc_req_slots runs out of memory"), crash=True),
@@ -186,6 +188,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause("graph", "cuda_graph", 86, _rx(
         r"Capture (?:cuda|CUDA) graph failed", r"operation not permitted when stream is capturing",
         r"cudaErrorStreamCaptureUnsupported", r"stream is capturing"), crash=True),
+    Cause("enomem", "host_oom_killed", 84, _rx(r"\[Errno 12\] Cannot allocate memory", r"\bENOMEM\b")),
     # ports
     Cause("port", "port_in_use", 85, _rx(
         r"[Aa]ddress already in use", r"EADDRINUSE", r"\[Errno 98\]", r"error while attempting to bind on address",
@@ -212,7 +215,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("cuda_error", "cuda_driver", 75, _rx(
         r"CUDA error: ", r"cudaError\w+", r"CUDA_ERROR_\w+", r"device-side assert triggered",
         r"an illegal memory access was encountered", r"illegal instruction was encountered",
-        r"Failed to encode tensor map"), crash=True),
+        r"Failed to encode tensor map", r"\.cu:\d+: .{0,300}Assertion .{0,300} failed", r"HIP error: ",
+        r"hipError\w+", r"HSA_STATUS_ERROR", r"Memory access fault by GPU", r"CUBLAS_STATUS_(?!ALLOC)\w+",
+        r"CUDNN_STATUS_\w+", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED", r"unspecified launch failure"),
+        crash=True),
     # distributed
     Cause("nccl", "nccl_error", 76, _rx(
         r"NCCL error", r"nccl(?:Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error",
@@ -221,25 +227,33 @@ CAUSES: tuple[Cause, ...] = (
         r"ProcessGroupGloo.{0,300}?(?:errors?|[Tt]imeout)", r"Connection closed by peer"),
         crash=True),
     Cause("nccl_warn", "nccl_error", 40, _rx(r"NCCL WARN")),
+    Cause("watchdog", "watchdog_timeout", 80, _rx(r"Watchdog timeout \(self\.watchdog_timeout="), crash=True,
+          terminal=True),
     # environment
     Cause("import", "import_error", 80, _rx(
-        r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b", r"undefined symbol: ",
-        r"cannot open shared object file", r"has no attribute '\w+'.{0,40}_OpNamespace|_OpNamespace.{0,80}no attribute"),
-        exception_only=True),
+        r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b",
+        r"has no attribute '\w+'.{0,40}_OpNamespace|_OpNamespace.{0,80}no attribute"), exception_only=True),
+    Cause("native_lib", "import_error", 80, _rx(
+        r"undefined symbol: ", r"cannot open shared object file", r"version `GLIBC\w*_[\d.]+' not found",
+        r"No module named '", r"cannot import name '")),
     # command line
     Cause("argparse", "bad_flags", 95, _rx(
         r"^[\w.\-/ ]{1,100}: error: (?:unrecognized arguments|ambiguous option|argument |invalid choice"
         r"|the following arguments are required|expected |unrecognized)"), terminal=True),
     Cause("flag_value", "bad_flags", 70, _rx(
         r"[Uu]nknown speculative algorithm", r"is not supported for (?:attention|the) backend",
+        r"[Aa]ttention backend '?[\w.-]+'? is not supported",
         r"[Ii]nvalid (?:value|choice) for --[\w-]+")),
     # speculative decoding
+    Cause("spec", "spec_decode_error", 70, _rx(
+        r"[Ss]peculative", r"[Dd]raft[ _]?model", r"\bdraft", r"EAGLE", r"[Ee]agle", r"NEXTN", r"[Nn]ext[Nn]\b",
+        r"\bMTP\b"), exception_only=True),
     Cause("spec_msg", "spec_decode_error", 70, _rx(
         r"[Ff]ailed to (?:load|initialize|init) (?:the )?draft", r"[Uu]nsupported speculative",
         r"[Ss]peculative[\w ]{0,40} (?:is )?not supported", r"EagleProposer|eagle_worker|draft_worker")),
     # warmup
-    Cause("warmup", "warmup_failed", 80, _rx(r"Initialization failed\. warmup error"), terminal=True,
-          announce=True),
+    Cause("warmup", "warmup_failed", 80, _rx(r"Initialization failed\. warmup error", r"[Ww]armup (?:request )?failed"),
+          terminal=True, announce=True),
     # going down (what a launcher prints after a child failed): low specificity
     Cause("hit_exception", "other", 15, _rx(
         r"hit an exception", r"Exception in worker \S+ while processing method", r"Error executing method",
@@ -247,7 +261,8 @@ CAUSES: tuple[Cause, ...] = (
         r"EngineCore encountered an issue", r"WorkerProc hit an exception"), terminal=True, announce=True),
     Cause("engine_dead", "other", 12, _rx(
         r"Engine core initialization failed", r"EngineDeadError", r"Engine loop is not running",
-        r"Engine process failed to start", r"AsyncEngineDeadError", r"EngineCore exiting"), terminal=True),
+        r"Engine process failed to start", r"AsyncEngineDeadError", r"EngineCore exiting",
+        r"Rank \d+ scheduler is dead"), terminal=True),
     Cause("native_crash", "other", 12, _rx(
         r"Fatal Python error", r"Segmentation fault", r"core dumped", r"terminate called after throwing",
         r"^Aborted\b", r"^what\(\): "), terminal=True),
@@ -258,6 +273,10 @@ CAUSES: tuple[Cause, ...] = (
 CAUSES_BY_NAME = {c.name: c for c in CAUSES}
 
 CHILD_CRASH = re.compile(r"Subprocess (\S+) \(pid=\d+\) crashed with exit code (-?\d+)")
+EXIT_CODE = re.compile(r"^(Exit) code: (-?\d+)$")
+"""SGLang diffusion's launcher after a rank died (``Exit code: -9``)."""
+SPEC_PROGRESS = re.compile(r"[Dd]rafter|[Dd]raft model|[Ss]peculative|EAGLE|[Ee]agle|MTP|NEXTN")
+"""A start-up step of the speculative path: a generic failure right after it is a speculative failure."""
 RANK_DIED = re.compile(r"Rank (\d+) scheduler died during initialization \(exit code: (-?\d+)\)")
 
 KEYWORDS = (
@@ -267,7 +286,8 @@ KEYWORDS = (
     "nvidia", "driver", "symbol", "shared object", "speculative", "draft", "engine", "not available",
     "not enough", "no available", "no module", "larger than", "exit", "no such file", "incorrect path",
     "errno", "watchdog", "runs out of", "repo", "capturing", "kernel image", "what():", "proposer",
-    "eagle", "connection closed", "tensor map", "warmup",
+    "eagle", "connection closed", "tensor map", "warmup", "assertion", "dead", "watchdog", "allocate",
+    "mtp", "nextn", "not supported", "glibc", "hip", "hsa_", "cublas", "cudnn", "nvml", "cannot import",
 )
 """A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
 ANY_CAUSE = re.compile("|".join(f"(?:{c.rx.pattern})" for c in CAUSES))

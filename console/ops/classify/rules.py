@@ -34,6 +34,9 @@ from console.ops.classify.lines import Line, clean
 MAX_RETURNED_LINE = 1000
 """Longest decisive line returned (longer ones are cut and end with an ellipsis)."""
 
+SPECIFIC_SCORE = 60
+"""A failure at least this specific names a cause on its own (a warning-grade NCCL WARN does not)."""
+
 FRESH_BONUS = 10
 """A candidate followed by normal progress is probably not what killed the server."""
 
@@ -122,7 +125,22 @@ class State:
 
     def best(self, *, fresh_only: bool = False, before: int | None = None,
              real_only: bool = False) -> Failure | None:
-        """The most specific failure (fresh ones get a bonus)."""
+        """The failure that explains how the log ends.
+
+        The first death decides: among the fresh failures with a specific cause, the earliest
+        (the consequences on other ranks come after it). Otherwise the most specific one, fresh
+        ones with a bonus over those that progress followed.
+        """
+        first: Failure | None = None
+        for c in self.fresh.values():
+            if (before is not None and c.seq >= before) or (real_only and c.stop_induced):
+                continue
+            if (c.score >= SPECIFIC_SCORE and c.cause not in ("other", "signal_killed")
+                    and c.rule not in ("exception", "announce", "traceback")):
+                if first is None or c.seq < first.seq:
+                    first = c
+        if first is not None:
+            return first
         best: Failure | None = None
         best_eff = -1
         groups = [(self.fresh, FRESH_BONUS)] + ([] if fresh_only else [(self.demoted, 0)])
