@@ -1,9 +1,11 @@
 """Time to first frame of a TUI command in a pseudo-terminal, leaving no process behind.
 
-    python -m bench.first_frame MARKER -- CMD [ARG...]
+    python -m bench.first_frame MARKER [DATA_REGEX] -- CMD [ARG...]
 
-Runs CMD on a 200×50 pty, reports when its first output arrived and when MARKER (plain text the
-first frame contains, e.g. the header title) first appeared, then types ``q``, waits for it to
+Runs CMD on a 200×50 pty, reports when its first output arrived, when MARKER (plain text the
+first frame contains, e.g. the header title) first appeared and, with DATA_REGEX, when the
+first frame *with data* did (the regex matched the screen text, e.g. a GPU panel's power
+reading ``612/700 W``; placeholders never match it), then types ``q``, waits for it to
 quit (SIGTERM, then SIGKILL if it will not), and — being a child subreaper — waits for or kills
 every process it left behind, naming them. Prints one JSON object.
 """
@@ -73,7 +75,9 @@ def _drain(fd: int, buf: bytearray, timeout: float) -> bool:
 
 def main() -> int:
     marker = sys.argv[1].encode()
-    cmd = sys.argv[sys.argv.index("--") + 1:]
+    dash = sys.argv.index("--")
+    data = re.compile(sys.argv[2].encode()) if dash > 2 else None
+    cmd = sys.argv[dash + 1:]
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     t0 = time.perf_counter()
     pid, fd = pty.fork()
@@ -85,16 +89,24 @@ def main() -> int:
         finally:
             os._exit(127)
     buf = bytearray()
-    first_out = first_frame = None
+    first_out = first_frame = first_data = None
     deadline = time.monotonic() + 30
     alive = True
-    while alive and first_frame is None and time.monotonic() < deadline:
+    seen = 0
+    while alive and (first_frame is None or (data is not None and first_data is None)) \
+            and time.monotonic() < deadline:
         alive = _drain(fd, buf, 0.05)
         now = time.perf_counter()
         if buf and first_out is None:
             first_out = now
-        if marker in ANSI.sub(b"", bytes(buf)):
+        if len(buf) == seen:
+            continue
+        seen = len(buf)
+        text = ANSI.sub(b"", bytes(buf))
+        if first_frame is None and marker in text:
             first_frame = now
+        if data is not None and first_data is None and data.search(text):
+            first_data = now
     t_quit = time.perf_counter()
     exited_by = None
     if alive:
@@ -143,6 +155,7 @@ def main() -> int:
         pass
     ms = lambda t: None if t is None else round((t - t0) * 1000, 1)  # noqa: E731
     print(json.dumps({"first_output_ms": ms(first_out), "first_frame_ms": ms(first_frame),
+                      "first_data_ms": ms(first_data),
                       "quit_ms": round((t_exit - t_quit) * 1000, 1), "exited_by": exited_by,
                       "leftovers": left, "output_bytes": len(buf),
                       "tail": ANSI.sub(b"", bytes(buf[-400:])).decode("utf-8", "replace") if first_frame is None else ""}))

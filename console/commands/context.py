@@ -115,12 +115,12 @@ def with_demo(cfg: Config, demo: Config) -> Config:
 
 
 @contextlib.asynccontextmanager
-async def demo_or_config(ctx: CliContext) -> AsyncIterator[tuple[Config, list[str]]]:
+async def demo_or_config(ctx: CliContext, *, background: bool = False) -> AsyncIterator[tuple[Config, list[str]]]:
     """The config and host names to use: the built-in demo host staged for the duration, or the operator's."""
     if ctx.demo:
         from console.sim.demo import demo_environment
 
-        async with demo_environment(load=ctx.demo_load) as (demo_cfg, names):
+        async with demo_environment(load=ctx.demo_load, background=background) as (demo_cfg, names):
             yield with_demo(ctx.config, demo_cfg), names
         return
     yield ctx.config, host_names(ctx)

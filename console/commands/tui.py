@@ -27,9 +27,10 @@ async def _main(ctx: CliContext) -> int:
 
     audit = make_audit(ctx)
     try:
-        async with demo_or_config(ctx) as (cfg, names):
+        async with demo_or_config(ctx, background=True) as (cfg, names):  # the demo comes up behind the app
             backend = LiveBackend(cfg, make_links(ctx, cfg, names, audit), interval=ctx.interval,
                                   read_only=ctx.read_only, audit=audit)
+            backend.prestart()  # the hosts connect while the app starts: data in the first frames
             app = make_app(backend, theme=ctx.theme, read_only=ctx.read_only, interval=ctx.interval,
                            keymap=cfg.ui.keymap)
             await app.run_async()

@@ -42,13 +42,23 @@ class LiveBackend:
         self._tasks: list[asyncio.Task] = []
         self._schema_tasks: dict[str, asyncio.Task[FlagSchema]] = {}
 
+    def prestart(self) -> None:
+        """Start connecting every host now, before the UI is up (optional): the agents start while the
+        app draws its first frame, and :meth:`start` shows each host's first sample at once."""
+        if not self._tasks:
+            self._tasks = [asyncio.create_task(link.run()) for link in self.links.values()]
+
     async def start(self, on_view: OnView, on_log: OnLog, on_audit: OnAudit) -> None:
         if self.audit is not None:
             self.audit.listeners.append(on_audit)
+        prestarted = bool(self._tasks)
         for link in self.links.values():
-            self.trackers[link.name] = HostTracker(link, interval=self.interval, on_view=on_view, on_log=on_log,
-                                                   clock=self.clock)
-            self._tasks.append(asyncio.create_task(link.run()))
+            tr = self.trackers[link.name] = HostTracker(link, interval=self.interval, on_view=on_view,
+                                                        on_log=on_log, clock=self.clock)
+            if prestarted:
+                tr.emit()  # what the link already has (its first sample may have come before the UI)
+            else:
+                self._tasks.append(asyncio.create_task(link.run()))
 
     async def stop(self) -> None:
         for link in self.links.values():

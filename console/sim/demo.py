@@ -154,13 +154,18 @@ def start_load(root: Path, port: int) -> subprocess.Popen:
 
 
 @contextlib.asynccontextmanager
-async def demo_environment(*, load: bool = True) -> AsyncIterator[tuple[Config, list[str]]]:
+async def demo_environment(*, load: bool = True, background: bool = False) -> AsyncIterator[tuple[Config, list[str]]]:
     """Stage the demo, yield (config, ["demo"]), and always tear it down (signals included).
 
     ``load``: keep the hand-started server busy with a bounded load generator.
+    ``background``: yield as soon as the files exist and the hand-started server is spawned (the TUI's
+    first frame then shows the simulated GPUs at their first sample, the server coming up on GPU 0);
+    waiting for it to serve and starting the load go on in the background. Without it (the CLI), the
+    server is serving (and loaded) when the config is yielded.
     """
     root = Path(tempfile.mkdtemp(prefix="mtpconsole-demo-"))
     procs: list[subprocess.Popen] = []
+    staging: asyncio.Future | None = None
     done = {"torn": False}
 
     def cleanup() -> None:
@@ -190,15 +195,28 @@ async def demo_environment(*, load: bool = True) -> AsyncIterator[tuple[Config, 
         procs.append(foreign)
         # we are its parent: reap it when it dies (killed from the console), so no zombie lingers
         threading.Thread(target=foreign.wait, name="demo-reaper", daemon=True).start()
-        await _wait_serving(foreign, port, timeout=30)
-        if load:
-            procs.append(start_load(root, port))
+        if background:
+            staging = asyncio.ensure_future(_serve_then_load(root, foreign, port, load, procs, done))
+        else:
+            await _wait_serving(foreign, port, timeout=30)
+            if load:
+                procs.append(start_load(root, port))
         yield cfg, ["demo"]
     finally:
+        if staging is not None:
+            staging.cancel()
         cleanup()
         atexit.unregister(cleanup)
         for sig, prev in previous.items():
             signal.signal(sig, prev)
+
+
+async def _serve_then_load(root: Path, foreign: subprocess.Popen, port: int, load: bool,
+                           procs: list[subprocess.Popen], done: dict) -> None:
+    """Background staging: once the hand-started server serves, start its load (unless torn down meanwhile)."""
+    await _wait_serving(foreign, port, timeout=30)
+    if load and not done["torn"] and foreign.poll() is None:
+        procs.append(start_load(root, port))
 
 
 def _port_free(port: int) -> bool:
