@@ -25,6 +25,7 @@ from console.ops.classify.patterns import (
     CAUSES_BY_NAME,
     CHAIN,
     CHILD_CRASH,
+    CUT_WHERE,
     EXCEPTION,
     EXIT_CODE,
     FRAME_FLAGS,
@@ -109,6 +110,8 @@ class _Episode:
     """(raw, body, exception name)."""
     stop_only: bool = True
     """Every exception so far is a stop (KeyboardInterrupt) or ignorable."""
+    where: str | None = None
+    """The cause the last frame or source line points at (see ``CUT_WHERE``)."""
     collecting: bool = True
     """Inside frames (True) or after an exception line, reading its message (False)."""
     continuation: int = 0
@@ -119,6 +122,9 @@ class _Episode:
             self.best = (c, raw, body, seq)
 
     def frame(self, raw: str, body: str, seq: int) -> None:
+        if body[:1] not in ("^", "~", "|") and not body.startswith("..."):
+            self.where = next((cause for cause, rx in CUT_WHERE if rx.search(body)), None) or (
+                self.where if not body.startswith("File ") else None)
         if body.startswith("File "):
             low = body.lower()
             for name, rx in FRAME_FLAGS:
@@ -172,6 +178,8 @@ class _Episode:
                 cause, score = "warmup_failed", 70  # the server's own warmup request failed
             elif "kv_check" in self.flags:
                 cause, score = "gpu_oom", 60  # cut inside the KV-cache size check, which raises only that
+            elif self.last_exc is None and self.where is not None:
+                cause, score = self.where, 55  # type: ignore[assignment]  # cut where that step failed
             else:
                 cause = "other"
                 score = 20 if self.last_exc is not None else (16 if self.header else 15)

@@ -143,6 +143,18 @@ FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
                     r"chat_completion_stream_generator|handle_generate_request")),
 )
 
+# Where a traceback cut before its exception line stopped: the last frame (or source line) names
+# the step that failed when nothing else in the file does.
+CUT_WHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("import_error", _rx(r"^from \S+ import |^import \S+", r"importlib/__init__\.py.{0,40}import_module",
+                         r"<frozen importlib\._bootstrap>", r"_gcd_import")),
+    ("nccl_error", _rx(r"init_process_group|distributed_c10d|rendezvous|pynccl|PyNcclCommunicator|ncclCommInit",
+                       r"init_distributed_environment|initialize_model_parallel|init_model_parallel_group",
+                       r"GroupCoordinator\(|TCPStore\(")),
+    ("cuda_driver", _rx(r"torch/cuda/__init__\.py.{0,40}(?:_lazy_init|set_device|current_device)",
+                        r"cuda\.set_device\(|_cuda_init\(")),
+)
+
 # ---------------------------------------------------------------- failures
 
 
