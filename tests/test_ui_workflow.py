@@ -226,3 +226,30 @@ def test_snapshot_like_idle_host_has_no_orphans():
 
     assert find_orphans(snapshot(gpus=[gpu(0)], servers=[proc(1, ["python", "-m", "sglang.launch_server"], None,
                                                                    {})])) == []
+
+
+def test_memory_bar_colours_and_histories():
+    from console.ui.widgets.gpu_panel import mem_line, mem_style, serving_line, util_line
+
+    assert mem_style(0.5) == "$text-success" and mem_style(0.9) == "$text-warning" and mem_style(0.97) == "$text-error"
+    line = mem_line(gpu(0, used=91_000), [10.0, 50.0, 63.0])
+    assert "63% 91,000/143,771 MiB" in line.plain and line.plain.endswith("▁▅▆")
+    assert "N/A" in mem_line(gpu(0).model_copy(update={"mem_used_mib": None})).plain
+    assert util_line(gpu(0, used=50_000), [0.0, 87.0]).plain.startswith("util  87% ▁▇")
+    assert serving_line([], []).plain == ""
+    assert serving_line([100.0, 400.0], [0.0, 3.0]).plain == "tok/s 400 ▂█ · queue 3 ▁█"
+
+
+async def test_panel_keeps_serving_history_of_the_current_session_only():
+    backend = FakeBackend()
+    app = frozen_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel = next(p for p in app.panels() if p.host == "host-a" and p.index == 0)
+        for i in range(3):  # three new samples of a READY session
+            v = app.views["host-a"]
+            snap = v.snapshot.model_copy(update={"sampled_at": v.snapshot.sampled_at + i + 1})
+            backend.push(v.model_copy(update={"snapshot": snap}))
+            await settle(pilot)
+        assert len(panel.hist["tps"]) >= 3 and panel.hist["tps"][-1] == 412.3
+        assert len(panel.hist["mem"]) >= 3 and "tok/s 412" in panel.body.plain

@@ -46,6 +46,52 @@ def power_bar(w: float | None, limit: float | None) -> Content:
     )
 
 
+MEM_WARN = 0.85
+"""Memory use from which the bar turns to the warning colour (a relaunch may not fit beside it)."""
+MEM_CRIT = 0.95
+"""Memory use from which it turns to the error colour (the next allocation may fail)."""
+HIST_SHOWN = 20
+"""Samples of utilisation, memory, tok/s and queue history drawn beside their figures."""
+
+
+def mem_style(frac: float) -> str:
+    """The theme colour of a memory bar at ``frac`` of the GPU's memory."""
+    return "$text-error" if frac >= MEM_CRIT else "$text-warning" if frac >= MEM_WARN else "$text-success"
+
+
+def mem_line(g: GpuSample, history: list[float] | None = None) -> Content:
+    """``mem ██████░░ 91% 89,000/97,887 MiB ▁▂▅`` coloured by how full it is (N/A when unknown)."""
+    if g.mem_used_mib is None or not g.mem_total_mib:
+        used = "N/A" if g.mem_used_mib is None else f"{g.mem_used_mib:,} MiB of N/A"
+        return Content.from_markup("mem [$text-muted]$bar[/] $txt", bar="░" * BAR, txt=used)
+    frac = max(0.0, min(1.0, g.mem_used_mib / g.mem_total_mib))
+    fill = round(frac * BAR)
+    style = mem_style(frac)
+    spark = spark_text(history or [], 100.0, HIST_SHOWN)
+    return Content.from_markup(
+        f"mem [{style}]$fill[/][$text-muted]$empty[/] [{style}]$pct[/] $txt  [$text-muted]$spark[/]",
+        fill="█" * fill, empty="░" * (BAR - fill), pct=f"{100 * frac:.0f}%",
+        txt=f"{g.mem_used_mib:,}/{g.mem_total_mib:,} MiB", spark=spark)
+
+
+def util_line(g: GpuSample, history: list[float] | None = None) -> Content:
+    """``util  87% ▁▃▇█ · 41°C``: utilisation with its history, and the temperature."""
+    spark = spark_text(history or [], 100.0, HIST_SHOWN)
+    return Content.from_markup("util $u [$text-success]$spark[/] · $t", u=f"{na(g.util_pct, '{:.0f}%'):>4}",
+                               spark=spark or "·", t=na(g.temp_c, "{:.0f}°C"))
+
+
+def serving_line(tps: list[float], queue: list[float]) -> Content:
+    """After READY: tok/s and queue history (``tok/s 412 ▂▅▇ · queue 3 ▁▁▃``); empty before any figure."""
+    if not tps and not queue:
+        return Content("")
+    top_q = max(queue or [0.0]) or 1.0
+    return Content.from_markup(
+        "tok/s $t [$text-success]$ts[/] · queue $q [$text-warning]$qs[/]",
+        t=f"{tps[-1]:.0f}" if tps else "N/A", ts=spark_text(tps, max(tps or [1.0]) or 1.0, HIST_SHOWN),
+        q=f"{queue[-1]:.0f}" if queue else "N/A", qs=spark_text(queue, top_q, HIST_SHOWN))
+
+
 def stats_line(g: GpuSample) -> str:
     mem = NA
     if g.mem_used_mib is not None and g.mem_total_mib:
@@ -123,16 +169,28 @@ def spark_text(history: list[float], limit: float | None, width: int) -> str:
     return "".join(out)
 
 
-def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc], compact: bool) -> Content:
-    """Stats, processes (muted), session and its serving/failure detail; compact: stats and session."""
-    parts = [Content(stats_line(g))]
-    if not compact:
-        parts.append(Content.styled(procs_text(g, servers), "$text-muted"))
+def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc], compact: bool,
+              hist: dict[str, list[float]] | None = None) -> Content:
+    """Memory bar, utilisation, processes (muted), session and its serving/failure detail and serving
+    history; compact: the memory bar (with utilisation) and the session.
+
+    ``hist``: ``util``, ``mem`` (percent), ``tps``, ``queue`` histories, oldest first.
+    """
+    hist = hist or {}
+    if compact:
+        parts = [Content.assemble(mem_line(g), f" · util {na(g.util_pct, '{:.0f}%')}")]
+    else:
+        parts = [mem_line(g, hist.get("mem")), util_line(g, hist.get("util")),
+                 Content.styled(procs_text(g, servers), "$text-muted")]
     parts.append(Content(session_line(s)))
     if not compact:
         detail = detail_line(s)
         if detail.plain:
             parts.append(detail)
+        if s is not None and s.state in ("ready", "foreign"):
+            serving = serving_line(hist.get("tps") or [], hist.get("queue") or [])
+            if serving.plain:
+                parts.append(serving)
     return Content("\n").join(parts)
 
 
@@ -170,6 +228,9 @@ class GpuPanel(Widget, can_focus=True):
         self.snap: HostSnapshot | None = None
         self.servers: dict[int, ServerProc] = {}
         self.history: deque[float] = deque(maxlen=HISTORY)
+        self.hist: dict[str, deque[float]] = {k: deque(maxlen=HISTORY) for k in ("util", "mem", "tps", "queue")}
+        """Utilisation and memory (percent) per sample; tok/s and queue of the current session once serving."""
+        self._serving_key: str | None = None
         self._last_sample: float | None = None
         self.title_text = f"GPU {index}"
         self.badge: tuple[str, str] = ("IDLE", "idle")
@@ -189,7 +250,7 @@ class GpuPanel(Widget, can_focus=True):
         """Compact: four lines (title and badge, power, stats, session); no processes or detail."""
         self.compact = on
         if self.gpu is not None:
-            self._body(body_text(self.gpu, self.session, self.servers, on))
+            self._body(body_text(self.gpu, self.session, self.servers, on, self.histories()))
 
     def _body(self, content: Content) -> None:
         """Show the body; the height is set here, in cells, so a layout pass never measures text
@@ -209,13 +270,36 @@ class GpuPanel(Widget, can_focus=True):
         if snap.sampled_at != self._last_sample:
             self._last_sample = snap.sampled_at
             self.history.append(g.power_w or 0.0)
+            self._record(g, s)
         title = f"GPU {g.index} · {clean(g.name or NA, 60)}"
         power = (g.power_w, g.power_limit_w, list(self.history))
         if title != self.title_text or power != self.power:
             self.title_text, self.power = title, power
             self.refresh()  # fixed size: no layout pass
         self.age(snap, now, interval)
-        self._body(body_text(g, s, servers, self.compact))
+        self._body(body_text(g, s, servers, self.compact, self.histories()))
+
+    def _record(self, g: GpuSample, s: SessionView | None) -> None:
+        """One sample into the histories; tok/s and queue restart with each session (after READY only)."""
+        h = self.hist
+        if g.util_pct is not None:
+            h["util"].append(g.util_pct)
+        if g.mem_used_mib is not None and g.mem_total_mib:
+            h["mem"].append(100.0 * g.mem_used_mib / g.mem_total_mib)
+        key = (s.session_id or f"pid:{s.launcher_pid}") if s is not None else None
+        if key != self._serving_key:
+            self._serving_key = key
+            h["tps"].clear()
+            h["queue"].clear()
+        m = s.metrics if s is not None and s.state in ("ready", "foreign") else None
+        if m is not None:
+            if m.gen_throughput is not None:
+                h["tps"].append(m.gen_throughput)
+            if m.queue_req is not None:
+                h["queue"].append(float(m.queue_req))
+
+    def histories(self) -> dict[str, list[float]]:
+        return {k: list(v) for k, v in self.hist.items()}
 
     def age(self, snap: HostSnapshot, now: float, interval: float) -> None:
         """Only what depends on the sample's age: the badge and the dimming of old data."""
