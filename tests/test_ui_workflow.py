@@ -237,7 +237,7 @@ def test_memory_bar_colours_and_histories():
     assert "N/A" in mem_line(gpu(0).model_copy(update={"mem_used_mib": None})).plain
     assert util_line(gpu(0, used=50_000), [0.0, 87.0]).plain.startswith("util  87% ▁▇")
     assert serving_line([], []).plain == ""
-    assert serving_line([100.0, 400.0], [0.0, 3.0]).plain == "tok/s 400 ▂█ · queue 3 ▁█"
+    assert serving_line([100.0, 400.0], [0.0, 3.0]).plain == "tok/s 400 ▃█ · queue 3 ▁█"
 
 
 async def test_panel_keeps_serving_history_of_the_current_session_only():
