@@ -204,8 +204,8 @@ async def run(ctx, sec) -> None:
     sec.notes += [
         "FAILED is reported when the console's classification (log + exit record) says failed with a cause; for a "
         "silent SIGKILL that needs the supervisor's exit record (`session_ended`), for the OOM the log and the exit.",
-        "The incident loop's latency is its phase (uniform in 0–2 s) plus one fresh ssh (≈ 0.2–0.4 s here); on "
-        "a real network add 4–6 RTT per poll. It also needs a human looking at the terminal at that moment.",
+        "The incident loop's latency is its phase (uniform in 0–2 s) plus one fresh ssh (see the refresh benchmark); "
+        "on a real network add several round trips per poll. It also needs a human looking at the terminal at that moment.",
         "Loopback only; the agent's log follow polls every 50 ms while a log is followed, so a log line waits "
         "25 ms on average on the host before it is sent.",
     ]

@@ -151,11 +151,13 @@ async def run(ctx, sec) -> None:
     sec.notes += [
         f"Window {window:.0f} s per size after {warm:.0f} s of warm-up; percentages are of one core "
         f"(this machine has {os.cpu_count()}). The console's CPU includes the benchmark's own 20 Hz lag probe "
-        "and listener bookkeeping, so the fixed part (≈ 0.4 % at 1 host) is an overestimate.",
+        "and listener bookkeeping, so the fixed part"
+        + (f" ({rows[0]['cpu_pct']:.1f} % at {rows[0]['n']} host(s))" if rows else "") + " is an overestimate.",
         "Console CPU per host per tick ≈ " + ", ".join(f"{r['cpu_pct'] * 10 / r['n']:.2f} ms ({r['n']} hosts)"
                                                        for r in rows) + ": SSH decryption (asyncssh), JSON "
         "parsing, and the pydantic HostSnapshot + derive_views per sample.",
-        "Everything runs on the same 2 cores: the console, one Python process hosting all SSH servers (its "
+        f"Everything runs on the same {os.cpu_count()} cores: the console, one Python process hosting all SSH "
+        "servers (its "
         "encryption is what real hosts would do each for themselves) and N agents. On a real fleet the agents and "
         "SSH servers run on N different machines; here they compete with the console, which inflates its tick "
         "latency at 32–64 hosts. The agents' cost is also inflated: every agent scans the whole shared /proc "

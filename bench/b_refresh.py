@@ -120,10 +120,10 @@ async def run(ctx, sec) -> None:
         "run directories; the console side includes parsing the JSON and validating a HostSnapshot (pydantic).",
         f"The incident's command exits {ssh_rc} here (its last part, tail, succeeds) while its nvidia-smi fails: "
         f"there is none on this machine (`{ssh_err[0][:90]}`). "
-        "With a real nvidia-smi it would cost 25–31 ms more per tick on the host (operations.md), so the "
+        "A real nvidia-smi would add its own start-up and NVML query to every tick on the host, so the "
         "incident's figures are a lower bound.",
         "Latency of a pushed tick is the time from the agent's `sampled_at` (taken before the /proc scan) to the "
-        "console's listener; a real network adds ½ RTT to it, a fresh ssh 4–6 RTT.",
+        "console's listener; a real network adds half a round trip to it, a fresh ssh several.",
     ]
 
 

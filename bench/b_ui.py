@@ -25,6 +25,7 @@ SIZE = (200, 50)
 def _imports():
     sys.path.insert(0, str(REPO / "tests"))
     import ui_fakes  # noqa: E402
+
     from console.ui.app import make_app
     from console.ui.widgets.log_pane import LogPane
     return ui_fakes, make_app, LogPane
@@ -260,10 +261,7 @@ def _report(sec, r, hosts, gpus, upd_s, flood_s, rate) -> None:
         "The fake backend pushes complete HostViews (8 GPUs each, one READY session per host); the app's "
         "1 s age refresh redraws only the sample ages and badges; each GPU panel is one widget that redraws only "
         "when what it shows changes (a layout pass only when its line count changes).",
-        "Before the issue-7 fixes (same machine, commit 0e6c24d): 64 panels 23.1 % of a core updating, 9.2 % "
-        "idle; `Screen._refresh_layout` 121 ms/s and `section(host)` 56 ms/s while updating; tab 22.9 ms "
-        "median (p95 227); c 277 ms median (p95 558). Since then: the footer is rebuilt only when its keys "
-        "change and the collector is frozen once the panels are mounted, so `tab` no longer pays a full-screen "
-        "relayout or a full GC pass, and each GPU panel is one widget instead of six, so toggling compact "
-        "re-lays out ~4× fewer widgets.",
+        "The footer is rebuilt only when its keys change and the collector is frozen once the panels are "
+        "mounted, so `tab` pays no full-screen relayout or full GC pass; each GPU panel is one widget, so "
+        "toggling compact re-lays out one widget per GPU (earlier figures: the git history of BENCHMARKS.md).",
     ]

@@ -1,8 +1,9 @@
 """Run the benchmarks and write BENCHMARKS.md.
 
     python -m bench                 # every benchmark at full size, rewrites BENCHMARKS.md
-    python -m bench --quick         # tiny sizes (smoke test); writes nothing unless --out
-    python -m bench --only refresh --only fleet --out /tmp/b.md
+    python -m bench --quick         # tiny sizes (smoke test); prints the report, writes nothing
+    python -m bench --only ui       # one benchmark; prints its report, writes nothing
+    python -m bench --only ui --out BENCHMARKS.md   # replaces that section, keeps the others
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ if __package__ in (None, ""):  # `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.procstat import machine_busy
-from bench.report import Section, machine, render
+from bench.report import Section, current_commit, machine, merge, parse, render
 from tests.helpers.sshd import Sshd, start_sshd
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,10 +59,11 @@ class Ctx:
             self._sshd.stop()
 
 
-def run_one(key: str, ctx: Ctx) -> Section:
+def run_one(key: str, ctx: Ctx, commit: str) -> Section:
     mod_name, title = BENCHMARKS[key]
     t0 = time.monotonic()
-    sec = Section(key=key, title=title, how=f"python -m bench --only {key}")
+    sec = Section(key=key, title=title, how=f"python -m bench --only {key}", commit=commit, measured_at=time.time(),
+                  quick=ctx.quick)
     try:
         mod = importlib.import_module(mod_name)
         result = mod.run(ctx, sec)
@@ -76,11 +78,16 @@ def run_one(key: str, ctx: Ctx) -> Section:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description="mtpconsole performance benchmarks")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, a smoke test; writes no file unless --out")
-    ap.add_argument("--only", action="append", choices=list(BENCHMARKS), help="run only this benchmark (repeatable)")
-    ap.add_argument("--out", metavar="PATH", help="where to write the report (default BENCHMARKS.md, full runs only)")
+    ap.add_argument("--only", action="append", choices=list(BENCHMARKS),
+                    help="run only this benchmark (repeatable); writes no file unless --out")
+    ap.add_argument("--out", metavar="PATH",
+                    help="write the report here; an existing report keeps the sections not run now "
+                         "(default: BENCHMARKS.md for a full run, else print only)")
     args = ap.parse_args(argv)
     keys = args.only or list(BENCHMARKS)
-    out = Path(args.out) if args.out else (None if args.quick else REPO / "BENCHMARKS.md")
+    full = not args.quick and not args.only
+    out = Path(args.out) if args.out else (REPO / "BENCHMARKS.md" if full else None)
+    commit = current_commit()
     started = time.time()
     mach = machine()
     b0 = machine_busy()
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for key in keys:
             print(f"[bench] {key} ...", file=sys.stderr, flush=True)
-            sec = run_one(key, ctx)
+            sec = run_one(key, ctx, commit)
             status = "ERROR" if sec.error else (sec.verdict or "done")
             print(f"[bench] {key}: {status} ({sec.seconds:.1f} s)", file=sys.stderr, flush=True)
             if sec.error:
@@ -101,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     b1 = machine_busy()
     busy = (b1[0] - b0[0]) / (b1[1] - b0[1]) if b1[1] > b0[1] else None
-    text = render(sections, mach, quick=args.quick, started=started, busy_share=busy, total_s=time.time() - started)
+    existing = parse(out.read_text(encoding="utf-8")) if out is not None and out.exists() and not full else {}
+    order = [(k, t) for k, (_, t) in BENCHMARKS.items()]
+    text = render(merge(sections, existing, order), mach, quick=args.quick, started=started, busy_share=busy,
+                  total_s=time.time() - started, keys=list(BENCHMARKS))
     if out is not None:
         out.write_text(text)
         print(f"[bench] wrote {out}", file=sys.stderr)
