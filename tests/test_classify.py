@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from console.model import ExitRecord, ServeMetrics
-from console.ops.classify import MAX_LINE, LogClassifier, classify, classify_file
+from console.model import ExitRecord, ProcessExit, ServeMetrics
+from console.ops.classify import MAX_LINE, LogClassifier, classify, classify_file, failure_tail
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 
@@ -500,3 +500,161 @@ def test_classify_file_big_vllm_ready_from_head(tmp_path):
         f.write(filler * 20_000)
     c = classify_file(p, tail_bytes=128 * 1024, head_scan_bytes=1024 * 1024)
     assert c.state == "ready" and "Application startup complete" in c.line
+
+
+# ---------------------------------------------------------------- structural rules (issue 15)
+
+def test_any_unhandled_exception_ending_the_log_is_failed():
+    text = ("[2026-10-30 12:00:00] Load weight begin. avail mem=78.61 GB\n"
+            "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n    f()\n"
+            "SomeBrandNewError: nobody wrote a rule for this\n")
+    c = classify(text)
+    assert (c.state, c.cause) == ("failed", "other")
+    assert c.line == "SomeBrandNewError: nobody wrote a rule for this"
+    # A bare 'Error:' line ending the log is an unhandled failure too.
+    assert classify("Error: the engine could not start\n").state == "failed"
+
+
+def test_log_cut_mid_traceback_is_failed_and_frames_are_never_decisive():
+    text = ("[2026-10-30 12:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/x/scheduler.py", line 9, in run_scheduler_process\n    scheduler = Scheduler()\n')
+    c = classify(text)
+    assert c.state == "failed" and "Scheduler hit an exception" in c.line
+    c = classify('  File "/x/model_runner.py", line 3, in load\n    self.load()\n')  # cut at both ends
+    assert c.state == "failed" and not c.line.lstrip().startswith("File ")
+
+
+def test_failure_line_and_its_traceback_are_one_event():
+    text = ("(VllmWorkerProcess pid=232) ERROR 08-23 08:25:25 multiproc_worker_utils.py:226] Exception in worker "
+            "VllmWorkerProcess while processing method init_device: NCCL error: unhandled system error (run with "
+            "NCCL_DEBUG=INFO for details), Traceback (most recent call last):\n"
+            "(VllmWorkerProcess pid=232) ERROR 08-23 08:25:25 multiproc_worker_utils.py:226]   File \"w.py\", "
+            "line 1, in init_device\n")
+    c = classify(text)
+    assert (c.state, c.cause) == ("failed", "nccl_error") and "NCCL error: unhandled system error" in c.line
+
+
+def test_exception_message_lines_belong_to_the_exception():
+    text = ("Traceback (most recent call last):\n  File \"hub.py\", line 3, in cached_file\n    raise OSError(\n"
+            "OSError: You are trying to access a gated repo.\n"
+            "Make sure to have access to it at https://huggingface.co/meta-llama/Llama-3.2-1B-Instruct.\n"
+            "401 Client Error. (Request ID: Root=1-695139c1)\n")
+    c = classify(text)
+    assert (c.state, c.cause) == ("failed", "model_not_found")
+
+
+def test_capture_failure_not_about_memory_is_cuda_graph_not_oom():
+    text = ("[2026-10-30 12:00:00] Capture cuda graph begin. This can take up to several minutes. avail mem=9.1 GB\n"
+            "[2026-10-30 12:00:01] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/x/cuda_graph_runner.py", line 300, in capture\n    out = run_once()\n'
+            "RuntimeError: CUDA error: operation not permitted when stream is capturing\n")
+    c = classify(text)
+    assert (c.state, c.cause) == ("failed", "cuda_graph")
+    assert "--disable-cuda-graph" in c.hint
+    assert classify(log("capture_graph_failed.log")).cause == "gpu_oom"  # the memory case stays OOM
+
+
+def test_real_sglang_0523_lines():
+    text = ("[2026-11-29 20:15:30] server_args={'model_path': '/m', 'tp_size': 1}\n"
+            "/x/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' is still supported, but "
+            "'sglang serve' is the recommended entrypoint.\n"
+            "[2026-11-29 20:15:31] Init parallel begin.\n[2026-11-29 20:15:32] Init parallel ends.\n")
+    assert classify(text).state == "loading"
+    retry = "[2026-11-29 20:15:40] Retrying in 8s [Retry 5/5].\n"
+    assert classify(text + retry).state == "loading"
+    hf = ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+          "'namespace/repo_name': '/models/missing'. Use `repo_type` argument if needed.\n")
+    assert classify(text + hf).cause == "model_not_found"
+    dead = ("[2026-11-29 20:16:00] Received sigquit from a child process. It usually means the child failed.\n"
+            "RuntimeError: Rank 0 scheduler is dead. Please check if there are relevant logs.\n")
+    assert classify(text + dead).state == "failed"
+
+
+def test_operator_stop_lines_are_stopped_not_failed():
+    ready = log("sglang_0410_ready.log")
+    for tail in ("[2026-11-29 20:20:00] Received sig=15 signum=15 frame=<frame at 0x7f>\n"
+                 "[2026-11-29 20:20:00] kill_process_tree called: parent_pid=4242\n",
+                 "^C[2026-11-29 20:20:00] INFO:     Shutting down\n"):
+        assert classify(ready + tail).state == "stopped", tail
+    # A KeyboardInterrupt traceback after the stop is the stop's noise, not a crash.
+    noise = ("[2026-11-29 20:20:00] SIGTERM received. signum=15, frame=None.\n"
+             "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n    loop()\nKeyboardInterrupt\n")
+    assert classify(ready + noise).state == "stopped"
+    vllm = ("(APIServer pid=1) INFO 05-26 19:19:56 [launcher.py:100] [shutdown] API server: shutdown triggered\n"
+            "(APIServer pid=1) INFO:     Shutting down\n(APIServer pid=1) INFO:     Finished server process [1]\n")
+    assert classify(log("vllm_ready_stats.log") + vllm).state == "stopped"
+    # A crash before the stop stays a crash.
+    assert classify(log("incident_gpu_oom.log") + noise).state == "failed"
+
+
+def test_exit_record_outranks_the_log():
+    ready = log("sglang_0523_ready_eagle.log")
+    assert classify(ready).state == "ready"
+    c = classify(ready, ex(exit_code=1))
+    assert c.state == "failed"
+    assert classify(log("incident_gpu_oom.log"), ex(signal=15, stopped_by_operator=True)).state == "failed"
+
+
+def test_vllm_ready_stats_and_failures():
+    text = ("(APIServer pid=1) INFO 05-13 14:15:33 [api_server.py:1131] Starting vLLM API server on http://0.0.0.0:8000\n"
+            "(APIServer pid=1) INFO 05-19 10:13:51 [loggers.py:271] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+            "Avg generation throughput: 1242.7 tokens/s, Running: 20 reqs, Waiting: 23 reqs, GPU KV cache usage: "
+            "98.4%, Prefix cache hit rate: 0.0%\n")
+    c = classify(text)
+    assert c.state == "ready"
+    assert c.metrics == ServeMetrics(gen_throughput=1242.7, running_req=20, queue_req=23, token_usage=0.984)
+    oom = ("(EngineCore_DP0 pid=17374) ERROR 09-28 15:47:24 [core.py:718] ValueError: Free memory on device "
+           "(3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9, 3.6 GiB).\n")
+    c = classify(oom)
+    assert (c.state, c.cause) == ("failed", "gpu_oom") and "--gpu-memory-utilization" in c.hint
+    flags = "usage: vllm [-h] [-v] {chat,complete,serve} ...\nvllm: error: unrecognized arguments: --omni\n"
+    c = classify(flags)
+    assert (c.cause, c.line) == ("bad_flags", "vllm: error: unrecognized arguments: --omni")
+
+
+def test_argparse_usage_is_never_the_decisive_line_and_the_tail_skips_it():
+    usage = ["usage: launch_server.py [-h] --model-path MODEL_PATH"] + [
+        f"                        [--flag-{i} FLAG_{i}]" for i in range(470)]
+    err = "launch_server.py: error: unrecognized arguments: --mamba-scheduler-strategy"
+    c = classify("\n".join(usage + [err]) + "\n")
+    assert (c.cause, c.line) == ("bad_flags", err)
+    assert "--mamba-radix-cache-strategy" in c.hint  # the one rename table
+    tail = failure_tail(["[x] starting"] + usage + [err], 30)
+    assert tail == ["[x] starting", "[471 lines of usage left out]", err]
+
+
+# ---------------------------------------------------------------- the first death decides
+
+def _death(**kw) -> ProcessExit:
+    kw.setdefault("pid", 4243)
+    kw.setdefault("at", 10.0)
+    return ProcessExit(**kw)
+
+
+def test_first_death_by_signal_beats_the_launchers_follow_up():
+    log_text = (log("sglang_0523_ready_eagle.log")
+                + "[2026-10-30 13:00:00] Received sigquit from a child process. It usually means the child failed.\n")
+    death = _death(signal=9, how="signal", role="worker", gpus=[1], tp_rank=1, oom_kill_delta=0)
+    c = classify(log_text, ex(signal=9), first_death=death)
+    assert (c.state, c.cause) == ("failed", "signal_killed")
+    assert "TP1 worker" in c.line and "pid 4243" in c.line and "GPU 1" in c.line and "SIGKILL" in c.line
+    assert "sigquit" not in c.line and "not the host OOM killer" in c.hint
+    # Live, before the launcher's own exit record: the worker's death already decides.
+    assert classify(log("sglang_0523_ready_eagle.log"), first_death=death).cause == "signal_killed"
+
+
+def test_first_death_by_the_oom_killer():
+    death = _death(signal=9, how="signal", role="worker", gpus=[0], tp_rank=0, oom_kill_delta=1)
+    c = classify(log("incident_loading.log"), ex(signal=9), first_death=death)
+    assert c.cause == "host_oom_killed" and "OOM killer" in c.hint
+
+
+def test_first_death_does_not_hide_a_cause_the_log_names():
+    death = _death(exit_code=1, how="exited", role="worker", gpus=[0])
+    c = classify(log("incident_gpu_oom.log"), first_death=death)
+    assert c.cause == "gpu_oom" and "Not enough memory" in c.line
+
+
+def test_an_expected_end_after_a_stop_request_is_no_death():
+    death = _death(signal=15, how="signal", role="worker", after_stop_request=True)
+    assert classify(log("sglang_0523_ready_eagle.log"), first_death=death).state == "ready"
