@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from console.model import ExitRecord, ProcessExit, ServeMetrics
-from console.ops.classify import MAX_LINE, LogClassifier, classify, classify_file, failure_tail
+from console.ops.classify import (
+    MAX_LINE,
+    LogClassifier,
+    apply_first_death,
+    classify,
+    classify_file,
+    failure_tail,
+)
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 
@@ -658,3 +665,17 @@ def test_first_death_does_not_hide_a_cause_the_log_names():
 def test_an_expected_end_after_a_stop_request_is_no_death():
     death = _death(signal=15, how="signal", role="worker", after_stop_request=True)
     assert classify(log("sglang_0523_ready_eagle.log"), first_death=death).state == "ready"
+
+
+def test_apply_first_death_refines_a_live_classification():
+    death = _death(signal=9, how="signal", role="worker", gpus=[1], tp_rank=1, oom_kill_delta=0)
+    live = classify(log("sglang_0523_ready_eagle.log"))
+    c = apply_first_death(live, death)
+    assert (c.state, c.cause) == ("failed", "signal_killed") and "TP1 worker" in c.line
+    assert c.metrics == live.metrics
+    oom = classify(log("incident_gpu_oom.log"))
+    assert apply_first_death(oom, death) == oom  # the log names the cause
+    assert apply_first_death(live, None) is live
+    stop = ex(signal=15, stopped_by_operator=True)
+    assert apply_first_death(live, death, stop) is live
+    assert apply_first_death(None, death).cause == "signal_killed"

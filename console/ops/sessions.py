@@ -15,6 +15,7 @@ import secrets
 from typing import Iterable
 
 from console.model import Classification, HostSnapshot, ServerProc, SessionInfo, SessionView
+from console.ops.classify import apply_first_death
 from console.ops.flags.argv import flag_text, resolve_cmdline
 
 STALE_FACTOR = 3.0
@@ -135,7 +136,7 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
     for s in snap.sessions:
         procs = [p for p in by_session.get(s.session_id, []) if p.role != "supervisor"]
         spec = s.spec
-        cls = classes.get(s.session_id)
+        cls = apply_first_death(classes.get(s.session_id), s.first_abnormal_exit, s.exit)  # the first death decides
         state = session_state(s, cls)
         if state == "ready" and health.get(s.session_id) is False:
             state = "loading"

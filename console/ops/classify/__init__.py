@@ -31,7 +31,7 @@ from console.model import Classification, ExitRecord, ProcessExit
 from console.ops.classify.events import Failure, Reader
 from console.ops.classify.excerpt import failure_tail
 from console.ops.classify.files import HEAD_SCAN_BYTES, TAIL_BYTES, feed_file
-from console.ops.classify.rules import MAX_RETURNED_LINE, State, decide
+from console.ops.classify.rules import MAX_RETURNED_LINE, State, apply_first_death, decide
 
 __all__ = [
     "HEAD_SCAN_BYTES",
@@ -39,6 +39,7 @@ __all__ = [
     "MAX_RETURNED_LINE",
     "TAIL_BYTES",
     "LogClassifier",
+    "apply_first_death",
     "classify",
     "classify_file",
     "failure_tail",

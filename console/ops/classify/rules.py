@@ -267,3 +267,23 @@ def _first_death(st: State, exit: ExitRecord | None, death: ProcessExit) -> Clas
     if best is not None and st.fatal():
         return _failed(st, best, best.cause, exit, death=death)
     return _failed(st, best, "other", exit, line=death.describe(), death=death)
+
+
+def apply_first_death(cls: Classification | None, death: ProcessExit | None,
+                      exit: ExitRecord | None = None) -> Classification | None:
+    """A classification already made from the log, refined by the session's first abnormal death.
+
+    For callers that hold a live classifier's result and the session snapshot
+    (``SessionInfo.first_abnormal_exit``): a worker killed by a signal or by the OOM killer before
+    its launcher noticed is the cause, unless the log already names a specific one.
+    """
+    if death is None or not death.abnormal or (exit is not None and exit.stopped_by_operator):
+        return cls
+    if cls is not None and cls.state == "failed" and cls.cause not in (None, "other", "signal_killed"):
+        return cls
+    oom = (death.oom_kill_delta or 0) > 0
+    if not oom and not death.signal and cls is not None and cls.state == "failed":
+        return cls  # a worker exited with an error code: the log's own failure line says more
+    cause: FailureCause = "host_oom_killed" if oom else ("signal_killed" if death.signal else "other")
+    return Classification(state="failed", cause=cause, line=death.describe(), hint=hint_for(cause, None, exit, death=death),
+                          metrics=cls.metrics if cls is not None else None)
