@@ -10,7 +10,7 @@ import sys
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.errors import UserError
 from console.redact import redact_text
-from console.remote.link import RequestError
+from console.remote.link import LinkDown, RequestError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -33,16 +33,27 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     single_host(ctx)
     async with connect_hosts(ctx) as links:
         link = links[0]
-        try:
-            r = await link.request("read_log", {"session_id": args.session,
-                                                "tail_bytes": max(4096, args.lines * 400)})
+        if args.lines < 0:
+            raise UserError(f"-n must be 0 or more, not {args.lines}")
+        try:  # exactly the last N lines: the agent reads backwards until it has them (or its byte cap)
+            r = await link.request("read_log", {"session_id": args.session, "tail_lines": args.lines}, timeout=60)
         except RequestError as e:
             raise UserError(str(e), exit_code=1) from None
-        lines = r["data"].splitlines()[-args.lines:] if args.lines > 0 else []
+        except (TimeoutError, LinkDown) as e:
+            raise UserError(f"{link.name}: no answer reading the log of {args.session}: {str(e) or 'timed out'}",
+                            exit_code=1) from None
+        lines = r["data"].split("\n")[:-1]
+        note = None
+        if r.get("capped"):
+            note = (f"only {len(lines)} of the last {args.lines} lines: the agent reads at most the last "
+                    f"{r.get('cap_bytes', 0) >> 20} MiB of a log (these start at byte {r['offset']} of {r['end']})")
         if ctx.json_output and not args.follow:
             print(json.dumps({"session_id": args.session, "offset": r["offset"], "end": r["end"],
+                              "capped": bool(r.get("capped")), "note": note,
                               "lines": [redact_text(x) for x in lines]}))
             return 0
+        if note:
+            print(f"mtpconsole logs: {note}", file=sys.stderr)
         show = _printer(sys.stdout.isatty())
         for line in lines:
             print(show(line))

@@ -46,7 +46,6 @@ from .hostlib import (
 )
 from .launch import Launcher
 from .logfollow import MAX_LOG_CHUNK, LogFollower, read_log
-from .metrics import MetricsFetcher, metrics_port
 from .procscan import ProcScanner
 from .rundir import real_session_dir, write_new_json
 from .runs import SessionStore
@@ -86,7 +85,6 @@ class Agent(object):
         self.sessions = SessionStore(self.runs_dir, self.watcher.ensure)
         self.procs = ProcScanner(self.runs_dir, sim_scope)
         self.logs = LogFollower(self.runs_dir, self.send)
-        self.metrics = MetricsFetcher()  # /metrics of servers started with --enable-metrics, off the loop
         self.launcher = Launcher(self.runs_dir, cfg.get("launch_env"), sources, self)
         # GPUs are sampled in a worker thread: a hung driver or nvidia-smi never blocks this loop
         self.sampler = GpuSampler(self.gpu, self._wake, stall_s=max(float(cfg.get("gpu_stall_s") or GPU_STALL_S),
@@ -157,6 +155,8 @@ class Agent(object):
                 timeout = min(timeout, 0.005)
             elif self.logs or self.watcher.polling():
                 timeout = min(timeout, 0.05)
+            if self.logs.behind:  # a followed log has more to push now: no pause (its reads are time-boxed)
+                timeout = 0.0
             for key, _ in self.sel.select(max(0.0, timeout)):
                 kind, data = key.data
                 if kind == "wake":
@@ -247,24 +247,11 @@ class Agent(object):
         sessions = self.sessions.scan()
         servers = self.procs.scan(gpus, sessions)
         self.watch_session_members(servers)
-        self.attach_metrics(servers)
         return {
             "sampled_at": now(), "gpu_source": self.gpu.name if gpus or not err else "none",
             "gpu_error": err, "gpus": gpus, "gpu_sampled_at": gpus_at,
             "servers": servers, "sessions": self.sessions.visible(sessions),
         }
-
-    def attach_metrics(self, servers):
-        """Ship each metrics-exporting launcher's last /metrics text (raw) and ask for a fresh fetch."""
-        targets = {}
-        for p in servers:
-            port = metrics_port(p["argv"], p["framework"]) if p["role"] == "launcher" else None
-            if port is not None:
-                key = (p["pid"], p["start_ticks"])
-                targets[key] = port
-                p.update(self.metrics.latest(key) or {"metrics_text": None, "metrics_at": None,
-                                                      "metrics_error": "not fetched yet"})
-        self.metrics.request(targets)
 
     def watch_session_members(self, servers):
         """Watch every live process of a session, so each one's end lands in the session's exits.jsonl."""
@@ -295,8 +282,8 @@ class Agent(object):
     def op_sessions(self):
         return sorted(self.sessions.scan().values(), key=lambda s: s["session_id"])
 
-    def op_read_log(self, session_id, offset=None, tail_bytes=None, max_bytes=MAX_LOG_CHUNK):
-        return read_log(self.runs_dir, session_id, offset, tail_bytes, max_bytes)
+    def op_read_log(self, session_id, offset=None, tail_bytes=None, max_bytes=MAX_LOG_CHUNK, tail_lines=None):
+        return read_log(self.runs_dir, session_id, offset, tail_bytes, max_bytes, tail_lines)
 
     def op_follow_log(self, session_id, offset=0):
         self.logs.follow(session_id, offset)

@@ -27,6 +27,8 @@ from console.remote import protocol
 from console.remote.ssh import HostSpec
 
 STREAM_LIMIT = 64 * 1024 * 1024
+"""The longest agent message read (and the SSH channel's receive window: a JSON line larger than the window
+would never complete, since asyncssh stops the sender when its buffer holds a window's worth)."""
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 PING_EVERY_S = 5.0
@@ -146,13 +148,13 @@ class HostLink:
         line = shlex.join(argv)
         if self.conn is not None:
             try:
-                proc = await self.conn.create_process(line, encoding=None)
+                proc = await self.conn.create_process(line, encoding=None, window=STREAM_LIMIT)
                 return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
             except Exception:  # the connection died with the channel: open a fresh one now, not after a backoff
                 self.conn.close()
                 self.conn = None
         self.conn = await ssh.connect(self.spec, self.ssh_config, connect_timeout=self.connect_timeout)
-        proc = await self.conn.create_process(line, encoding=None)
+        proc = await self.conn.create_process(line, encoding=None, window=STREAM_LIMIT)
         return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
 
     async def open(self) -> None:

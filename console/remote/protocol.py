@@ -31,7 +31,7 @@ Console -> agent (requests)
 ``sessions {}``               -> [SessionInfo]
 ``launch {spec, env, preflight}`` -> {session: SessionInfo} ; refuses with ``error`` naming who holds the GPU/port
 ``kill {pid?, pgid?, start_ticks, signal, session_id?}`` -> {signalled: [pids]}
-``read_log {session_id, offset?, tail_bytes?, max_bytes}`` -> {offset, end, size, data}
+``read_log {session_id, offset?, tail_bytes?, max_bytes, tail_lines?}`` -> {offset, end, size, data, capped?}
 ``follow_log {session_id, offset}`` / ``unfollow_log {session_id}``
 ``watch {pid, start_ticks}``  -> the agent pushes an ``exit`` event when that process ends
 ``port_open {port}``          -> bool (something accepts TCP on 127.0.0.1:port)
@@ -95,11 +95,10 @@ BOOTSTRAP = (
     "import sys,json;"
     "m=json.loads(sys.stdin.readline());"
     "g={'__name__':'mtpconsole_shipboot'};"
-    "exec(compile(m['boot'],'mtpconsole-agent/shipboot.py','exec'),g);"
+    "exec(compile(m['boot'],'<mtpconsole>/shipboot.py','exec'),g);"
     "sys.exit(g['main'](m['modules'],sys.stdin,sys.stdout))"
 )
-"""The fixed program passed to ``python -c``: no part of it comes from user input. Its text holds
-``mtpconsole-agent``, so an operator (or a test) finds the agent by its command line."""
+"""The fixed program passed to ``python -c``: no part of it comes from user input."""
 
 
 def _read(name: str) -> str:
