@@ -46,6 +46,7 @@ from .hostlib import (
 )
 from .launch import Launcher
 from .logfollow import MAX_LOG_CHUNK, LogFollower, read_log
+from .metrics import MetricsFetcher, metrics_port
 from .procscan import ProcScanner
 from .rundir import real_session_dir, write_new_json
 from .runs import SessionStore
@@ -85,6 +86,7 @@ class Agent(object):
         self.sessions = SessionStore(self.runs_dir, self.watcher.ensure)
         self.procs = ProcScanner(self.runs_dir, sim_scope)
         self.logs = LogFollower(self.runs_dir, self.send)
+        self.metrics = MetricsFetcher()  # /metrics of servers started with --enable-metrics, off the loop
         self.launcher = Launcher(self.runs_dir, cfg.get("launch_env"), sources, self)
         # GPUs are sampled in a worker thread: a hung driver or nvidia-smi never blocks this loop
         self.sampler = GpuSampler(self.gpu, self._wake, stall_s=max(float(cfg.get("gpu_stall_s") or GPU_STALL_S),
@@ -247,11 +249,24 @@ class Agent(object):
         sessions = self.sessions.scan()
         servers = self.procs.scan(gpus, sessions)
         self.watch_session_members(servers)
+        self.attach_metrics(servers)
         return {
             "sampled_at": now(), "gpu_source": self.gpu.name if gpus or not err else "none",
             "gpu_error": err, "gpus": gpus, "gpu_sampled_at": gpus_at,
             "servers": servers, "sessions": self.sessions.visible(sessions),
         }
+
+    def attach_metrics(self, servers):
+        """Ship each metrics-exporting launcher's last /metrics text (raw) and ask for a fresh fetch."""
+        targets = {}
+        for p in servers:
+            port = metrics_port(p["argv"], p["framework"]) if p["role"] == "launcher" else None
+            if port is not None:
+                key = (p["pid"], p["start_ticks"])
+                targets[key] = port
+                p.update(self.metrics.latest(key) or {"metrics_text": None, "metrics_at": None,
+                                                      "metrics_error": "not fetched yet"})
+        self.metrics.request(targets)
 
     def watch_session_members(self, servers):
         """Watch every live process of a session, so each one's end lands in the session's exits.jsonl."""

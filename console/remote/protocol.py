@@ -95,10 +95,11 @@ BOOTSTRAP = (
     "import sys,json;"
     "m=json.loads(sys.stdin.readline());"
     "g={'__name__':'mtpconsole_shipboot'};"
-    "exec(compile(m['boot'],'<mtpconsole>/shipboot.py','exec'),g);"
+    "exec(compile(m['boot'],'mtpconsole-agent/shipboot.py','exec'),g);"
     "sys.exit(g['main'](m['modules'],sys.stdin,sys.stdout))"
 )
-"""The fixed program passed to ``python -c``: no part of it comes from user input."""
+"""The fixed program passed to ``python -c``: no part of it comes from user input. Its text holds
+``mtpconsole-agent``, so an operator (or a test) finds the agent by its command line."""
 
 
 def _read(name: str) -> str:
