@@ -253,3 +253,31 @@ async def test_panel_keeps_serving_history_of_the_current_session_only():
             await settle(pilot)
         assert len(panel.hist["tps"]) >= 3 and panel.hist["tps"][-1] == 412.3
         assert len(panel.hist["mem"]) >= 3 and "tok/s 412" in panel.body.plain
+
+
+async def test_flag_form_enter_submits_own_footer_and_fewer_tab_stops():
+    from textual.widgets import Input
+
+    from console.ui.screens.flag_form import FlagForm
+
+    backend = FakeBackend()
+    app = frozen_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_gpu(pilot, app, 2)
+        await pilot.press("l")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, FlagForm)
+        keys = {b.action for _, b, enabled, _ in [v for v in form.active_bindings.values()] if enabled}
+        assert {"check", "launch", "cancel"} <= keys and "kill" not in keys and "audit" not in keys
+        spec_on = form.query_one("#f-spec_algo").value not in ("none",)
+        assert form.query_one("#f-num_steps").disabled is (not spec_on)
+        assert form.query_one("#f-hicache_size").disabled  # hierarchical cache off
+        assert not form.query_one("#check").can_focus and not form.query_one("#cancel").can_focus
+        form.query_one("#f-port", Input).focus()
+        await pilot.press("enter")  # first enter: checks, arms
+        await settle(pilot)
+        assert form.armed is not None and str(form.query_one("#launch").label) == "Confirm launch"
+        await pilot.press("enter")  # second: launches
+        await settle(pilot, 6)
+        assert any(c[0] == "launch" for c in backend.calls)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
@@ -20,6 +21,7 @@ from textual.widgets import Button, Input, Label, Select, Static, Switch
 from console.model import LaunchRequest
 from console.ui.flag_values import MAMBA_STRATEGIES, SPEC_ALGOS, FlagValues, field_errors, flag_diff
 from console.ui.format import clean, short
+from console.ui.widgets.footer import QuietFooter
 
 Validator = Callable[[list[str]], Any]
 """``validator(flags[, host=])`` -> [(severity, message)], or an awaitable of it."""
@@ -71,7 +73,17 @@ FIELDS: list[tuple[str, str, Any]] = [
 class FlagForm(ModalScreen[LaunchRequest | None]):
     """Edit the flags of one launch on one host."""
 
-    BINDINGS = [("escape", "cancel", "Cancel")]
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+r", "check", "Check", tooltip="validate the flags and plan the memory"),
+        Binding("ctrl+l", "launch", "Launch", tooltip="launch (press again to confirm); enter in a field does too"),
+    ]
+    DEFAULT_CSS = """
+    FlagForm .checks { width: 1fr; height: auto; }
+    FlagForm .impact { height: auto; margin-bottom: 1; color: $text-warning; }
+    """
+    SPEC_FIELDS = ("num_steps", "eagle_topk", "num_draft_tokens")
+    """Only in the tab order when a speculative algorithm is chosen."""
 
     def __init__(self, host: str, raw: dict[str, Any], *, title: str, running_argv: list[str] | None = None,
                  validator: Validator | None = None, planner: Planner | None = None,
@@ -109,6 +121,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
                 yield Button("Cancel", id="cancel")
                 yield Button("Check", id="check")
                 yield Button("Launch", id="launch", variant="primary")
+        yield QuietFooter()
 
     def _widget(self, name: str, kind: Any):
         v = self.raw.get(name)
@@ -119,6 +132,9 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         return Input("" if v is None else str(v), placeholder=kind, id=f"f-{name}")
 
     def on_mount(self) -> None:
+        for b in ("#cancel", "#check"):  # esc and ctrl+r do these: fewer tab stops
+            self.query_one(b, Button).can_focus = False
+        self._relevant()
         self.query_one("#f-model_path", Input).focus()
         if self.app.animation_level == "none":  # reduced motion: no blinking cursors either
             for box in self.query(Input):
@@ -171,7 +187,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
                     sev, msg = "warning", f"{msg} (forced)"
                 ok = ok and sev != "error"
                 style = {"error": "$text-error", "warning": "$text-warning"}.get(sev, "$text-muted")
-                lines.append(Content.from_markup(f"[{style}]$s[/] $m", s=f"{sev}:", m=short(clean(str(msg)), 400)))
+                lines.append(Content.from_markup(f"[{style}]$s[/] $m", s=f"{sev}:", m=short(clean(str(msg)), 1500)))
         if not lines:
             lines.append(Content("no flag validator or memory planner available" if not (self.validator or self.planner)
                                  else "checks: nothing to report"))
@@ -191,10 +207,33 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         box.update(content)
         box.display = True
 
-    # ---- buttons
+    def _relevant(self) -> None:
+        """Fields that do not apply (speculative numbers without an algorithm, the hicache size without
+        the hierarchical cache) are disabled: out of the tab order, their values kept."""
+        algo = self.query_one("#f-spec_algo", Select).value
+        for name in self.SPEC_FIELDS:
+            self.query_one(f"#f-{name}").disabled = algo in ("none", None, Select.BLANK)
+        self.query_one("#f-hicache_size").disabled = not self.query_one("#f-hicache", Switch).value
+
+    # ---- buttons and keys
     async def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        if event.button.id == "cancel":
+        await self.submit(event.button.id or "launch")
+
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter in any single-line field launches (the first press checks, the second confirms)."""
+        event.stop()
+        await self.submit("launch")
+
+    async def action_check(self) -> None:
+        await self.submit("check")
+
+    async def action_launch(self) -> None:
+        await self.submit("launch")
+
+    async def submit(self, which: str) -> None:
+        """``cancel``, ``check`` (validate and plan) or ``launch`` (check, then arm; again: dismiss with it)."""
+        if which == "cancel":
             self.dismiss(None)
             return
         v = self.parse()
@@ -202,7 +241,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
             self._disarm()
             return
         ok = await self.checks(v)
-        if event.button.id == "check" or not ok:
+        if which == "check" or not ok:
             self._disarm()
             return
         flags = v.to_flags()
@@ -234,9 +273,11 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         self._changed()
 
     def on_switch_changed(self) -> None:
+        self._relevant()
         self._changed()
 
     def on_select_changed(self) -> None:
+        self._relevant()
         self._changed()
 
     def action_cancel(self) -> None:
