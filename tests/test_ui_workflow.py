@@ -281,3 +281,20 @@ async def test_flag_form_enter_submits_own_footer_and_fewer_tab_stops():
         await pilot.press("enter")  # second: launches
         await settle(pilot, 6)
         assert any(c[0] == "launch" for c in backend.calls)
+
+
+async def test_launch_form_prefilled_from_the_last_session_on_that_gpu():
+    from textual.widgets import Input
+
+    from console.ui.screens.flag_form import FlagForm
+
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await select_gpu(pilot, app, 2)  # s-failed ran here with ARGV
+        await pilot.press("l")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, FlagForm)
+        assert form.query_one("#f-model_path", Input).value == "/models/demo-27b"
+        assert form.query_one("#f-max_running", Input).value == "48"
+        assert form.query_one("#f-gpus", Input).value == "2"

@@ -52,6 +52,12 @@ def who(s: SessionView, snap: HostSnapshot | None = None, now: float | None = No
 class Operations:
     """Launch / kill / relaunch / edit for the app (see the module docstring)."""
 
+    def _last_session(self, host: str, index: int) -> SessionView | None:
+        """The newest session with a known command line that ran on GPU ``index`` of ``host`` (any state)."""
+        view = self.app.views.get(host)
+        on = [s for s in (view.sessions if view else []) if index in s.gpus and s.argv and not s.pending]
+        return max(on, key=lambda s: s.started_at or 0.0) if on else None
+
     def _who(self, s: SessionView) -> list[str]:
         view = self.app.views.get(s.host)
         return who(s, view.snapshot if view else None, self.app.clock())
@@ -120,6 +126,9 @@ class Operations:
         except Exception as e:
             self.app.say(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
         raw = self.form_memory.get((p.host, p.index))
+        last = self._last_session(p.host, p.index)
+        if raw is None and last is not None and not (tpl and tpl.profile):
+            raw = from_argv(last.argv, [p.index], last.port)  # the model and flags last run on this GPU
         if raw is None:
             raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port) if tpl else {"gpus": str(p.index)}
         if str(p.index) not in str(raw.get("gpus") or "").replace(" ", "").split(","):
