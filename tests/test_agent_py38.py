@@ -32,7 +32,7 @@ def test_agent_and_supervisor_on_python38(tmp_path):
         rec = r["result"]["record"]
         msg, _ = agent.read_until(lambda m: m.get("type") == "sample" and any(
             p["argv"] == ["sglang::scheduler"] and p["session_id"] == sid for p in m["data"]["servers"]), timeout=10)
-        (w,) = [p for p in msg["data"]["servers"] if p["argv"] == ["sglang::scheduler"]]
+        (w,) = [p for p in msg["data"]["servers"] if p["argv"] == ["sglang::scheduler"] and p["session_id"] == sid]
         assert w["role"] == "worker" and w["tp_rank"] == 0
         agent.read_until(lambda m: m.get("type") == "sample")
         import os

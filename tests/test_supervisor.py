@@ -18,6 +18,7 @@ import pytest
 
 from console.remote.launch import SUPERVISOR_BOOT, materialize
 from console.remote.protocol import shipped_sources
+from tests.helpers.wait import holds_for
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = REPO / "tests" / "helpers" / "fake_servers.py"
@@ -218,8 +219,7 @@ def test_launch_records_a_detached_server(launcher):
     # the supervisor shrugs off SIGTERM/SIGHUP/SIGINT aimed at it
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         os.kill(sup, sig)
-    time.sleep(0.1)
-    assert alive(sup) and alive(pid)
+    assert holds_for(lambda: alive(sup) and alive(pid), 0.5)
     os.killpg(rec["pgid"], signal.SIGTERM)
     ex = run.wait_exit()
     assert ex["signal"] == signal.SIGTERM and ex["exit_code"] is None
@@ -405,3 +405,32 @@ def test_huge_env_line_is_refused(launcher):
     run = launcher(fake("exit", 0), stdin=b"x" * (4 * 1024 * 1024 + 10))
     assert run.proc.returncode == 2
     assert "longer than" in run.json("exit.json")["error"]
+
+
+def test_supervisor_records_member_exits_without_an_agent(launcher, tmp_path):
+    """No console attached: the supervisor itself records which worker died, how, and on which GPU."""
+    helper = REPO / "tests" / "helpers" / "retitle.py"
+    go = tmp_path / "go"
+    go.write_text("")
+    run = launcher([sys.executable, str(helper), "launcher", str(go), "0", "sglang::scheduler_TP0",
+                    "sglang::scheduler_TP1"], gpus=[0, 1])
+    assert run.proc.returncode == 0, run.proc.stderr
+    line = wait_for(lambda: next((x for x in run.output.splitlines() if x.startswith("children ")), None),
+                    what="the helper's children")
+    tracker, tp0, tp1 = [int(x) for x in line.split()[1:]]
+    wait_for(lambda: f"member {tp1}: worker sglang::scheduler_TP1 (gpus 1)" in
+             (run.run_dir / "supervisor.log").read_text(), what="the supervisor to see the retitled worker")
+    os.kill(tp1, signal.SIGKILL)
+
+    def exits():
+        path = run.run_dir / "exits.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+    (e,) = wait_for(lambda: [x for x in exits() if x["pid"] == tp1], what="the worker's exit line")
+    assert e["signal"] == signal.SIGKILL and e["role"] == "worker" and e["tp_rank"] == 1 and e["gpus"] == [1]
+    assert e["source"] == "supervisor" and e["session_id"] == run.session_id and not e["after_stop_request"]
+    os.killpg(run.record["pgid"], signal.SIGTERM)
+    run.wait_exit()
+    from console.remote.watch import first_abnormal_exit, merge_exits
+    first = first_abnormal_exit(merge_exits(exits()))
+    assert first["pid"] == tp1

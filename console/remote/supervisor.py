@@ -36,6 +36,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 
@@ -57,6 +58,7 @@ from .hostlib import (
     start_ticks_of,
 )
 from .hostsecrets import mask_argv
+from .watch import MemberWatch
 
 PR_SET_CHILD_SUBREAPER = 36
 MAX_ENV_LINE = 4 * 1024 * 1024
@@ -65,6 +67,9 @@ SETUP_TIMEOUT_S = 60.0
 """How long the first process waits for the daemon to report the server started (or not)."""
 CLEANUP_TIMEOUT_S = 5.0
 """How long the daemon keeps killing and reaping leftovers after the server exited."""
+
+MEMBER_POLL_S = 0.05
+"""How often the supervisor checks its session's processes for an end (SIGCHLD wakes it sooner)."""
 
 EXIT_STARTED = 0
 EXIT_NOT_STARTED = 1
@@ -135,8 +140,9 @@ def _clean_str(value, what, allow_empty=False):
     return value
 
 
-def read_env_line(stream):
-    """Parse the single ``{"env": {...}}`` line from ``stream`` (a binary file)."""
+def read_env_line(stream, keep=None):
+    """Parse the single ``{"env": {...}}`` line from ``stream`` (a binary file); ``keep["obj"]`` gets the
+    whole object when ``keep`` is given."""
     raw = stream.readline(MAX_ENV_LINE + 1)
     if len(raw) > MAX_ENV_LINE:
         raise LaunchError("env line on stdin is longer than %d bytes" % MAX_ENV_LINE)
@@ -152,6 +158,8 @@ def read_env_line(stream):
         raise LaunchError("env line on stdin is not valid JSON: %s" % e)
     if not isinstance(obj, dict):
         raise LaunchError('env line on stdin must be a JSON object {"env": {...}}')
+    if keep is not None:
+        keep["obj"] = obj
     env = obj.get("env", {})
     if env is None:
         env = {}
@@ -166,6 +174,29 @@ def read_env_line(stream):
         if "\x00" in value:
             raise LaunchError("env value of %s contains a NUL byte" % key)
     return env
+
+
+def read_launch_line(stream):
+    """(env, argv) from the stdin line ``{"env": {...}, "argv": [...]}``: ``argv`` is the real argv (secret
+    flag values included), which spec.json holds masked; None when the line has none (an older agent)."""
+    seen = {}
+    env = read_env_line(stream, keep=seen)
+    argv = seen.get("obj", {}).get("argv")
+    if argv is None:
+        return env, None
+    if not isinstance(argv, list) or not argv:
+        raise LaunchError("argv on stdin must be a non-empty list of strings")
+    for i, arg in enumerate(argv):
+        _clean_str(arg, "argv[%d] on stdin" % i, allow_empty=(i > 0))
+    return env, list(argv)
+
+
+
+def real_argv(argv, spec_argv):
+    """The argv to execute: the one from stdin, which must be spec.json's once its secrets are masked."""
+    if mask_argv(argv) != mask_argv(spec_argv):
+        raise LaunchError("argv on stdin does not match %s" % RUN_SPEC)
+    return argv
 
 
 def load_spec(run_dir):
@@ -370,18 +401,45 @@ def record_exit(run_dir, pid, start_ticks, code, sig, role=None):
         log("cannot append to %s: %r" % (RUN_EXITS, e))
 
 
-def wait_for_server(server, run_dir=None):
+def wait_for_server(server, run_dir=None, session_id=None):
     """Reap every other child until the server exits; returns its (exit_code, signal).
 
-    The server itself is left unreaped (``WNOWAIT``): the caller kills its group first. Each
-    orphan reaped on the way is recorded in ``exits.jsonl`` (when ``run_dir`` is given).
+    The server itself is left unreaped (``WNOWAIT``): the caller kills its group first. With a
+    ``run_dir``, each orphan reaped on the way and every other member of the session that ends
+    (see ``watch.MemberWatch``, polled every ``MEMBER_POLL_S``; SIGCHLD wakes the wait at once) is
+    recorded in ``exits.jsonl``.
     """
+    members = MemberWatch(run_dir, os.getpid(), server, session_id, log) if run_dir is not None else None
+    if members is None:
+        return _wait_loop(server, run_dir, None, None)
+    # a socket pair, not a pipe: the daemon's only pipes stay the ones it was given (none of the caller's)
+    wake_r, wake_w = socket.socketpair()
+    wake_w.setblocking(False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler, so that the wakeup fd fires
+    signal.set_wakeup_fd(wake_w.fileno())
+    try:
+        result = _wait_loop(server, run_dir, members, wake_r)
+        members.poll()  # what ended together with the server
+        return result
+    finally:
+        signal.set_wakeup_fd(-1)  # never a stray byte into a later fd that reuses this number
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        wake_r.close()
+        wake_w.close()
+
+
+def _wait_loop(server, run_dir, members, wake_r):
     while True:
         try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT | (os.WNOHANG if members is not None else 0))
         except ChildProcessError:
             raise RuntimeError("lost track of the server (no child left to wait for)")
         if info is None:
+            if members is not None:
+                members.poll()
+                ready, _, _ = select.select([wake_r], [], [], MEMBER_POLL_S)
+                if ready:
+                    wake_r.recv(4096)
             continue
         if info.si_pid == server:
             if info.si_code == os.CLD_EXITED:
@@ -520,7 +578,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         log("record.json written: pid=%d pgid=%d start_ticks=%s" % (server, pgid, record["start_ticks"]))
         notify_w = _notify(notify_w, EXIT_STARTED)
 
-        code, sig = wait_for_server(server, run_dir)
+        code, sig = wait_for_server(server, run_dir, spec["session_id"])
         record_exit(run_dir, server, record["start_ticks"], code, sig, role="launcher")
         log("server exited: exit_code=%s signal=%s" % (code, sig))
         # the server is still an unreaped zombie here, so its pid (= the pgid) cannot be
@@ -595,17 +653,19 @@ def main(argv=None):
         return EXIT_BAD_INPUT
     try:
         _log_fd = os.open(os.path.join(run_dir, RUN_SUPERVISOR_LOG),
-                          os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                          os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     except OSError as e:
         sys.stderr.write("mtpconsole-supervisor: cannot open %s: %s\n" % (RUN_SUPERVISOR_LOG, e))
         return EXIT_BAD_INPUT
     log("supervisor for %s (python %s)" % (run_dir, sys.version.split()[0]))
     try:
-        env = read_env_line(sys.stdin.buffer)
+        env, argv = read_launch_line(sys.stdin.buffer)
         spec = load_spec(run_dir)
+        if argv is not None:
+            spec["argv"] = real_argv(argv, spec["argv"])
         try:
             out_fd = os.open(os.path.join(run_dir, RUN_LOG),
-                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         except FileExistsError:
             raise LaunchError("%s already exists: refusing to reuse a log" % RUN_LOG)
         except OSError as e:

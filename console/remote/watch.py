@@ -22,9 +22,12 @@ from .hostlib import (
     decode_wait_status,
     load_json,
     now,
+    proc_cmdline,
+    proc_environ,
     proc_stat,
     read_oom_kill,
 )
+from .procscan import RESOURCE_TRACKER, SPAWN_CHILD, classify_title, title_ranks
 
 MAX_EXITS_SHOWN = 64
 """How many process exits of one session a sample carries (the earliest; first_abnormal_exit is exact)."""
@@ -208,3 +211,94 @@ class ExitWatcher(object):
                 self.send({"type": "event", "kind": "session_ended", "session_id": sid, "exit": ex})
                 if self.on_session_ended is not None:
                     self.on_session_ended(sid, ex)
+
+
+class MemberWatch(object):
+    """The supervisor's own record of its session's processes, kept whether or not an agent runs.
+
+    ``poll()`` (every ~50 ms) notices a member that ended, reading its wait status from the zombie
+    when its parent has not reaped it yet, and appends it to ``exits.jsonl`` like the agent does
+    (the console merges both per process). Membership (every descendant of the supervisor except the
+    server itself, whose end the supervisor records exactly) and titles are refreshed every
+    ``REFRESH_S``, so retitled workers carry their final role and TP rank.
+    """
+
+    REFRESH_S = 0.5
+
+    def __init__(self, run_dir, supervisor_pid, server_pid, session_id=None, log=None):
+        self.log = log  # called with one line per member seen or retitled
+        self.run_dir = run_dir
+        self.me = supervisor_pid
+        self.server = server_pid
+        self.session_id = session_id
+        self.members = {}  # pid -> {"start": ticks, "meta": {...}}
+        self.next_refresh = 0.0
+        self.oom_seen = read_oom_kill()
+
+    def _meta(self, pid, argv, launcher):
+        fw, role = classify_title(argv)
+        line = " ".join(argv)
+        if role is None:
+            role = "launcher" if pid == self.server else "worker" if (launcher and SPAWN_CHILD.search(line)) \
+                else "other" if RESOURCE_TRACKER.search(line) else None
+        env = proc_environ(pid, ("CUDA_VISIBLE_DEVICES",)) or {}
+        dp, tp = title_ranks(argv)
+        proc = {"role": role, "tp_rank": tp, "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
+        return {"role": role or "other", "title": (argv or [""])[0][:200], "gpus": process_gpus(proc),
+                "tp_rank": tp, "dp_rank": dp}
+
+    def refresh(self):
+        """Re-list the members (descendants of the supervisor) and their titles."""
+        children = {}
+        stats = {}
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return
+        for name in names:
+            if name.isdigit():
+                st = proc_stat(int(name))
+                if st is not None and st["state"] not in ("Z", "X"):
+                    stats[int(name)] = st
+                    children.setdefault(st["ppid"], []).append(int(name))
+        stack = [(p, False) for p in children.get(self.me, [])]
+        while stack:
+            pid, under_launcher = stack.pop()
+            st = stats[pid]
+            stack.extend((c, under_launcher or pid == self.server) for c in children.get(pid, []))
+            if pid == self.server:
+                continue
+            m = self.members.get(pid)
+            if m is not None and m["start"] != st["start_ticks"]:
+                m = None
+            argv = proc_cmdline(pid)
+            if argv is None:
+                continue
+            if m is None or m["argv"] != argv:
+                meta = self._meta(pid, argv, under_launcher)
+                self.members[pid] = {"start": st["start_ticks"], "argv": argv, "meta": meta}
+                if self.log is not None:
+                    self.log("member %d: %s %s (gpus %s)" % (pid, meta["role"], meta["title"][:80],
+                                                             ",".join(map(str, meta["gpus"])) or "-"))
+        self.oom_seen = read_oom_kill()
+
+    def poll(self):
+        """Record members that ended since the last poll; refresh membership when due."""
+        for pid, m in list(self.members.items()):
+            st = proc_stat(pid)
+            if st is not None and st["start_ticks"] == m["start"] and st["state"] not in ("Z", "X"):
+                continue
+            status = st.get("wait_status") if st is not None and st["start_ticks"] == m["start"] else None
+            del self.members[pid]
+            oom = read_oom_kill()
+            delta = None if oom is None or self.oom_seen is None else max(0, oom - self.oom_seen)
+            entry = exit_entry(pid, m["start"], dict(m["meta"], session_id=self.session_id), status, now(), delta,
+                               os.path.exists(os.path.join(self.run_dir, RUN_STOP_REQUEST)))
+            entry["source"] = "supervisor"
+            try:
+                append_json_line(os.path.join(self.run_dir, RUN_EXITS), entry)
+            except OSError:
+                pass
+        if now() >= self.next_refresh:
+            self.next_refresh = now() + self.REFRESH_S
+            self.refresh()
