@@ -352,7 +352,8 @@ class Classification(Frozen):
 
 # ---------------------------------------------------------------- steps
 
-StepState = Literal["pending", "running", "ok", "failed", "skipped"]
+StepState = Literal["pending", "running", "ok", "failed", "skipped", "warning"]
+"""``warning``: passed, but only because the operator overrode a check (a forced launch that does not fit)."""
 
 
 class Step(Frozen):
