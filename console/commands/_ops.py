@@ -9,7 +9,7 @@ from typing import Callable
 from console.model import OperationResult, Step
 from console.redact import redact_obj, redact_text
 
-MARK = {"ok": "✓", "failed": "✗", "running": "…", "pending": " ", "skipped": "-"}
+MARK = {"ok": "✓", "failed": "✗", "running": "…", "pending": " ", "skipped": "-", "warning": "⚠"}
 
 
 def term(text: str) -> str:
@@ -31,7 +31,7 @@ def step_printer(json_output: bool) -> Callable[[list[Step]], None]:
         if json_output:
             return
         for s in steps:
-            if s.state in ("ok", "failed", "skipped") and (s.name, s.state) not in shown:
+            if s.state in ("ok", "failed", "skipped", "warning") and (s.name, s.state) not in shown:
                 shown.add((s.name, s.state))
                 t = f" ({s.elapsed_s:.2f} s)" if s.elapsed_s is not None else ""
                 print(f"  {MARK[s.state]} {s.name}{t}: {term(s.evidence or '')}", flush=True)

@@ -17,7 +17,7 @@ from console.ui.format import clean, short
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _ICON = {"ok": ("✓", "$text-success"), "failed": ("✗", "$text-error"), "pending": ("·", "$text-muted"),
-         "skipped": ("–", "$text-muted")}
+         "skipped": ("–", "$text-muted"), "warning": ("⚠", "$text-warning")}
 
 
 class StepsView(Static):
