@@ -225,7 +225,10 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
             return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps,
                                    error=msg)
         pre = info.get("preflight") or []
-        st.finish("preflight", "ok", "; ".join([f"{c['name']}: {c['detail']}" for c in pre]
+        forced = verdict == "does_not_fit" and req.force
+        head = "⚠ forced: the memory plan says it does not fit; " if forced else ""
+        st.finish("preflight", "warning" if forced else "ok",
+                  head + "; ".join([f"{c['name']}: {c['detail']}" for c in pre]
                                                + [f"memory plan: {verdict or 'skipped'}"
                                                   + (f" ({plan_text})" if plan_text and plan_text != verdict else "")]
                                                + ([flags_note] if flags_note else []))
@@ -313,12 +316,19 @@ async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: boo
                                                         wake_on_change=False))
         return OperationResult(**res, ok=True, state="ready", steps=st.steps)
     except LaunchFailed as e:
-        return await _failed(link, watch, st, res, e)
+        return _with_plan(await _failed(link, watch, st, res, e), verdict, plan_text)
     except (LinkDown, RequestError, asyncio.TimeoutError) as e:
         return await _failed(link, watch, st, res, LaunchFailed(_running(st) or "spawned",
                                                                  f"lost contact with the host: {e}"))
     finally:
         watch.close()
+
+
+def _with_plan(r: OperationResult, verdict: str | None, plan_text: str) -> OperationResult:
+    """A gpu_oom failure's hint leads with the memory planner's fix when the planner had warned."""
+    if r.cause != "gpu_oom" or verdict not in ("does_not_fit", "tight") or not plan_text:
+        return r
+    return r.model_copy(update={"hint": f"memory planner: {plan_text}" + (f"; {r.hint}" if r.hint else "")})
 
 
 def orphan_note(link: HostLink, gpus: list[int]) -> str:
