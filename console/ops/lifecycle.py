@@ -398,14 +398,16 @@ async def _failed(link: HostLink, watch: _SessionWatch, st: Stepper, res: dict, 
             await asyncio.wait_for(watch.exited.wait(), 3.0 if watch.exited.is_set() else 0.5)
         except asyncio.TimeoutError:
             pass
+    from console.ops.classify import failure_tail
+
     tail: list[str] = []
     try:
         r = await link.request("read_log", {"session_id": res["session_id"], "tail_bytes": 256 * 1024})
         watch.cls = _classifier()
         watch.cls.feed(r["data"])
-        tail = r["data"].splitlines()[-30:]
+        tail = failure_tail(r["data"].splitlines(), 30)  # an argparse usage dump is left out
     except (LinkDown, RequestError, asyncio.TimeoutError):
-        tail = watch.lines[-30:]
+        tail = failure_tail(watch.lines, 30)
     c = watch.classification()
     step = _running(st) or e.step
     reason = str(e)
