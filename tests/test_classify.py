@@ -679,3 +679,11 @@ def test_apply_first_death_refines_a_live_classification():
     stop = ex(signal=15, stopped_by_operator=True)
     assert apply_first_death(live, death, stop) is live
     assert apply_first_death(None, death).cause == "signal_killed"
+
+
+def test_failure_tail_drops_usage_whose_start_scrolled_away():
+    usage = [f"                        [--flag-{i} FLAG_{i}]" for i in range(200)]
+    err = "launch_server.py: error: argument --tp-size: invalid int value: 'two'"
+    assert failure_tail(usage + [err], 30) == ["[200 lines of usage left out]", err]
+    plain = ["[x] Load weight begin.", "Traceback (most recent call last):", '  File "x.py", line 1', "KeyError: 3"]
+    assert failure_tail(plain, 30) == plain

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from console.ops.classify.lines import read_line
 from console.ops.classify.patterns import ARGPARSE_ERROR, USAGE_START
+
+_USAGE_CONTINUATION = re.compile(r"^\s+(?:\[-{1,2}[\w-]+|-{1,2}[\w-]+ [A-Z_{])")
+"""An argparse usage line whose ``usage:`` start is no longer in the buffer."""
 
 
 def failure_tail(lines: Sequence[str], n: int = 30) -> list[str]:
@@ -23,7 +27,7 @@ def failure_tail(lines: Sequence[str], n: int = 30) -> list[str]:
             else:
                 usage.append(raw)
             continue
-        if USAGE_START.match(body):
+        if USAGE_START.match(body) or (not out and _USAGE_CONTINUATION.match(raw)):
             usage.append(raw)
             continue
         out.append(raw)
