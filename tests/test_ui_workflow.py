@@ -298,3 +298,20 @@ async def test_launch_form_prefilled_from_the_last_session_on_that_gpu():
         assert form.query_one("#f-model_path", Input).value == "/models/demo-27b"
         assert form.query_one("#f-max_running", Input).value == "48"
         assert form.query_one("#f-gpus", Input).value == "2"
+
+
+async def test_small_terminal_compacts_panels_until_the_operator_chooses():
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, 4)
+        assert app.compact  # 80x24: compact by itself
+        await pilot.resize_terminal(200, 50)
+        await settle(pilot, 4)
+        assert not app.compact  # room again: full panels
+        await pilot.press("c")
+        await settle(pilot)
+        assert app.compact and app.workflow.user_compact
+        await pilot.resize_terminal(80, 24)
+        await pilot.resize_terminal(200, 50)
+        await settle(pilot, 4)
+        assert app.compact  # the operator's choice stands

@@ -14,6 +14,7 @@ import time
 from collections import deque
 from typing import Callable, Iterable
 
+from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -325,8 +326,15 @@ class MtpConsoleApp(App):
     def action_audit(self) -> None:
         self.query_one(AuditPane).toggle_class("-shown")
 
+    def on_resize(self, event: events.Resize) -> None:
+        self.workflow.fit(event.size.width, event.size.height)
+
     def action_compact(self) -> None:
         """Compact mode: short panels in a grid, as many columns as the width allows."""
+        self.workflow.user_compact = True  # the operator chose: no more automatic switching
+        self._toggle_compact()
+
+    def _toggle_compact(self) -> None:
         self.compact = not self.compact
         with self.batch_update():
             # Inline styles, not a class on #hosts: a class there restyles every widget below it

@@ -24,8 +24,13 @@ if TYPE_CHECKING:
 class Workflow:
     """Opens the navigation screens and carries out what they ask for (see the module docstring)."""
 
+    SMALL = (100, 30)
+    """Below this many columns or rows the GPU panels go compact by themselves (until ``c`` is pressed)."""
+
     def __init__(self, app: MtpConsoleApp) -> None:
         self.app = app
+        self.user_compact = False
+        """The operator toggled compact mode: the terminal size no longer decides."""
 
     def views(self) -> dict[str, HostView]:
         return dict(self.app.views)
@@ -78,6 +83,14 @@ class Workflow:
         held = ", ".join(f"GPU {i}" for i in sorted(o.gpu_mem_mib)) or "no GPU"
         self.app.ops.run(f"kill orphan · {o.host} · pid {o.pid} ({short(clean(o.title), 40)}, {held})", "kill",
                          o.host, lambda cb: self.app.backend.kill(target, cb))
+
+    def fit(self, width: int, height: int) -> None:
+        """Small terminals (80x24): compact panels so several GPUs fit; back to full panels when it grows."""
+        if self.user_compact:
+            return
+        small = width < self.SMALL[0] or height < self.SMALL[1]
+        if small != self.app.compact:
+            self.app._toggle_compact()
 
     def move(self, dx: int, dy: int) -> None:
         """Arrow keys between GPU panels: left/right one panel, up/down one row of the grid."""

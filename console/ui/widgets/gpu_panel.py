@@ -59,7 +59,7 @@ def mem_style(frac: float) -> str:
     return "$text-error" if frac >= MEM_CRIT else "$text-warning" if frac >= MEM_WARN else "$text-success"
 
 
-def mem_line(g: GpuSample, history: list[float] | None = None) -> Content:
+def mem_line(g: GpuSample, history: list[float] | None = None, *, short_form: bool = False) -> Content:
     """``mem ██████░░ 91% 89,000/97,887 MiB ▁▂▅`` coloured by how full it is (N/A when unknown)."""
     if g.mem_used_mib is None or not g.mem_total_mib:
         used = "N/A" if g.mem_used_mib is None else f"{g.mem_used_mib:,} MiB of N/A"
@@ -68,6 +68,10 @@ def mem_line(g: GpuSample, history: list[float] | None = None) -> Content:
     fill = round(frac * BAR)
     style = mem_style(frac)
     spark = spark_text(history or [], 100.0, HIST_SHOWN)
+    if short_form:  # compact panels: the figures in GiB, no history
+        return Content.from_markup(f"mem [{style}]$fill[/][$text-muted]$empty[/] [{style}]$pct[/] $txt",
+                                   fill="█" * fill, empty="░" * (BAR - fill), pct=f"{100 * frac:.0f}%",
+                                   txt=f"{g.mem_used_mib / 1024:.0f}/{g.mem_total_mib / 1024:.0f} GiB")
     return Content.from_markup(
         f"mem [{style}]$fill[/][$text-muted]$empty[/] [{style}]$pct[/] $txt  [$text-muted]$spark[/]",
         fill="█" * fill, empty="░" * (BAR - fill), pct=f"{100 * frac:.0f}%",
@@ -178,7 +182,7 @@ def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc
     """
     hist = hist or {}
     if compact:
-        parts = [Content.assemble(mem_line(g), f" · util {na(g.util_pct, '{:.0f}%')}")]
+        parts = [Content.assemble(mem_line(g, short_form=True), f" · util {na(g.util_pct, '{:.0f}%')}")]
     else:
         parts = [mem_line(g, hist.get("mem")), util_line(g, hist.get("util")),
                  Content.styled(procs_text(g, servers), "$text-muted")]
