@@ -28,7 +28,8 @@ import codecs
 import os
 
 from console.model import Classification, ExitRecord, ProcessExit
-from console.ops.classify.events import Failure, Reader
+from console.ops.classify.episode import Failure
+from console.ops.classify.events import Reader
 from console.ops.classify.excerpt import failure_tail
 from console.ops.classify.files import HEAD_SCAN_BYTES, TAIL_BYTES, feed_file
 from console.ops.classify.rules import MAX_RETURNED_LINE, State, apply_first_death, decide

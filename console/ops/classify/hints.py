@@ -6,7 +6,7 @@ import re
 import signal as _signal
 
 from console.model import ExitRecord, FailureCause, ProcessExit
-from console.ops.classify.events import Failure
+from console.ops.classify.episode import Failure
 from console.ops.flags.renames import RENAMES
 
 _RENAMED = {r.old: r.replacement for r in RENAMES}

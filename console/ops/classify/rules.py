@@ -27,7 +27,7 @@ from console.model import (
     ProcessExit,
     ServeMetrics,
 )
-from console.ops.classify.events import Failure
+from console.ops.classify.episode import Failure
 from console.ops.classify.hints import hint_for, signal_of
 from console.ops.classify.lines import Line, clean
 
@@ -166,7 +166,7 @@ class State:
 # ---------------------------------------------------------------- decision
 
 def _metrics(st: State) -> ServeMetrics | None:
-    return ServeMetrics(**st.metrics) if st.metrics else None  # type: ignore[arg-type]
+    return ServeMetrics(**st.metrics) if st.metrics else None
 
 
 def _failed(st: State, c: Failure | None, cause: FailureCause, exit: ExitRecord | None,

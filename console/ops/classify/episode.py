@@ -1,0 +1,169 @@
+"""One failure event under construction: the announcing line, the traceback it introduces, its
+exception line(s) and message lines, assembled into a single :class:`Failure`.
+
+Frames are context, never the decisive line: they only say *where* the failure happened (inside
+CUDA-graph capture, the speculative path, the KV-cache check, the warmup request, an import, a
+distributed group's initialisation), which decides the cause when the exception itself is generic
+or was cut off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from console.model import FailureCause
+from console.ops.classify.patterns import (
+    ANY_CAUSE,
+    CAUSES,
+    CAUSES_BY_NAME,
+    CUT_WHERE,
+    FRAME_FLAGS,
+    IGNORED_EXCEPTIONS,
+    KEYWORDS,
+    STOP_EXCEPTIONS,
+    Cause,
+)
+
+
+@dataclass(slots=True)
+class Failure:
+    """One failure event, with the line that best names it."""
+
+    cause: FailureCause
+    score: int
+    seq: int
+    line: str
+    rule: str
+    crash: bool = False
+    """Fatal even after ready (not a handled request error)."""
+    terminal: bool = False
+    """Shows the process going down."""
+    stop_induced: bool = False
+    """What an operator's stop also produces (no proof of a crash by itself)."""
+    detail: str | None = None
+    """The body of the decisive line (the hint reads a flag, a port, a module from it)."""
+
+
+def causes_of(body: str, exception: bool) -> tuple[Cause, ...]:
+    low = body.lower()
+    if not any(k in low for k in KEYWORDS) or ANY_CAUSE.search(body) is None:
+        return ()
+    return tuple(c for c in CAUSES if (exception or not c.exception_only) and c.rx.search(body))
+
+
+def best_of(causes: tuple[Cause, ...]) -> Cause | None:
+    return max(causes, key=lambda c: c.score) if causes else None
+
+
+@dataclass(slots=True)
+class Episode:
+    """A failure being assembled (bounded)."""
+
+    seq: int
+    header: str | None = None
+    announce: tuple[Cause, str, str] | None = None
+    best: tuple[Cause, str, str, int] | None = None
+    """(cause, raw line, body, seq) of the most specific line so far."""
+    flags: set[str] = field(default_factory=set)
+    last_src: str = ""
+    first_exc: tuple[str, str, str] | None = None
+    last_exc: tuple[str, str, str] | None = None
+    """(raw, body, exception name)."""
+    stop_only: bool = True
+    """Every exception so far is a stop (KeyboardInterrupt) or ignorable."""
+    where: str | None = None
+    """The cause the last frame or source line points at (see ``CUT_WHERE``)."""
+    collecting: bool = True
+    """Inside frames (True) or after an exception line, reading its message (False)."""
+    continuation: int = 0
+
+    def consider(self, raw: str, body: str, seq: int, exception: bool) -> None:
+        c = best_of(causes_of(body, exception))
+        if c is not None and (self.best is None or c.score > self.best[0].score):
+            self.best = (c, raw, body, seq)
+
+    def frame(self, raw: str, body: str, seq: int) -> None:
+        if body[:1] not in ("^", "~", "|") and not body.startswith("..."):
+            self.where = next((cause for cause, rx in CUT_WHERE if rx.search(body)), None) or (
+                self.where if not body.startswith("File ") else None)
+        if body.startswith("File "):
+            low = body.lower()
+            for name, rx in FRAME_FLAGS:
+                if rx.search(low):
+                    self.flags.add(name)
+            return
+        if body[:1] in ("^", "~", "|") or body.startswith("..."):
+            return
+        self.last_src = raw
+        low = body.lower()
+        for name, rx in FRAME_FLAGS:
+            if name in ("spec", "kv_check") and rx.search(low):
+                self.flags.add(name)
+        if body.startswith("raise ") and self.last_exc is None:
+            self.consider(raw, body, seq, False)  # a cut traceback: the raise statement names the error
+
+    def exception(self, raw: str, body: str, name: str, seq: int) -> None:
+        short = name.rsplit(".", 1)[-1].split("(", 1)[0]
+        if short not in STOP_EXCEPTIONS and short not in IGNORED_EXCEPTIONS:
+            self.stop_only = False
+        entry = (raw, body, name)
+        if self.first_exc is None:
+            self.first_exc = entry
+        self.last_exc = entry
+        self.consider(raw, body, seq, True)
+        self.collecting = False
+        self.continuation = 0
+
+    def to_failure(self) -> Failure | None:
+        """The event this episode is (None: only ignorable exceptions or a Ctrl-C)."""
+        ann = self.announce
+        best = self.best
+        if self.stop_only and ann is None and best is None and self.last_exc is not None:
+            return None
+        cause: FailureCause
+        rule_crash = False
+        if best is not None and best[0].cause != "other":
+            rule = best[0]
+            cause, score, line, detail, name = rule.cause, rule.score, best[1], best[2], rule.name
+            if cause == "cuda_driver" and rule.name == "cuda_error" and "graph" in self.flags:
+                cause, score = "cuda_graph", 86
+            rule_crash = rule.crash
+        else:
+            line, detail = self._line()
+            name = "exception" if self.last_exc is not None else ("announce" if ann else "traceback")
+            if "spec" in self.flags:
+                cause, score = "spec_decode_error", 70
+            elif "graph" in self.flags:
+                cause, score = "cuda_graph", 70
+            elif "warmup" in self.flags:
+                cause, score = "warmup_failed", 70  # the server's own warmup request failed
+            elif "kv_check" in self.flags:
+                cause, score = "gpu_oom", 60  # cut inside the KV-cache size check, which raises only that
+            elif self.last_exc is None and self.where is not None:
+                cause, score = self.where, 55  # type: ignore[assignment]  # cut where that step failed
+            else:
+                cause = "other"
+                score = 20 if self.last_exc is not None else (16 if self.header else 15)
+        terminal = (ann is not None and ann[0].terminal) or "engine" in self.flags
+        crash = rule_crash or terminal or cause == "cuda_graph"
+        if "request" in self.flags and "engine" not in self.flags and not rule_crash:
+            crash = terminal = False
+        return Failure(cause=cause, score=score, seq=self.seq, line=line, rule=name, crash=crash,
+                       terminal=terminal, detail=detail)
+
+    def _line(self) -> tuple[str, str]:
+        if self.last_exc is not None:
+            raw, body, name = self.last_exc
+            if body == name and self.last_src:
+                return self.last_src, self.last_src  # a bare ``AssertionError``: its source line says more
+            return raw, body
+        if self.announce is not None:
+            return self.announce[1], self.announce[2]
+        return self.header or "Traceback (most recent call last):", ""
+
+
+def announce_into(ep: Episode, raw: str, head: str, causes: tuple[Cause, ...]) -> None:
+    ep.announce = (next((c for c in causes if c.announce), CAUSES_BY_NAME["hit_exception"]), raw, head)
+    specific = best_of(tuple(c for c in causes if c.cause != "other"))
+    if specific is not None:
+        ep.best = (specific, raw, head, ep.seq)
