@@ -13,6 +13,7 @@ import pytest
 
 from console.remote import gpus as gpus_module
 from console.remote.protocol import BOOTSTRAP, shipped_payload
+from tests.helpers.wait import await_until
 
 
 def load_agent():
@@ -210,7 +211,7 @@ async def test_truncated_log_is_followed_from_the_start_again(tmp_path):
                 break
             await asyncio.sleep(0.02)
         log.write_text("")  # truncated by hand
-        await asyncio.sleep(0.2)
+        assert await await_until(lambda: "log_truncated" in events, 10)
         with open(log, "a") as f:
             f.write("three\n")
         for _ in range(100):

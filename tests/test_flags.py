@@ -180,15 +180,18 @@ def test_python_313_style_invocation_and_short_options():
 # ------------------------------------------------------------------ parser, garbage
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "hello world\n",
-    "\x00\x01\x02binary\xff",
-    b"\xff\xfe\x80 usage? no".decode("utf-8", errors="replace"),
-    "x" * 2_000_000,
-    "usage: prog [-h]\n\nnothing else here\n",
-    "Traceback (most recent call last):\nModuleNotFoundError: No module named 'sglang'\n",
-])
+GARBAGE = {
+    "empty": "",
+    "prose": "hello world\n",
+    "binary": "\x00\x01\x02binary\xff",
+    "bad-utf8": b"\xff\xfe\x80 usage? no".decode("utf-8", errors="replace"),
+    "2MB-of-x": "x" * 2_000_000,
+    "usage-only": "usage: prog [-h]\n\nnothing else here\n",
+    "traceback": "Traceback (most recent call last):\nModuleNotFoundError: No module named 'sglang'\n",
+}
+
+
+@pytest.mark.parametrize("text", list(GARBAGE.values()), ids=list(GARBAGE))
 def test_garbage_gives_a_clear_error(text):
     t0 = time.perf_counter()
     with pytest.raises(HelpParseError) as e:

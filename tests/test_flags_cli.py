@@ -75,7 +75,8 @@ def test_flags_json_and_text(tmp_path):
     assert r.returncode == 0 and r.stdout.splitlines()[1].strip().startswith("--hicache-size")
 
 
-@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00garbage\x80", b"just some text\n" * 1000])
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00garbage\x80", b"just some text\n" * 1000],
+                         ids=["empty", "binary", "15kB-of-text"])
 def test_bad_help_files_are_one_clear_line(tmp_path, content):
     bad = tmp_path / "help.txt"
     bad.write_bytes(content)

@@ -87,14 +87,21 @@ def test_cli_command_and_flags_never_reach_a_shell(sshd, tmp_path, runs_dir):
                 "--env", f"EVIL=$(touch {canary})", "--", "--model-path", f"`touch {canary}`",
                 env={"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl")})
         assert p.returncode == 0, p.stdout + p.stderr
-        assert wait_until_sync(out.exists, 10)
-        time.sleep(0.2)
-        got = json.loads(out.read_text())
+        got = wait_until_sync(lambda: _json(out), 10)
+        assert got, "the server never wrote its argv"
         assert got["argv"][:4] == [";", "touch", str(canary), "--model-path"]
         assert got["argv"][4] == f"`touch {canary}`" and got["env"]["EVIL"] == f"$(touch {canary})"
         assert not canary.exists()
     finally:
         cleanup_runs(runs_dir)
+
+
+def _json(path):
+    """The file's JSON once it is completely written, else None."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def wait_until_sync(cond, timeout):

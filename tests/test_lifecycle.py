@@ -18,6 +18,7 @@ from console.ops import lifecycle
 from console.remote.link import HostLink
 from console.remote.ssh import parse_host_spec
 from tests.conftest import free_port
+from tests.helpers.wait import await_until
 
 SERVER = str(Path(__file__).parent / "helpers" / "sgl_like.py")
 pytestmark = pytest.mark.sshd
@@ -148,12 +149,11 @@ async def test_connection_aborted_after_launch_server_survives_and_log_unbroken(
     lines: list[str] = []
     lk.listeners.append(lambda kind, msg: lines.extend(msg["data"].splitlines()) if kind == "log" else None)
     await lk.follow_log(r.session_id, 0)
-    await asyncio.sleep(0.3)
+    assert await await_until(lambda: lines, 10), "no log line before the abort"
     lk.abort_connection()  # no goodbye: a dead network
+    assert await await_until(lambda: lk.chan is None, 5)
     runner = asyncio.create_task(lk.run())
     try:
-        await asyncio.wait_for(lk.connected.wait(), 5)
-        await asyncio.sleep(0.2)
         await asyncio.wait_for(lk.connected.wait(), 15)
         deadline = time.monotonic() + 20
         while not any("ready to roll" in x for x in lines) and time.monotonic() < deadline:

@@ -48,7 +48,6 @@ async def test_orphaned_scheduler_is_reported_with_its_gpu_memory(tmp_path):
         os.kill(launcher.pid, signal.SIGKILL)  # the operator "killed the old server"
         launcher.wait(5)
         await link.open()
-        await asyncio.sleep(0.5)
         snap = None
         for _ in range(20):
             link.sample = await link.request("snapshot", audit=False)

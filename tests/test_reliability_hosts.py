@@ -20,6 +20,7 @@ from console.errors import HostError
 from console.ops import lifecycle
 from tests.conftest import free_port
 from tests.helpers.rel_util import SERVER, StallServer, cleanup_runs, cli, popen_cli, req, ssh_link, write_config
+from tests.helpers.wait import await_until
 
 pytestmark = pytest.mark.sshd
 
@@ -293,9 +294,13 @@ async def test_long_outage_retries_leak_no_descriptors(bad_hosts, sshd, monkeypa
     fds0 = len(os.listdir("/proc/self/fd"))
     tasks = [asyncio.create_task(lk.run()) for lk in links]
     try:
-        await asyncio.sleep(1.0)
+        assert await await_until(lambda: all(lk.attempts >= 1 for lk in links), 10)
         mid = len(os.listdir("/proc/self/fd"))
-        await asyncio.sleep(3.0)
+
+        def tried_enough() -> bool:  # the stalling host's ssh_config ConnectTimeout of 2 s bounds its attempts
+            return all(lk.attempts >= (1 if lk.name == "stallhost" else 4) and lk.snapshot().connection.error
+                       for lk in links)
+        await await_until(tried_enough, 15)
         for lk in links:
             snap = lk.snapshot()
             assert snap.connection.state in ("unreachable", "reconnecting") and snap.connection.error, snap

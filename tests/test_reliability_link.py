@@ -81,7 +81,8 @@ async def test_idle_abort_reconnects_log_exact_audit_once(sshd, runs_dir, audit,
             await wait_until(lambda: lk.chan is None, 5)
             await _reconnected(lk)
         await wait_until(lambda: "ready to roll" in sink.text(), 15)
-        await asyncio.sleep(2.2)  # a few more "Decode batch" lines after the drops
+        after = sink.text().count("Decode batch")
+        assert await wait_until(lambda: sink.text().count("Decode batch") >= after + 2, 15)  # more after the drops
         sink.assert_exact(log, min_len=100)
         assert "ready to roll" in sink.text() and "Decode batch" in sink.text()
         assert states.count("reconnecting") >= 2 and states[-1] == "connected"
@@ -180,8 +181,7 @@ async def test_sshd_down_then_restarted_backoff_and_reattach(sshd, runs_dir):
         await _reconnected(lk, timeout=30)
         assert time.monotonic() - t0 < 40
         assert lk.attempts == 0 and retries >= 2
-        await wait_until(lambda: "ready to roll" in sink.text(), 15)
-        await asyncio.sleep(1.2)
+        await wait_until(lambda: "ready to roll" in sink.text() and len(sink.text()) >= 100, 15)
         sink.assert_exact(runs_dir / r.session_id / "output.log", min_len=100)
         assert "ready to roll" in sink.text()
         sessions = await lk.request("sessions")
@@ -208,8 +208,7 @@ async def test_agent_killed_is_restarted_and_sessions_intact(sshd, runs_dir):
         await wait_until(lambda: lk.chan is None, 5)
         await _reconnected(lk)
         assert lk.hello["pid"] != old and lk.hello["pid"] in agent_pids() and old not in agent_pids()
-        await wait_until(lambda: "ready to roll" in sink.text(), 15)
-        await asyncio.sleep(1.2)
+        await wait_until(lambda: "ready to roll" in sink.text() and len(sink.text()) >= 100, 15)
         sink.assert_exact(runs_dir / r.session_id / "output.log", min_len=100)
         snap = await lifecycle._fresh(lk)
         s = next(x for x in snap.sessions if x.session_id == r.session_id)
@@ -341,12 +340,16 @@ async def test_tui_tracker_log_path_survives_drops_exactly(sshd, runs_dir):
             await wait_until(lambda: lk.chan is None, 5)
             await _reconnected(lk)
         await wait_until(lambda: any("ready to roll" in x for x in shown), 15)
-        await asyncio.sleep(0.3)
-        file_lines = (runs_dir / r.session_id / "output.log").read_text().splitlines()
+        log_file = runs_dir / r.session_id / "output.log"
+        await wait_until(lambda: len(shown) >= len(log_file.read_text().splitlines()) - 1, 10)
+        file_lines = log_file.read_text().splitlines()
         assert shown == file_lines[:len(shown)] and len(shown) >= len(file_lines) - 1, (shown, file_lines)
         assert any("Load weight end" in x for x in shown)  # written after the first drop
-        live = [v for v in views[-1].sessions if v.session_id == r.session_id]
-        assert live and live[0].state == "ready", live
+
+        def live_state() -> str | None:
+            live = [v for v in views[-1].sessions if v.session_id == r.session_id] if views else []
+            return live[0].state if live else None
+        assert await wait_until(lambda: live_state() == "ready", 10), live_state()
         k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=5)
         assert k.ok, k
     finally:

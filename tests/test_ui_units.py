@@ -199,6 +199,7 @@ async def test_live_backend_form_hooks(tmp_path, monkeypatch):
     from console.config import Config
     from console.ops import lifecycle
     from console.ops.backend import LiveBackend
+    from tests.helpers.wait import await_until
 
     help_text = (Path(__file__).resolve().parents[1] / "console" / "data"
                  / "sglang-0.5.23-launch-server-help.txt").read_text()
@@ -222,7 +223,7 @@ async def test_live_backend_form_hooks(tmp_path, monkeypatch):
     be.LEARN_WAIT_S = 0.05
     first = await be.validator(["--bogus-flag", "1"], host="demo")
     assert first[0][0] == "note" and "learning the server's --help" in first[0][1]
-    await asyncio.sleep(0.4)
+    assert await await_until(lambda: be._schema_tasks["demo"].done(), 10)
     found = await be.validator(["--bogus-flag", "1", "--port", "30000"], host="demo")
     assert any(sev == "error" and "--bogus-flag" in msg for sev, msg in found)
     ok = await be.validator(["--model-path", "/m", "--port", "30000"], host="elsewhere")  # unknown: the first
