@@ -212,7 +212,8 @@ CAUSES: tuple[Cause, ...] = (
         r"GatedRepoError", r"Cannot access gated repo", r"You are trying to access a gated repo",
         r"LocalEntryNotFoundError", r"Revision Not Found", r"RevisionNotFoundError",
         r"Incorrect path_or_model_id", r"Can't load (?:the )?(?:tokenizer|config|configuration|model) for",
-        r"Invalid repository ID or local directory", r"Repo id must be")),
+        r"Invalid repository ID or local directory", r"Repo id must be",
+        r"couldn't connect to 'https://huggingface\.co'", r"outgoing traffic has been disabled")),
     Cause("model_file", "model_not_found", 80, _rx(
         r"(?:FileNotFoundError|No such file or directory).{0,500}?(?:config\.json|tokenizer|\.safetensors)"),
         exception_only=True),
@@ -223,7 +224,8 @@ CAUSES: tuple[Cause, ...] = (
         r"cudaErrorNoDevice", r"cudaErrorInsufficientDriver", r"CUDA_ERROR_NO_DEVICE", r"CUDA_ERROR_NOT_INITIALIZED",
         r"forward compatibility was attempted on non supported HW", r"libcuda\.so\S*: cannot open shared object",
         r"CUDA unknown error", r"unsupported display driver / cuda driver combination",
-        r"no kernel image is available for execution"), crash=True),
+        r"no kernel image is available for execution", r"Cannot re-initialize CUDA in forked subprocess",
+        r"Failed to infer device type", r"Failed to initialize NVML", r"NVML Shared Library Not Found"), crash=True),
     Cause("cuda_error", "cuda_driver", 75, _rx(
         r"CUDA error: ", r"cudaError\w+", r"CUDA_ERROR_\w+", r"device-side assert triggered",
         r"an illegal memory access was encountered", r"illegal instruction was encountered",
@@ -248,6 +250,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("native_lib", "import_error", 80, _rx(
         r"undefined symbol: ", r"cannot open shared object file", r"version `GLIBC\w*_[\d.]+' not found",
         r"No module named '", r"cannot import name '")),
+    Cause("build", "import_error", 65, _rx(
+        r"ninja: build stopped", r"nvcc fatal", r"error: command '\S*nvcc' failed", r"JIT compil\w+ failed")),
     # command line
     Cause("argparse", "bad_flags", 95, _rx(
         r"^[\w.\-/ ]{1,100}: error: (?:unrecognized arguments|ambiguous option|argument |invalid choice"
@@ -255,6 +259,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("flag_value", "bad_flags", 70, _rx(
         r"[Uu]nknown speculative algorithm", r"is not supported for (?:attention|the) backend",
         r"[Aa]ttention backend '?[\w.-]+'? is not supported",
+        r"--[\w-]+ (?:is|are) (?:not supported|required|invalid)", r"(?:cannot|can't|must not) be used (?:together )?with --",
+        r"[Ii]nvalid (?:value|choice|argument)[^.]{0,60}--[\w-]+", r"User specified context_length \d+ is greater than",
+        r"must be divisible by (?:the )?(?:tensor|pipeline) parallel size", r"divisible by (?:tp_size|tensor parallel)",
+        r"[Bb]float16 is only supported on GPUs with compute capability", r"is not supported for the current GPU",
         r"[Ii]nvalid (?:value|choice) for --[\w-]+")),
     # speculative decoding
     Cause("spec", "spec_decode_error", 70, _rx(
@@ -299,7 +307,8 @@ KEYWORDS = (
     "not enough", "no available", "no module", "larger than", "exit", "no such file", "incorrect path",
     "errno", "watchdog", "runs out of", "repo", "capturing", "kernel image", "what():", "proposer",
     "eagle", "connection closed", "tensor map", "warmup", "assertion", "dead", "watchdog", "allocate",
-    "mtp", "nextn", "not supported", "glibc", "hip", "hsa_", "cublas", "cudnn", "nvml", "cannot import",
+    "mtp", "nextn", "not supported", "glibc", "divisible", "--", "huggingface", "traffic", "ninja", "nvcc",
+    "jit", "compute capability", "infer device", "hip", "hsa_", "cublas", "cudnn", "nvml", "cannot import",
 )
 """A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
 ANY_CAUSE = re.compile("|".join(f"(?:{c.rx.pattern})" for c in CAUSES))
