@@ -534,6 +534,8 @@ class HostView(Frozen):
     """Header counts: GPUs per badge state of their current session (a tp 2 session counts once)."""
     events: list[HostEvent] = Field(default_factory=list)
     """Recent events, oldest first (bounded)."""
+    advice: list[Advice] = Field(default_factory=list)
+    """The advisor's findings for this host's servers (``console/ops/advisor.py``), newest sample."""
 
     def current_of(self, index: int) -> GpuCurrent | None:
         """The current-session entry of GPU ``index``, if computed."""
