@@ -36,8 +36,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from console.model import SPECULATIVE_ALGORITHMS
+from console.sim import sglang_args
+
 VERSION = "0.5.23"
-SPEC_BUILTINS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+SPEC_BUILTINS = SPECULATIVE_ALGORITHMS
+RETITLE_S_DEFAULT = 0.5
+"""Seconds a worker runs under its multiprocessing 'spawn' command line before it retitles
+(``$MTPCONSOLE_SIM_RETITLE_S``; real SGLang takes ~10 s, the demo wants it short)."""
+SPAWN_CODE = ("from multiprocessing.spawn import spawn_main; import sys; from console.sim.sglang_worker import main; "
+              "sys.exit(main())")
+TRACKER_CODE = ("from multiprocessing.resource_tracker import main; import sys; "
+                "from console.sim.sglang_worker import main; sys.exit(main())")
 DEFAULT_GPU = {"index": 0, "uuid": None, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
                "mem_total_mib": 97887, "power_limit_w": 600.0}
 SITE = "/usr/local/lib/python3.12/dist-packages/sglang"
@@ -68,55 +78,29 @@ def human_int(s: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The subset of SGLang 0.5.23's flags that the stand-in models (same names, types, defaults)."""
-    p = argparse.ArgumentParser(prog="sglang serve", allow_abbrev=True)
-    a = p.add_argument
-    a("--model-path", "--model", dest="model_path", required=True, help="model directory")
-    a("--tokenizer-path", default=None)
-    a("--trust-remote-code", action="store_true")
-    a("--context-length", type=human_int, default=None)
-    a("--dtype", default="auto", choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
-    a("--kv-cache-dtype", default="auto")
-    a("--mem-fraction-static", type=float, default=None)
-    a("--max-running-requests", type=int, default=None)
-    a("--max-total-tokens", type=human_int, default=None)
-    a("--chunked-prefill-size", type=int, default=None)
-    a("--max-prefill-tokens", type=human_int, default=16384)
-    a("--page-size", type=int, default=None)
-    a("--disable-radix-cache", action="store_true")
-    a("--disable-overlap-schedule", action="store_true")
-    a("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    a("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
-    a("--base-gpu-id", type=int, default=0)
-    a("--random-seed", type=int, default=None)
-    a("--watchdog-timeout", type=float, default=300)
-    a("--host", default="127.0.0.1")
-    a("--port", type=int, default=30000)
-    a("--skip-server-warmup", action="store_true")
-    a("--api-key", default=None)
-    a("--served-model-name", default=None)
-    a("--log-level", default="info")
-    a("--enable-metrics", action="store_true")
-    a("--decode-log-interval", type=int, default=40)
-    a("--attention-backend", default=None)
-    a("--cuda-graph-max-bs-decode", type=int, default=None)
-    a("--cuda-graph-max-bs-prefill", type=int, default=None)
-    a("--disable-cuda-graph", action="store_true")
-    a("--speculative-algorithm", default=None)
-    a("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path", default=None)
-    a("--speculative-num-steps", type=int, default=None)
-    a("--speculative-eagle-topk", type=int, default=None)
-    a("--speculative-num-draft-tokens", type=int, default=None)
-    a("--max-mamba-cache-size", type=int, default=None)
-    a("--mamba-ssm-dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    a("--mamba-radix-cache-strategy", default="auto", choices=["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"])
-    a("--mamba-track-interval", type=int, default=256)
-    a("--enable-hierarchical-cache", "--enable-hicache", dest="enable_hierarchical_cache", action="store_true")
-    a("--hicache-ratio", type=float, default=None)
-    a("--hicache-size", type=int, default=0)
-    a("--reasoning-parser", default=None)
-    a("--tool-call-parser", default=None)
-    return p
+    """SGLang 0.5.23's own parser (every flag, choice and alias), generated from the bundled real schema."""
+    return sglang_args.build_parser()
+
+
+def retitle_delay() -> float:
+    """Seconds before a worker retitles ($MTPCONSOLE_SIM_RETITLE_S, default RETITLE_S_DEFAULT)."""
+    try:
+        v = float(os.environ.get("MTPCONSOLE_SIM_RETITLE_S", RETITLE_S_DEFAULT))
+    except ValueError:
+        v = RETITLE_S_DEFAULT
+    return min(max(v, 0.0), 60.0)
+
+
+def scheduler_title(rank: int, tp: int, dp: int) -> str:
+    """SGLang's title: ``sglang::scheduler`` at tp 1, ``_TP<n>`` when tp > 1, ``_DP<d>_TP<n>`` with dp > 1."""
+    if dp > 1:
+        return "sglang::scheduler_DP%d_TP%d" % (rank // max(tp, 1), rank % max(tp, 1))
+    return "sglang::scheduler_TP%d" % rank if tp > 1 else "sglang::scheduler"
+
+
+def spawn_argv() -> list[str]:
+    """A multiprocessing 'spawn' child's command line, as SGLang's workers start (fds go by environment)."""
+    return [sys.executable, "-c", SPAWN_CODE, "--multiprocessing-fork"]
 
 
 def ts(prefix: str = "") -> str:
@@ -237,8 +221,9 @@ class Launcher:
         a = self.args
         if self.fault == "ignore_sigterm":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raw("%s/launch_server.py:28: UserWarning: 'python -m sglang.launch_server' is deprecated and will be "
-            "removed in a future release. Please use 'sglang serve' instead.\n  warnings.warn(" % SITE)
+        raw("%s/launch_server.py:71: UserWarning: 'python -m sglang.launch_server' is still supported, but "
+            "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n"
+            "  warnings.warn(" % SITE)
         cfg = load_config(a.model_path)
         from console.ops.model_config import ModelConfigError, parse_model_config
         try:
@@ -254,7 +239,7 @@ class Launcher:
             fail("ValueError: tp_size must be >= 1, got %d" % a.tp_size)
         self.served_name = a.served_model_name or a.model_path
         self.context_len = a.context_length or self.shape.max_position_embeddings or 32768
-        log("server_args=ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in self.args_items()))
+        log("server_args=%r" % dict(self.args_items()))  # a dict, as sglang 0.5.23 logs it (secrets included)
         plans = self.plan_ranks()
         self.install_signals()
         self.spawn(plans)
@@ -277,8 +262,7 @@ class Launcher:
             return
         name = str(algo).upper()
         if name not in SPEC_BUILTINS:
-            fail("ValueError: Unknown speculative algorithm: %s. Built-in algorithms: %s"
-                 % (algo, ", ".join(SPEC_BUILTINS)),
+            fail("ValueError: Unknown speculative algorithm name: %s" % algo,
                  [("srt/server_args.py", 1080, "__post_init__", "self._handle_speculative_decoding()"),
                   ("srt/speculative/spec_info.py", 88, "from_string", "raise ValueError(")])
         a.speculative_algorithm = "EAGLE" if name == "NEXTN" else name
@@ -335,8 +319,6 @@ class Launcher:
                 v = a["model_path"]
             if k == "served_model_name" and v is None:
                 v = a["model_path"]
-            if k == "api_key" and v:
-                v = "***"
             out.append((k, v))
         return out
 
@@ -410,9 +392,8 @@ class Launcher:
         usable = r["free"] - ctx
         steps: list[dict] = []
         gb = lambda b: b / GIB  # noqa: E731
-        steps.append({"delay": 0.2, "log": "Init torch distributed begin.", "mem_mib": ctx // MIB})
-        steps.append({"delay": T_INIT, "log": "Init torch distributed ends. elapsed=%.2f s, mem usage=%.2f GB"
-                      % (T_INIT, (100 * MIB * (a.tp_size - 1)) / GIB)})
+        steps.append({"delay": 0.2, "log": "Init parallel begin.", "mem_mib": ctx // MIB})
+        steps.append({"delay": T_INIT, "log": "Init parallel ends. elapsed=%.2f s" % T_INIT})
         steps.append({"delay": 0.1, "log": "Load weight begin. avail mem=%.2f GB" % gb(usable)})
         weights = p.weights_bytes
         failure = None
@@ -516,26 +497,31 @@ class Launcher:
         ev_r, ev_w = os.pipe()
         self.events_r = ev_r
         scripts = [self.script(r) for r in plans]
+        retitle = retitle_delay()
         for r, sc in zip(plans, scripts):
             cmd_r, cmd_w = os.pipe()
             cfg = {"role": "scheduler", "rank": r["rank"], "parent_pid": os.getpid(), "sim_dir": self.sim_dir,
-                   "gpu": r["gpu"], "spec": self.spec, "fault": self.fault, "events_fd": ev_w, "cmd_fd": cmd_r, **sc}
+                   "gpu": r["gpu"], "spec": self.spec, "fault": self.fault, "events_fd": ev_w, "cmd_fd": cmd_r,
+                   "title": scheduler_title(r["rank"], self.args.tp_size, self.args.dp_size), "retitle_s": retitle,
+                   **sc}
             env["MTPCONSOLE_SIM_WORKER"] = json.dumps(cfg)
             # scale the script's delays here so the worker stays dumb
             for st in cfg["steps"]:
                 st["delay"] = st.get("delay", 0.0) / self.speed
             env["MTPCONSOLE_SIM_WORKER"] = json.dumps(cfg)
-            title = "sglang::scheduler_TP%d" % r["rank"]
-            self.children.append(subprocess.Popen([title, "-m", "console.sim.sglang_worker"], executable=sys.executable,
-                                                  env=env, pass_fds=(ev_w, cmd_r), stdin=subprocess.DEVNULL,
-                                                  close_fds=True))
+            self.children.append(subprocess.Popen(spawn_argv(), env=env, pass_fds=(ev_w, cmd_r),
+                                                  stdin=subprocess.DEVNULL, close_fds=True))
             os.close(cmd_r)
             self.cmd_fds.append(cmd_w)
         env["MTPCONSOLE_SIM_WORKER"] = json.dumps({"role": "detokenizer", "parent_pid": os.getpid(),
-                                                   "fault": self.fault})
-        self.children.append(subprocess.Popen(["sglang::detokenizer", "-m", "console.sim.sglang_worker"],
-                                              executable=sys.executable, env=env, stdin=subprocess.DEVNULL,
+                                                   "fault": self.fault, "title": "sglang::detokenizer",
+                                                   "retitle_s": retitle})
+        self.children.append(subprocess.Popen(spawn_argv(), env=env, stdin=subprocess.DEVNULL,
                                               close_fds=True))
+        # multiprocessing's resource tracker (last in self.children: schedulers come first there)
+        env["MTPCONSOLE_SIM_WORKER"] = json.dumps({"role": "resource_tracker", "parent_pid": os.getpid()})
+        self.children.append(subprocess.Popen([sys.executable, "-c", TRACKER_CODE], env=env,
+                                              stdin=subprocess.DEVNULL, close_fds=True))
         os.close(ev_w)
 
     def wait_schedulers(self) -> bool:
@@ -568,6 +554,7 @@ class Launcher:
         return ready >= n
 
     def kill_tree_and_die(self) -> None:
+        log("kill_process_tree called: parent_pid=%d, include_parent=True, pid=%d" % (os.getpid(), os.getpid()))
         for c in self.children:
             try:
                 c.kill()
@@ -587,7 +574,7 @@ class Launcher:
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
             if not self.draining:
-                log("SIGTERM received. signum=%d, frame=%s. Draining requests and shutting down..." % (signum, None))
+                log("SIGTERM received. signum=%d frame=%s. Draining requests and shutting down..." % (signum, frame))
                 self.draining = True
                 threading.Thread(target=self.drain, name="drain", daemon=True).start()
 

@@ -1,8 +1,9 @@
-"""Worker processes of the SGLang stand-in: ``sglang::scheduler_TP<n>`` and ``sglang::detokenizer``.
+"""Worker processes of the SGLang stand-in: ``sglang::scheduler[_TP<n>]``, ``sglang::detokenizer``, the resource tracker.
 
-Started by :mod:`console.sim.sglang` with a fake argv[0] (``subprocess.Popen(argv,
-executable=sys.executable)`` = ``execv(python, ["sglang::scheduler_TP0", "-m", ...])``), so
-``/proc/<pid>/cmdline`` starts with the SGLang process title. Stdlib only.
+Started by :mod:`console.sim.sglang` the way SGLang's start: a multiprocessing 'spawn' command
+line (``python -c 'from multiprocessing.spawn import spawn_main; ...' --multiprocessing-fork``),
+retitled after ``retitle_s`` by overwriting the argv area like setproctitle (argv then reads
+``['sglang::scheduler', '', '', ...]``); plus a ``multiprocessing.resource_tracker`` child. Stdlib only.
 
 The launcher computes everything (memory plan, log lines) and hands each scheduler a *script*
 in ``$MTPCONSOLE_SIM_WORKER`` (JSON): steps ``{"delay": s, "log": str|None, "mem_mib": int|None}``
@@ -30,6 +31,7 @@ import time
 from console.sim import simgpu
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 ORPHAN_MAX_S = 3600.0
 
 
@@ -195,12 +197,52 @@ def _linger(parent: int, alloc) -> None:  # type: ignore[no-untyped-def]
     os._exit(0)
 
 
+def set_title(title: str) -> None:
+    """Retitle like setproctitle: overwrite this process's argv area in place (via /proc/self/mem) and its comm.
+
+    Afterwards ``/proc/<pid>/cmdline`` reads ``title`` then NUL padding: argv
+    ``[title, '', '', ...]``, as a real ``sglang::scheduler``'s does.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat(5) fields 48, 49)
+        data = title.encode()[: max(0, end - start - 1)]
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(data + b"\0" * (end - start - len(data)))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass  # no /proc/self/mem write access: keep the spawn command line
+
+
+def run_resource_tracker(cfg: dict) -> int:
+    """multiprocessing's resource tracker: idle until the launcher is gone (bounded)."""
+    _set_pdeathsig()
+    parent = int(cfg.get("parent_pid") or os.getppid())
+    deadline = time.monotonic() + ORPHAN_MAX_S
+    while time.monotonic() < deadline and not _parent_gone(parent):
+        time.sleep(0.2)
+    return 0
+
+
 def main() -> int:
     try:
         cfg = json.loads(os.environ.get("MTPCONSOLE_SIM_WORKER", ""))
     except ValueError:
         print("sglang worker: MTPCONSOLE_SIM_WORKER is not valid JSON", file=sys.stderr)
         return 2
+    if cfg.get("role") == "resource_tracker":
+        return run_resource_tracker(cfg)
+    if cfg.get("title"):  # start as a multiprocessing spawn child, retitle once "imported", as SGLang's do
+        parent = int(cfg.get("parent_pid") or os.getppid())
+        deadline = time.monotonic() + float(cfg.get("retitle_s") or 0.0)
+        while time.monotonic() < deadline and not _parent_gone(parent):
+            time.sleep(0.02)
+        if _parent_gone(parent):
+            return 0
+        set_title(str(cfg["title"]))
     if cfg.get("role") == "detokenizer":
         return run_detokenizer(cfg)
     return run_scheduler(cfg)

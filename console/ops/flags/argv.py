@@ -537,3 +537,11 @@ def flag_text(res: Resolved, *names: str) -> str | None:
         if isinstance(v, str):
             return v
     return None
+
+
+def convert_value(f: Flag, text: str) -> Any:
+    """``text`` converted by ``f``'s value converter as argparse would; ValueError carries argparse's message."""
+    try:
+        return _convert(f, text)
+    except _Fail as e:
+        raise ValueError(e.message) from None
