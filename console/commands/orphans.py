@@ -10,7 +10,7 @@ from console.commands._ops import emit_result, step_printer, term
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.errors import UserError
 from console.model import KillTarget
-from console.ops.lifecycle import _fresh, kill
+from console.ops.lifecycle import kill
 from console.ops.orphans import Orphan, ended_ports, find_orphans
 from console.redact import redact_obj
 from console.remote.link import LinkDown, RequestError
@@ -27,7 +27,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 async def hunt(link) -> list[Orphan]:
     """A fresh snapshot's orphans, with the ports of ended sessions that someone still holds."""
-    snap = await _fresh(link)
+    snap = await link.refresh()
     owners: dict[int, int] = {}
     for port in ended_ports(snap)[:PORTS_ASKED]:
         try:
