@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
-
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.errors import UserError
-from console.ops.report import ReportInputs, build_report
+from console.ops.report import build_report
 from console.ops.report_gather import ReportError, gather
-from console.redact import redact_text
+from console.ops.report_svg import panel_svg
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -39,34 +33,6 @@ def parse_age(text: str) -> float:
     if value < 0:
         raise UserError(f"--since {text!r}: an age cannot be negative")
     return value
-
-
-def panel_svg(inp: ReportInputs) -> str:
-    """The GPU panel at the failure, drawn with rich (no terminal needed)."""
-    c = inp.classification
-    gpus = inp.spec.gpus if inp.spec and inp.spec.gpus else []
-    last = [p for p in inp.samples if p.gpu in gpus][-1:] if gpus else inp.samples[-1:]
-    state = (inp.state or (c.state if c else "unknown")).upper()
-    badge = Text(f" {state}{': ' + c.cause if c and c.cause else ''} ",
-                 style="bold white on red" if state == "FAILED" else "bold black on yellow")
-    body = Table.grid(padding=(0, 1))
-    body.add_column(style="dim")
-    body.add_column()
-    body.add_row("session", inp.session_id)
-    if last:
-        p = last[0]
-        if p.power_w is not None and p.power_limit_w:
-            body.add_row("power", f"{p.power_w:.0f} / {p.power_limit_w:.0f} W")
-        if p.mem_used_mib is not None and p.mem_total_mib:
-            body.add_row("memory", f"{p.mem_used_mib / 1024:.1f} / {p.mem_total_mib / 1024:.1f} GiB")
-    if c and c.line:
-        body.add_row("line", redact_text(c.line)[:200])
-    if c and c.hint:
-        body.add_row("hint", redact_text(c.hint)[:200])
-    title = Text.assemble(f"GPU {','.join(map(str, gpus)) or '?'} · {inp.host} ", badge)
-    console = Console(record=True, width=100, file=io.StringIO(), force_terminal=True)
-    console.print(Panel(body, title=title, title_align="left"))
-    return console.export_svg(title=f"mtpconsole · {inp.session_id}")
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
