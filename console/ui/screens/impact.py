@@ -28,10 +28,35 @@ def held_mib(s: SessionView, snap: HostSnapshot | None) -> dict[int, int]:
     return out
 
 
-def traffic(s: SessionView) -> str:
-    """``8 running · 3 queued · 640 tok/s`` from the session's last serving figures (N/A when unknown)."""
+def metrics_figures(s: SessionView, snap: HostSnapshot | None) -> str | None:
+    """The launcher's own ``/metrics`` (fetched by the agent for ``--enable-metrics`` servers), in words."""
+    if snap is None or not s.launcher_pid:
+        return None
+    p = next((x for x in snap.servers if x.pid == s.launcher_pid and x.metrics_text), None)
+    if p is None or p.metrics_text is None:
+        return None
+    from console.ops.metrics import MetricsParseError, parse_sglang_metrics
+
+    try:
+        f = parse_sglang_metrics(p.metrics_text, p.metrics_at or 0.0)
+    except MetricsParseError:
+        return None
+    if f.running is None and f.queue is None and f.gen_throughput is None:
+        return None
+
+    def v(x) -> str:
+        return NA if x is None else f"{x.value:.0f}"
+    return f"{v(f.running)} running · {v(f.queue)} queued · {v(f.gen_throughput)} tok/s (/metrics)"
+
+
+def traffic(s: SessionView, snap: HostSnapshot | None = None) -> str:
+    """``8 running · 3 queued · 640 tok/s`` from the session's last serving figures (its log, else the
+    server's /metrics; N/A when neither is known)."""
     m = s.metrics
     if m is None:
+        fig = metrics_figures(s, snap)
+        if fig:
+            return fig
         return "N/A (no serving figures)" if s.state in ("ready", "foreign") else "none (not serving)"
     run = NA if m.running_req is None else str(m.running_req)
     queue = NA if m.queue_req is None else str(m.queue_req)
@@ -43,7 +68,8 @@ def impact_lines(s: SessionView, snap: HostSnapshot | None, now: float) -> list[
     """The dialog lines that name exactly what is hit (one fact per line)."""
     held = held_mib(s, snap)
     model = flag_value(s.argv, "--model-path", "--model") if s.argv else None
-    up = age_text(now - s.started_at) if s.started_at and not s.ended_at else NA
+    up = age_text(now - s.started_at) if s.started_at and not s.ended_at else (
+        "N/A (started by hand: its start time is not recorded)" if not s.session_id else NA)
     lines = [
         f"host:     {clean(s.host, 80)}",
         f"session:  {clean(s.session_id or 'foreign (not launched by mtpconsole)', 80)} · {s.state.upper()}",
@@ -52,7 +78,7 @@ def impact_lines(s: SessionView, snap: HostSnapshot | None, now: float) -> list[
         f"GPUs:     {gpu_list(s.gpus)} · port {s.port or NA}",
         f"model:    {short(clean(model or NA), 70)}",
         f"uptime:   {up}",
-        f"traffic:  {traffic(s)}",
+        f"traffic:  {traffic(s, snap)}",
         "frees:    " + (", ".join(f"{m:,} MiB on GPU {i}" for i, m in sorted(held.items()))
                         if held else "no GPU memory held (as last sampled)"),
     ]
