@@ -78,3 +78,11 @@ class Backend(Protocol):
 
     async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> PlanVerdict:
         """The memory planner's verdict for these flags on these GPUs of ``host``."""
+
+    async def foreign_output(self, host: str, pid: int, start_ticks: int | None) -> tuple[str, list[str]]:
+        """A hand-started server's own output: (where it is, its last lines). Raises with the host's reason
+        when it cannot be read (not a regular file, unreadable, the process is gone)."""
+
+    async def report(self, host: str, session_id: str) -> str:
+        """Write the incident report of ``session_id`` on ``host`` (Markdown, the panel's SVG beside it)
+        and return the Markdown file's path. Raises with the reason when it cannot be written."""

@@ -161,6 +161,14 @@ class FakeBackend:
         self.calls.append(("stop",))
 
     # -- logs
+    async def foreign_output(self, host: str, pid: int, start_ticks: int | None) -> tuple[str, list[str]]:
+        raise RuntimeError("the fake backend reads no foreign server's output")
+
+    async def report(self, host: str, session_id: str) -> str:
+        """Records the call; the path a real backend would have written."""
+        self.calls.append(("report", host, session_id))
+        return f"/tmp/mtpconsole-fake/reports/report-{session_id}.md"
+
     # -- flag form checks (a test replaces them with its own functions)
     async def validator(self, flags: list[str], host: str | None = None) -> list[tuple[str, str]]:
         return []

@@ -7,6 +7,8 @@ CLI stages the demo host or reads the operator's config); it knows nothing of th
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -19,6 +21,18 @@ from console.ops import lifecycle
 from console.ops.flags import FlagSchema, check_all, default_cache_dir, learn_schema
 from console.ops.tracker import HostTracker
 from console.remote.link import HostLink
+
+
+def reports_dir() -> Path:
+    """Where the TUI writes incident reports: ``$XDG_STATE_HOME/mtpconsole/reports`` (else ``~/.local/state/...``)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "mtpconsole" / "reports"
+
+
+def safe_name(text: str) -> str:
+    """``text`` as one file name component (a session id comes from the host: no separators, no dot-names)."""
+    out = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:120].lstrip(".")
+    return out or "session"
 
 
 class LiveBackend:
@@ -137,6 +151,27 @@ class LiveBackend:
         from console.ops.foreign_log import read_foreign_output
 
         return await read_foreign_output(self.links[host], pid, start_ticks)
+
+    REPORT_SINCE_S = 2 * 3600.0
+    """``p`` reports the audit entries and GPU samples of the two hours before the session (as ``report``)."""
+
+    async def report(self, host: str, session_id: str) -> str:
+        """The incident report of ``session_id``: gathered through the host's link, written as Markdown
+        with the panel's SVG beside it under :func:`reports_dir`; returns the Markdown file's path."""
+        from console.audit import default_audit_path
+        from console.ops.report import build_report
+        from console.ops.report_gather import gather
+        from console.ops.report_svg import panel_svg
+
+        audit = self.audit.path if self.audit is not None and self.audit.path is not None else default_audit_path()
+        inp = await gather(self.links[host], session_id, audit_path=str(audit), since_s=self.REPORT_SINCE_S,
+                           now=self.clock())
+        out = reports_dir() / f"report-{safe_name(session_id)}.md"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        svg = out.with_suffix(".svg")
+        svg.write_text(panel_svg(inp), encoding="utf-8")
+        out.write_text(build_report(inp.model_copy(update={"panel_svg": svg.name})), encoding="utf-8")
+        return str(out)
 
     async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
         return await self.trackers[host].follow(session_id, tail_lines)
