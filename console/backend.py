@@ -70,6 +70,9 @@ class Backend(Protocol):
     def launch_template(self, host: str, gpu: int) -> LaunchRequest:
         """A prefilled request for the flag form (profile or defaults for that host)."""
 
+    def launch_profiles(self, host: str) -> dict[str, LaunchRequest]:
+        """The config's launch profiles usable on ``host`` (name -> request), for the flag form's picker."""
+
     def acknowledge(self, host: str, session_id: str) -> None:
         """The operator acknowledged an ended session: its GPU reads IDLE (it stays in the history)."""
 

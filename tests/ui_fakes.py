@@ -189,6 +189,11 @@ class FakeBackend:
         return LaunchRequest(host=host, flags=["--model-path", "/models/demo-27b", "--mem-fraction-static", "0.85"],
                              gpus=[gpu], port=30000 + gpu)
 
+    profiles: dict[str, LaunchRequest] = {}  # noqa: RUF012  (a test sets its own on the instance)
+
+    def launch_profiles(self, host: str) -> dict[str, LaunchRequest]:
+        return {k: v.model_copy(update={"host": host}) for k, v in self.profiles.items()}
+
     # -- operations
     async def _steps(self, names: list[str], on_steps, fail_at: int | None, evidence: str) -> list[Step]:
         steps = [Step(name=n) for n in names]

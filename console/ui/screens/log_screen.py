@@ -9,7 +9,7 @@ stdout file when ``/proc/<pid>/fd/1`` is a readable regular file on the host.
 
 Lines come from the app: what the log pane holds when the screen opens (plus lines still queued
 for it), then each new batch through ``app.log_listeners``. Nothing here talks to a host except
-through the backend's ``foreign_output`` (when it has one).
+through the backend's ``foreign_output``.
 """
 
 from __future__ import annotations
@@ -361,16 +361,15 @@ class LogScreen(Screen):
         if self.foreign_pid is None:
             return
         s = self.selected_session()
-        read = getattr(self.capp.backend, "foreign_output", None)
-        if read is None or s is None:
-            self._set_lines([f"pid {self.foreign_pid} was not started by mtpconsole and this backend cannot read "
-                             "its output"])
+        if s is None or s.launcher_pid is None:
+            self._set_lines([f"pid {self.foreign_pid} was not started by mtpconsole and is no longer listed"])
             return
-        self.run_worker(self._read_foreign(read, s), group="foreign-log", exclusive=True, exit_on_error=False)
+        self.run_worker(self._read_foreign(s, s.launcher_pid), group="foreign-log", exclusive=True,
+                        exit_on_error=False)
 
-    async def _read_foreign(self, read, s: SessionView) -> None:
+    async def _read_foreign(self, s: SessionView, pid: int) -> None:
         try:
-            where, lines = await read(s.host, s.launcher_pid, s.launcher_start_ticks)
+            where, lines = await self.capp.backend.foreign_output(s.host, pid, s.launcher_start_ticks)
         except Exception as e:  # the host said why (not a regular file, unreadable, gone)
             where, lines = "", [f"no output of pid {s.launcher_pid}: {clean(str(e), 300)}"]
         self._set_lines([clean(x) for x in lines])
