@@ -218,3 +218,17 @@ def test_no_function_attributes_or_dict_tricks():
                             and not (t.attr.startswith("__") and t.attr.endswith("__")):  # __name__ like wraps()
                         found.append(f"{m}:{node.lineno}: attribute set on function {t.value.id}")
     assert found == []
+
+
+def test_the_ui_uses_the_backend_through_its_protocol():
+    """No ``getattr(<...backend...>, ...)`` / ``hasattr`` in console/ui: what the UI needs is declared in
+    console.backend.Backend."""
+    found = []
+    for m, path in MODULES.items():
+        if not under(m, "console.ui"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                    and node.args and "backend" in ast.unparse(node.args[0]):
+                found.append(f"{m}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
