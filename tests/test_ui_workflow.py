@@ -263,7 +263,7 @@ async def test_flag_form_enter_submits_own_footer_and_fewer_tab_stops():
     backend = FakeBackend()
     app = frozen_app(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await select_gpu(pilot, app, 2)
+        await select_gpu(pilot, app, 3)
         await pilot.press("l")
         await settle(pilot)
         form = app.screen
@@ -315,3 +315,26 @@ async def test_small_terminal_compacts_panels_until_the_operator_chooses():
         await pilot.resize_terminal(200, 50)
         await settle(pilot, 4)
         assert app.compact  # the operator's choice stands
+
+
+async def test_flag_form_profile_picker_fills_the_fields():
+    from textual.widgets import Input, Select
+
+    from console.model import LaunchRequest
+    from console.ui.screens.flag_form import FlagForm
+
+    backend = FakeBackend()
+    backend.profiles = {"fixed": LaunchRequest(host="", flags=["--model-path", "/models/qwen", "--max-running-requests",
+                                                                "16"], gpus=[2], port=31000)}
+    app = frozen_app(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await select_gpu(pilot, app, 2)
+        await pilot.press("l")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, FlagForm)
+        form.query_one("#profile", Select).value = "fixed"
+        await settle(pilot)
+        assert form.query_one("#f-model_path", Input).value == "/models/qwen"
+        assert form.query_one("#f-max_running", Input).value == "16"
+        assert form.query_one("#f-port", Input).value == "31000"

@@ -190,6 +190,15 @@ class LiveBackend:
                                      profile=name)
         return LaunchRequest(host=host, command=list(hc.server_command), gpus=[gpu], port=30000 + gpu)
 
+    def launch_profiles(self, host: str) -> dict[str, LaunchRequest]:
+        """The config's profiles usable on ``host`` (no host, or this one), as requests for the form's picker."""
+        hc = self.cfg.host(host)
+        return {name: LaunchRequest(host=host, command=list(prof.command or hc.server_command),
+                                    flags=(["--model-path", prof.model_path] if prof.model_path else [])
+                                    + list(prof.flags), gpus=list(prof.gpus) or [0], port=prof.port,
+                                    env=dict(prof.env), profile=name)
+                for name, prof in self.cfg.profiles.items() if prof.host in (None, host)}
+
     # ---- flag form hooks (console/ui/screens/flag_form.py calls them with host=)
 
     def _form_host(self, host: str | None) -> str | None:

@@ -128,12 +128,13 @@ class Operations:
         raw = self.form_memory.get((p.host, p.index))
         last = self._last_session(p.host, p.index)
         if raw is None and last is not None and not (tpl and tpl.profile):
-            raw = from_argv(last.argv, [p.index], last.port)  # the model and flags last run on this GPU
+            raw = from_argv(last.argv, last.gpus or [p.index], last.port)  # the model and flags last run here
         if raw is None:
             raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port) if tpl else {"gpus": str(p.index)}
         if str(p.index) not in str(raw.get("gpus") or "").replace(" ", "").split(","):
             raw = {**raw, "gpus": str(p.index)}  # the focused panel's GPU, never a leftover value
         form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(), template=tpl,
+                        profiles=self.backend.launch_profiles(p.host),
                         remember=lambda r, key=(p.host, p.index): self.form_memory.__setitem__(key, r))
         self.app.push_screen(form, callback=lambda req: req and self.run(
             f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,

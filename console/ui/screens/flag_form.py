@@ -19,7 +19,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
 from console.model import LaunchRequest
-from console.ui.flag_values import MAMBA_STRATEGIES, SPEC_ALGOS, FlagValues, field_errors, flag_diff
+from console.ui.flag_values import (
+    MAMBA_STRATEGIES,
+    SPEC_ALGOS,
+    FlagValues,
+    field_errors,
+    flag_diff,
+    from_argv,
+)
 from console.ui.format import clean, short
 from console.ui.widgets.footer import QuietFooter
 
@@ -88,7 +95,8 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
     def __init__(self, host: str, raw: dict[str, Any], *, title: str, running_argv: list[str] | None = None,
                  validator: Validator | None = None, planner: Planner | None = None,
                  remember: Callable[[dict[str, Any]], None] | None = None, replaces: str | None = None,
-                 template: LaunchRequest | None = None, impact: list[str] | None = None) -> None:
+                 template: LaunchRequest | None = None, impact: list[str] | None = None,
+                 profiles: dict[str, LaunchRequest] | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.host, self.raw, self.title_text = host, dict(raw), title
         self.running_argv, self.validator, self.planner = running_argv, validator, planner
@@ -97,6 +105,8 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         """Carries what the form does not edit (env values, profile name) into the request."""
         self.armed: list[str] | None = None
         self.impact = impact
+        self.profiles = dict(profiles or {})
+        """Launch profiles the operator may start from (name -> request): the picker fills the fields."""
         """What launching stops (the running server: pids, port, model, traffic, GPU memory), when it does."""
 
     def compose(self) -> ComposeResult:
@@ -105,6 +115,11 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
             if self.impact:
                 yield Static(Content("launching stops:\n" + "\n".join(self.impact)), classes="impact")
             with VerticalScroll(classes="fields"):
+                if self.profiles:
+                    with Horizontal(classes="field"):
+                        yield Label("profile", classes="field-label")
+                        yield Select([(f"{n} · {short(' '.join(r.flags), 60)}", n) for n, r in self.profiles.items()],
+                                     prompt="(none: the fields below)", id="profile")
                 for name, label, kind in FIELDS:
                     with Horizontal(classes="field"):
                         yield Label(label, classes="field-label")
@@ -276,9 +291,29 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         self._relevant()
         self._changed()
 
-    def on_select_changed(self) -> None:
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "profile":
+            self.use_profile(event.value)
         self._relevant()
         self._changed()
+
+    def use_profile(self, name: object) -> None:
+        """Fill every field from profile ``name`` (its model, flags, GPUs and port); the form stays editable."""
+        req = self.profiles.get(name) if isinstance(name, str) else None
+        if req is None:
+            return
+        raw = from_argv([*req.command, *req.flags], req.gpus, req.port)
+        for field, _, kind in FIELDS:
+            w = self.query_one(f"#f-{field}")
+            v = raw.get(field)
+            if kind is bool:
+                w.value = bool(v)
+            elif isinstance(kind, tuple):
+                w.value = v if v in kind else kind[0]
+            else:
+                w.value = "" if v is None else str(v)
+        self.raw = {**raw, "command": req.command}
+        self.template = req
 
     def action_cancel(self) -> None:
         self.dismiss(None)
