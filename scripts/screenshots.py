@@ -1,11 +1,15 @@
-"""Write SVG screenshots of the console into screenshots/ (README "Screenshots").
+"""Write SVG screenshots of the console into screenshots/ (README "Screenshots"), from the real demo.
 
     python scripts/screenshots.py [--out screenshots]
 
-The app is the real one (``console.ui.app.make_app``) in a headless terminal; the data is the
-deterministic fake backend from tests/ui_fakes.py staging the demo host's incident (host
-"demo", 4 × 96 GB GPUs, a hand-started server on GPU 0), so every run draws the same pictures
-and no real host name appears. Operations run through the app's own keys and dialogs.
+The app is the real one (``console.ui.app.make_app``) with the real backend (``LiveBackend``) on the
+built-in demo host (``console.sim.demo``: 4 simulated 96 GB GPUs, the SGLang stand-in, a server
+started by hand on GPU 0 under load), in a headless terminal. Everything shown is what the demo
+really does: its log lines, its confirmation steps and their timings, its failures. The incident is
+replayed with the app's own keys and dialogs: the kill dialog of the hand-started server, the flag
+form catching bad values, the forced relaunch with the incident's flags dying of gpu_oom, the full
+log searched, the sessions table, the events, a relaunch with flags that fit, the light theme.
+Every wait is bounded; the demo is torn down at the end (nothing is left running).
 """
 
 from __future__ import annotations
@@ -13,113 +17,131 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO)]
 
-import ui_fakes as f  # noqa: E402
-from console.model import GpuProc, HostView, ServeMetrics  # noqa: E402
-from console.sim.demo import FOREIGN_FLAGS, INCIDENT_FLAGS  # noqa: E402
+from console.ops.backend import LiveBackend  # noqa: E402
+from console.remote.link import HostLink  # noqa: E402
+from console.remote.ssh import HostSpec  # noqa: E402
+from console.sim.demo import FIXED_FLAGS, INCIDENT_FLAGS, demo_environment  # noqa: E402
 
 SIZE = (160, 44)
-MODEL = "/models/Qwen3.6-27B"
-CMD = ["python3", "-m", "sglang.launch_server", "--model-path", MODEL]
 
 
-def demo_view() -> HostView:
-    """The demo host before the relaunch: the hand-started server on GPU 0, three idle GPUs."""
-    def g(i, used=8, power=80.0, procs=None):
-        return f.gpu(i, used=used, power=power, procs=procs).model_copy(update={
-            "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "mem_total_mib": 97887, "power_limit_w": 600.0})
-    gpus = [g(0, 84_568, 301.0, [GpuProc(pid=8896, used_mib=84_560)]), g(1), g(2), g(3)]
-    servers = [f.proc(8896, ["sglang::scheduler_TP0"], None, {0: 84_560})]
-    fg = f.session("foreign", None, [0], host="demo", argv=[*CMD, "--port", "30000", *FOREIGN_FLAGS], port=30000,
-                   pids=[8892, 8896], launcher_pid=8892, flags_summary="no spec · mem 0.85 · run 32 · ctx 32768",
-                   metrics=ServeMetrics(gen_throughput=398.0, running_req=31, queue_req=4))
-    return HostView(snapshot=f.snapshot("demo", gpus=gpus, servers=servers), sessions=[fg])
-
-
-def backend(outcome: str) -> f.FakeBackend:
-    be = f.FakeBackend([demo_view()], outcome=outcome)
-    be.logs = {("demo", k[1]): v for k, v in be.logs.items()}
-    be.validator = lambda flags: ([("error", "--speculative-num-draft-tokens: invalid int value: 'four'")]
-                                  if "four" in flags else [("ok", "flags: no problems against sglang 0.5.23")])
-    be.planner = lambda flags, gpus: (("error", "memory plan: does not fit — recurrent state for 512 requests "
-                                                "exceeds the static budget; lower --max-running-requests to ≤ 40")
-                                      if "512" in flags else "memory plan: fits — 16 requests, KV 21.3 GB")
-    return be
-
-
-async def settle(pilot, n: int = 3) -> None:
-    for _ in range(n):
-        await pilot.pause(0.12)
-
-
-async def relaunch(app, pilot, flags: list[str], force: bool) -> None:
-    """e on GPU 0, the flags typed into "other flags", force as asked, Launch, Confirm launch."""
-    from textual.widgets import Input, Select, Switch
-
-    await pilot.press("e")
-    await settle(pilot)
-    form = app.screen
-    for name in ("mem_fraction", "max_running", "context_length", "extras"):
-        form.query_one(f"#f-{name}", Input).value = ""
-    form.query_one("#f-spec_algo", Select).value = "none"
-    form.query_one("#f-extras", Input).value = " ".join(flags)
-    form.query_one("#force", Switch).value = force
-    await settle(pilot, 1)
-    for _ in range(2):
-        await pilot.click("#launch")
-        await settle(pilot, 2)
-    await settle(pilot)
+async def until(pilot, cond: Callable[[], object], timeout: float, what: str) -> None:
+    """Pause until ``cond()`` holds (bounded); says what it waited for when it gives up."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"screenshots: gave up waiting {timeout:.0f} s for {what}")
+        await pilot.pause(0.2)
 
 
 async def shoot(out: Path) -> list[Path]:
-    from textual.widgets import Input
+    from textual.widgets import Input, Select, Switch
 
-    written = []
+    from console.ui.app import MainScreen, make_app
+    from console.ui.screens.flag_form import FlagForm
 
-    async def one(name: str, outcome: str, script, theme: str = "dark") -> None:
-        app = f.frozen_app(backend(outcome), theme=theme)
+    written: list[Path] = []
+    async with demo_environment(load=True) as (cfg, names):
+        link = HostLink(HostSpec(name="demo", local=True), cfg.hosts["demo"], interval=1.0)
+        backend = LiveBackend(cfg, [link], interval=1.0)
+        app = make_app(backend)
         async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot)
-            await pilot.press("tab")
-            await settle(pilot)
-            await script(app, pilot)
-            await settle(pilot)
-            path = out / f"{name}.svg"
-            app.save_screenshot(str(path))
-            written.append(path)
+            def panel0():
+                return next((p for p in app.panels() if p.index == 0), None)
 
-    async def failed_relaunch(app, pilot):
-        await relaunch(app, pilot, INCIDENT_FLAGS, force=True)
+            def save(name: str) -> None:
+                path = out / f"{name}.svg"
+                app.save_screenshot(str(path))
+                written.append(path)
+                print(path, flush=True)
 
-    async def form_error(app, pilot):
-        await pilot.press("e")
-        await settle(pilot)
-        app.screen.query_one("#f-mem_fraction", Input).value = "1.5"
-        app.screen.query_one("#f-extras", Input).value = "--max-running-requests 512 --speculative-num-draft-tokens four"
-        await pilot.click("#launch")
-        await settle(pilot, 2)
-        app.screen.query_one("#f-mem_fraction", Input).value = "0.90"
-        await pilot.click("#launch")
-        await settle(pilot, 2)
+            async def idle(what: str) -> None:
+                await until(pilot, lambda: not app.op_busy, 240, what)
+                await pilot.pause(2.5)  # the next samples: the panels read what the host says now
 
-    async def kill_confirm(app, pilot):
-        await pilot.press("k")
+            async def to_main() -> None:
+                for _ in range(4):
+                    if isinstance(app.screen, MainScreen):
+                        return
+                    await pilot.press("escape")
+                    await pilot.pause(0.3)
 
-    async def good_relaunch(app, pilot):
-        await relaunch(app, pilot, ["--mem-fraction-static", "0.90", "--max-running-requests", "16"], force=False)
+            async def edit(flags: list[str], force: bool) -> None:
+                await pilot.press("e")
+                await until(pilot, lambda: isinstance(app.screen, FlagForm), 10, "the flag form")
+                form = app.screen
+                for name in ("mem_fraction", "max_running", "context_length", "extras"):
+                    form.query_one(f"#f-{name}", Input).value = ""
+                form.query_one("#f-spec_algo", Select).value = "none"
+                form.query_one("#f-extras", Input).value = " ".join(flags)
+                form.query_one("#force", Switch).value = force
+                await pilot.pause(0.3)
+                for _ in range(2):
+                    await form.submit("launch")
+                    await pilot.pause(0.5)
 
-    async def nothing(app, pilot):
-        pass
+            await until(pilot, lambda: panel0() is not None and panel0().badge_label == "FOREIGN"
+                        and panel0().gpu is not None and (panel0().gpu.power_w or 0) > 200, 90,
+                        "the hand-started server serving on GPU 0")
+            app._focus_panel(panel0())
+            await pilot.pause(2.0)
 
-    await one("main-failed-relaunch", "failed", failed_relaunch)
-    await one("flag-form-validation-error", "ready", form_error)
-    await one("kill-confirmation", "ready", kill_confirm)
-    await one("steps-successful-relaunch", "ready", good_relaunch)
-    await one("light-theme", "ready", good_relaunch, theme="light")
+            await pilot.press("k")
+            await pilot.pause(0.5)
+            save("kill-confirmation")
+            await to_main()
+
+            await pilot.press("e")
+            await until(pilot, lambda: isinstance(app.screen, FlagForm), 10, "the flag form")
+            form = app.screen
+            form.query_one("#f-mem_fraction", Input).value = "1.5"
+            form.query_one("#f-extras", Input).value = "--max-running-requests 512 --speculative-num-draft-tokens four"
+            await form.submit("check")
+            await pilot.pause(0.5)
+            form.query_one("#f-mem_fraction", Input).value = "0.90"
+            await form.submit("check")
+            await pilot.pause(1.0)
+            save("flag-form-validation-error")
+            await to_main()
+
+            await edit(INCIDENT_FLAGS, force=True)  # the incident's relaunch, forced past the planner
+            await idle("the forced relaunch")
+            save("main-failed-relaunch")
+
+            await pilot.press("z")
+            await pilot.pause(0.8)
+            await pilot.press("slash", *"memory", "enter")
+            await pilot.pause(0.5)
+            await pilot.press("d")
+            await pilot.pause(0.5)
+            save("full-log-search")
+            await to_main()
+
+            await pilot.press("s")
+            await pilot.pause(1.0)
+            save("sessions-table")
+            await to_main()
+
+            await pilot.press("v")
+            await pilot.pause(1.0)
+            save("events")
+            await to_main()
+
+            await edit(FIXED_FLAGS, force=False)  # e on the FAILED session: its flags, fixed
+            await idle("the relaunch with flags that fit")
+            save("steps-successful-relaunch")
+
+            await pilot.press("t")
+            await pilot.pause(0.8)
+            save("light-theme")
+            await app.action_quit()
     return written
 
 
@@ -129,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for p in asyncio.run(shoot(out)):
-        print(p)
+    asyncio.run(shoot(out))
     return 0
 
 
