@@ -3,7 +3,9 @@
 Follows every live session's log once (from a bounded tail, then by byte offset) to
 classify it incrementally and keep a ring buffer for the UI; classifies ended sessions
 once from the tail of their own log; probes /health of READY sessions so a green badge is
-verified now. No UI imports.
+verified now; fills each view's advice (at most once a second, from a ring of each server's
+serving figures, the followed logs and the served models' shapes, read once in the background).
+No UI imports.
 """
 
 from __future__ import annotations
@@ -11,17 +13,53 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from functools import lru_cache
 from typing import Callable
 
-from console.model import Classification, ExitRecord, HostView, OperationResult, PendingLaunch
+from console.model import (
+    Advice,
+    Classification,
+    ExitRecord,
+    HostView,
+    OperationResult,
+    PendingLaunch,
+    ServingFigures,
+)
+from console.ops.advice_host import (
+    LIVE_STATES,
+    figures_for,
+    host_advice,
+    load_shapes,
+    model_path,
+    schema_validator,
+    server_flags,
+    view_key,
+)
+from console.ops.advisor import Validator
 from console.ops.classify import LogClassifier, classify
 from console.ops.current import CurrentState
+from console.ops.flags import FlagSchema
+from console.ops.flags.sources import bundled_schema
+from console.ops.model_config import ModelShape
+from console.ops.planner import parse_server_flags
 from console.ops.sessions import derive_views
 from console.remote.link import HostLink, LinkDown, RequestError
 
 TAIL_BYTES = 256 * 1024
 RING_LINES = 5000
 HEALTH_EVERY_S = 5.0
+ADVICE_EVERY_S = 1.0
+"""The advisor runs at most once a second per host (its rules read trends over minutes)."""
+ADVICE_HISTORY = 60
+"""Serving figures kept per server for the advisor's trends (about a minute at 1 Hz)."""
+ADVICE_LOG_LINES = 200
+"""Last lines of each followed log the advisor reads (retractions near a full KV cache)."""
+
+
+@lru_cache(maxsize=1)
+def _bundled_validator() -> Validator:
+    """The flag validator over the bundled schema (read once): used until the host's own is learned."""
+    return schema_validator(bundled_schema())
 
 
 class HostTracker:
@@ -39,6 +77,14 @@ class HostTracker:
         """Launches sent, results confirmed, acknowledgements: the current session of each GPU."""
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
+        self.schema: FlagSchema | None = None
+        """The host's server flags as learned from its ``--help`` (set by the backend); else the bundled ones."""
+        self._validator: tuple[FlagSchema, Validator] | None = None
+        self.shape_cache: dict[str, ModelShape | None] = {}
+        """Model path → its parsed config.json (None: unreadable), read once per path."""
+        self.figure_history: dict[str, deque[ServingFigures]] = {}
+        self.advice: list[Advice] = []
+        self.advice_at = float("-inf")
         link.listeners.append(self._on)
 
     # -------------------------------------------------------------- stream
@@ -104,7 +150,50 @@ class HostTracker:
             self._forget(snap)
         views = derive_views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
                              launching=self.launching)
-        self.on_view(self.current.apply(HostView(snapshot=snap, sessions=views)))
+        view = self.current.apply(HostView(snapshot=snap, sessions=views))
+        if snap.connection.state == "connected":
+            view = view.model_copy(update={"advice": self._advise(view)})
+        self.on_view(view)
+
+    # -------------------------------------------------------------- advice
+    def _validate(self) -> Validator:
+        if self.schema is None:
+            return _bundled_validator()
+        if self._validator is None or self._validator[0] is not self.schema:
+            self._validator = (self.schema, schema_validator(self.schema))
+        return self._validator[1]
+
+    def _advise(self, view: HostView) -> list[Advice]:
+        """The advisor's findings for ``view``, recomputed at most every :data:`ADVICE_EVERY_S`."""
+        now = self.clock()
+        if now - self.advice_at < ADVICE_EVERY_S:
+            return self.advice
+        self.advice_at = now
+        live = [s for s in view.sessions if s.state in LIVE_STATES]
+        paths = {model_path(parse_server_flags(server_flags(s.argv))) for s in live}
+        if any(p and p not in self.shape_cache for p in paths):
+            self._spawn("shapes", self._load_shapes(view))
+        shapes = {k: v for k, v in self.shape_cache.items() if v is not None}
+        keys = {view_key(s): s for s in live}
+        tails = {k: list(self.rings[k])[-ADVICE_LOG_LINES:] for k in keys if k in self.rings}
+        history = {k: list(self.figure_history[k]) for k in keys if k in self.figure_history}
+        self.advice = host_advice(view, shapes, validate=self._validate(), history=history, log_tails=tails)
+        for k, s in keys.items():  # this reading joins the history after the rules saw the older ones
+            self.figure_history.setdefault(k, deque(maxlen=ADVICE_HISTORY)).append(figures_for(view, s))
+        for k in [k for k in self.figure_history if k not in keys]:
+            del self.figure_history[k]
+        return self.advice
+
+    async def _load_shapes(self, view: HostView) -> None:
+        async def read_file(path: str) -> str:
+            try:
+                r = await self.link.request("read_file", {"path": path, "max_bytes": 4 << 20}, audit=False)
+            except RequestError as e:  # the host's answer (no such file, too big): cached as unreadable
+                raise OSError(str(e)) from None
+            return str(r["data"])
+
+        await load_shapes(view, read_file, self.shape_cache)
+        self.advice_at = float("-inf")  # the planner can check suggestions now: at the next view
 
     # -------------------------------------------------------------- what this console did
     def launch_sent(self, p: PendingLaunch) -> None:
