@@ -215,7 +215,14 @@ class LiveBackend:
             t = tasks[host] = asyncio.ensure_future(
                 learn_schema(self.links[host], command, self.cache_dir or default_cache_dir()))
             t.add_done_callback(lambda x: x.cancelled() or x.exception())  # retrieved: no "never retrieved" noise
+            t.add_done_callback(lambda x, h=host: self._schema_learned(h, x))
         return t
+
+    def _schema_learned(self, host: str, task: asyncio.Task[FlagSchema]) -> None:
+        """The host's own flags check the advisor's suggestions from now on (else the bundled ones)."""
+        tr = self.trackers.get(host)
+        if tr is not None and not task.cancelled() and task.exception() is None:
+            tr.schema = task.result()
 
     async def validator(self, flags: list[str], host: str | None = None) -> list[tuple[str, str]]:
         """(severity, message) for a flag set, checked against the flags the host's server accepts.
