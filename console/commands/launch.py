@@ -98,7 +98,7 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
                         f"(e.g. -- --model-path M){where}")
     return LaunchRequest(host=host, command=command, flags=flags, gpus=parse_gpus(args.gpu) or gpus,
                          port=args.port or port, env=env, profile=profile, force=args.force,
-                         check_flags=getattr(args, "check_flags", True))
+                         check_flags=args.check_flags)
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
