@@ -232,3 +232,14 @@ def test_the_ui_uses_the_backend_through_its_protocol():
                     and node.args and "backend" in ast.unparse(node.args[0]):
                 found.append(f"{m}:{node.lineno}: {ast.unparse(node)}")
     assert found == []
+
+
+def test_no_getattr_on_the_command_line():
+    """Options are read as typed fields: no ``getattr(args, ...)``/``getattr(ctx, ...)`` anywhere in console/."""
+    found = []
+    for m, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                    and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in ("args", "ctx"):
+                found.append(f"{m}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
