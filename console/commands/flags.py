@@ -91,7 +91,7 @@ def _describe(f: Flag) -> str:
         arg = f"{arg} (nargs {f.nargs})"
     marks = [m for m, on in (("required", f.required), ("deprecated", f.deprecated)) if on]
     head = f"{names} {arg}".rstrip()
-    extra = []
+    extra: list[str] = []
     if f.type:
         extra.append(f.type)
     if f.default is not None:

@@ -97,7 +97,8 @@ def run_load(port: int, *, host: str = "127.0.0.1", concurrency: int = 4, reques
     if duration is not None and not 0 < duration <= 24 * 3600:
         raise ValueError("duration must be positive (at most a day)")
     lock = threading.Lock()
-    state = {"issued": 0, "ok": 0, "failed": 0, "tokens": 0, "rates": []}
+    state = {"issued": 0, "ok": 0, "failed": 0, "tokens": 0}
+    rates: list[float] = []
     errors: list[str] = []
     t0 = time.monotonic()
     deadline = t0 + duration if duration is not None else None
@@ -119,7 +120,7 @@ def run_load(port: int, *, host: str = "127.0.0.1", concurrency: int = 4, reques
                     state["ok"] += 1
                     state["tokens"] += n
                     if secs > 0:
-                        state["rates"].append(n / secs)
+                        rates.append(n / secs)
             except Exception as e:  # noqa: BLE001 - reported, not raised
                 with lock:
                     state["failed"] += 1
@@ -134,7 +135,6 @@ def run_load(port: int, *, host: str = "127.0.0.1", concurrency: int = 4, reques
     for t in threads:
         t.join(timeout=(duration or 0) + timeout * ((requests or 1) + 1))
     elapsed = time.monotonic() - t0
-    rates = state["rates"]
     return LoadResult(requests_ok=state["ok"], requests_failed=state["failed"], completion_tokens=state["tokens"],
                       elapsed_s=round(elapsed, 3), tokens_per_s=round(state["tokens"] / elapsed, 2) if elapsed else 0.0,
                       per_request_tokens_per_s=round(sum(rates) / len(rates), 2) if rates else None, errors=errors)

@@ -34,10 +34,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from console.model import SPECULATIVE_ALGORITHMS
 from console.sim import sglang_args
+
+if TYPE_CHECKING:
+    from console.sim.sglang_http import Engine, SimServer
 
 VERSION = "0.5.23"
 SPEC_BUILTINS = SPECULATIVE_ALGORITHMS
@@ -182,8 +185,8 @@ class Launcher:
         self.phase = "loading"
         self.draining = False
         self.ready = False
-        self.httpd = None
-        self.engine = None
+        self.httpd: SimServer | None = None
+        self.engine: Engine | None = None
         self.shutdown = threading.Event()
         self.send_lock = threading.Lock()
         self.internal: dict[str, Any] = {}
@@ -453,6 +456,7 @@ class Launcher:
         if p.mamba_bytes:
             used += p.mamba_bytes
             lin = self.shape.linear
+            assert lin is not None  # mamba state only for models with linear-attention layers
             conv_share = ((lin.conv_dim * (lin.conv_kernel - 1) * lin.conv_dtype_bytes) /
                           max(1, lin.conv_dim * (lin.conv_kernel - 1) * lin.conv_dtype_bytes
                               + lin.num_heads * lin.key_head_dim * lin.value_head_dim * lin.ssm_dtype_bytes))
@@ -594,12 +598,12 @@ class Launcher:
         from console.sim.sglang_http import Engine, SimServer
         a = self.args
         info = self.internal
-        self.engine = Engine(max_running=info.get("max_running_requests", 48), accept_len=self.accept_len,
+        engine = self.engine = Engine(max_running=info.get("max_running_requests", 48), accept_len=self.accept_len,
                              spec=self.spec, hybrid=self.shape.hybrid,
                              max_total_tokens=info.get("max_total_num_tokens", 1),
                              mamba_slots=info.get("mamba_slots", 1), send=self.send_all)
         try:
-            self.httpd = SimServer((a.host, a.port), self)
+            httpd = self.httpd = SimServer((a.host, a.port), self)
         except OSError as e:
             raw("%s ERROR:    [Errno %d] error while attempting to bind on address ('%s', %d): %s"
                 % (ts(), e.errno or 98, a.host, a.port, (e.strerror or str(e)).lower()))
@@ -610,9 +614,9 @@ class Launcher:
         self.access("Waiting for application startup.")
         self.access("Application startup complete.")
         self.access("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (a.host, a.port))
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="http",
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="http",
                          daemon=True).start()
-        self.engine.start()
+        engine.start()
         self.phase = "warmup"
         if not a.skip_server_warmup:
             self.sleep(T_WARMUP / 2)
@@ -700,14 +704,16 @@ class Launcher:
                                             "max_model_len": self.context_len}]}
 
     def metrics_text(self) -> str:
-        running, queued, tokens = self.engine.counts()
+        engine = self.engine
+        assert engine is not None  # /metrics is served only once the engine runs
+        running, queued, tokens = engine.counts()
         total = max(1, self.internal.get("max_total_num_tokens") or 1)
         labels = 'engine_type="unified",model_name="%s",moe_ep_rank="0",pp_rank="0",tp_rank="0"' % self.served_name
         tlabels = 'engine_type="unified",is_streaming="false",model_name="%s"' % self.served_name
         gauges = [
             ("sglang:num_running_reqs", "The number of running requests.", running),
             ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", queued),
-            ("sglang:gen_throughput", "The generation throughput (token/s).", round(self.engine.last_gen_throughput, 2)),
+            ("sglang:gen_throughput", "The generation throughput (token/s).", round(engine.last_gen_throughput, 2)),
             ("sglang:token_usage", "The token usage.", round(tokens / total, 4)),
             ("sglang:cache_hit_rate", "The prefix cache hit rate.", 0.0),
             ("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", total),
@@ -723,9 +729,9 @@ class Launcher:
         for name, help_, val in gauges:
             lines += ["# HELP %s %s" % (name, help_), "# TYPE %s gauge" % name, "%s{%s} %s" % (name, labels, float(val))]
         for name, help_, val in [
-            ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", self.engine.prompt_tokens_total),
-            ("sglang:generation_tokens_total", "Number of generation tokens processed.", self.engine.generation_tokens_total),
-            ("sglang:num_requests_total", "Number of requests processed.", self.engine.requests_total),
+            ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", engine.prompt_tokens_total),
+            ("sglang:generation_tokens_total", "Number of generation tokens processed.", engine.generation_tokens_total),
+            ("sglang:num_requests_total", "Number of requests processed.", engine.requests_total),
         ]:
             lines += ["# HELP %s %s" % (name, help_), "# TYPE %s counter" % name, "%s{%s} %s" % (name, tlabels, float(val))]
         return "\n".join(lines) + "\n"

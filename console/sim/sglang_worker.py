@@ -189,7 +189,7 @@ def run_scheduler(cfg: dict) -> int:
                 _log("%s %s" % (_ts(prefix), msg["log"]))
 
 
-def _linger(parent: int, alloc) -> None:  # type: ignore[no-untyped-def]
+def _linger(parent: int, alloc: object) -> None:
     """The orphan fault: keep holding GPU memory, idle, until killed (bounded to an hour)."""
     deadline = time.monotonic() + ORPHAN_MAX_S
     while time.monotonic() < deadline:

@@ -99,7 +99,7 @@ class FlagValues(BaseModel):
                 v = [int(x) for x in v.replace(" ", ",").split(",") if x]
             except ValueError:
                 raise ValueError("GPU indices as a comma list, e.g. 0,1") from None
-        if not v or any(int(g) < 0 for g in v) or len(set(v)) != len(v):
+        if not isinstance(v, list) or not v or any(int(g) < 0 for g in v) or len(set(v)) != len(v):
             raise ValueError("distinct GPU indices ≥ 0, e.g. 0,1")
         return v
 
@@ -239,7 +239,10 @@ def flag_diff(old: list[str], new: list[str]) -> list[str]:
     """Lines like ``- --mem-fraction-static 0.9`` / ``+ --mem-fraction-static 0.8``."""
     a = dict(parse_flags(split_argv(old)[1] if old and not old[0].startswith("--") else old))
     b = dict(parse_flags(new))
-    fmt = lambda k, v: k if v is None else f"{k} {v}"
+
+    def fmt(k: str, v: str | None) -> str:
+        return k if v is None else f"{k} {v}"
+
     lines: list[str] = []
     for k in dict.fromkeys([*a, *b]):
         if k in a and (k not in b or a[k] != b[k]):

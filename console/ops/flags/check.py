@@ -104,25 +104,25 @@ def _scan(argv: list[str], schema: FlagSchema, version: str | None) -> tuple[Res
     for e in res.errors:
         if e.kind in ("ambiguous", "unknown"):
             continue  # per occurrence above; stray values below
-        f = e.flag
+        ef = e.flag
         if e.kind == "missing_required":
             has_config = res.given("--config")
             problems.append(Problem(
-                kind="missing_required", flag=f.name if f else None, severity="warning" if has_config else "error",
+                kind="missing_required", flag=ef.name if ef else None, severity="warning" if has_config else "error",
                 message=e.message.replace("the following arguments are required: ", "")
                 + " is required" + (" (unless the --config file sets it)" if has_config else "")))
             continue
-        name = f.name if f else None
+        name = ef.name if ef else None
         message = e.message if not (name and _shown("x", name) == "***") else f"argument {name}: bad value (hidden)"
         suggestion = None
-        if e.kind == "bad_choice" and f is not None and f.choices:
-            value = str(res.occurrences and next((o.values[-1] for o in res.occurrences
-                                                  if o.index == e.index and o.values), "") or "")
-            close = difflib.get_close_matches(value, f.choices, n=1)
+        if e.kind == "bad_choice" and ef is not None and ef.choices:
+            value = next((o.values[-1] for o in res.occurrences if o.index == e.index and o.values), "")
+            close = difflib.get_close_matches(value, ef.choices, n=1)
             suggestion = close[0] if close else None
         problems.append(Problem(kind=e.kind, flag=name, message=redact(message), suggestion=suggestion,
-                                candidates=list(f.choices or []) if e.kind == "bad_choice" and f else []))
-    covered = {o.index + k for o in res.occurrences if o.flag is None for k in range(1 if o.explicit else len(o.values) + 1)}
+                                candidates=list(ef.choices or []) if e.kind == "bad_choice" and ef else []))
+    covered = {o.index + k for o in res.occurrences if o.flag is None
+               for k in range(1 if o.explicit else len(o.values) + 1)}
     stray = [i for i, a in enumerate(argv) if a in res.extras and i not in covered]
     if stray:
         shown = " ".join(shown_argv[i] for i in stray)

@@ -12,6 +12,7 @@ not in the schema (SGLang 0.5.23 hides two: ``--forward-pass-metrics-*``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from console.errors import UserError
 from console.ops.flags.models import Flag, FlagSchema, TypeGuess
@@ -92,7 +93,8 @@ def parse_help(text: str, *, version: str | None = None) -> FlagSchema:
     flags: list[Flag] = []
     seen: set[str] = set()
     for entry in _option_entries(lines[end:]):
-        flag = _make_flag(*entry, required)
+        invocation, help_lines, section = entry
+        flag = _make_flag(invocation, help_lines, section, required)
         if flag is None or any(s in seen for s in flag.option_strings):
             continue
         seen.update(flag.option_strings)
@@ -140,7 +142,7 @@ def _parse_usage(usage: str) -> tuple[str | None, set[str]]:
     return (" ".join(prog_words) or None), required
 
 
-def _option_entries(lines: list[str]):
+def _option_entries(lines: list[str]) -> Iterator[tuple[str, list[str], str | None]]:
     """Yield (invocation, help lines, section title) for every option line after usage."""
     section: str | None = None
     current: tuple[str, list[str], str | None] | None = None

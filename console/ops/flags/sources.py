@@ -175,10 +175,11 @@ def _bundled_entry(e: dict[str, Any]) -> dict[str, Any]:
 def bundled_schema() -> FlagSchema:
     """sglang 0.5.23's flags as its argparse parser holds them (``-h`` first, hidden flags included)."""
     records = json.loads(BUNDLED_FLAGS.read_text(encoding="utf-8"))
-    actions = [{"option_strings": ["-h", "--help"], "dest": "help", "nargs": 0, "cls": "_HelpAction",
+    actions: list[dict[str, Any]] = [{"option_strings": ["-h", "--help"], "dest": "help", "nargs": 0, "cls": "_HelpAction",
                 "choices": None, "required": False, "default": "'==SUPPRESS=='", "help": "show this help message and exit"}]
     actions += [_bundled_entry(e) for e in records]
     for a in actions:
-        if a.get("choices") is not None:
-            a["choices"] = [repr(c) for c in a["choices"]]
+        choices = a.get("choices")
+        if isinstance(choices, list):
+            a["choices"] = [repr(c) for c in choices]
     return schema_from_dump({"prog": BUNDLED_PROG, "actions": actions}, version=BUNDLED_VERSION)
