@@ -151,7 +151,7 @@ async def open_hosts(ctx: CliContext, *, require: bool = True) -> AsyncIterator[
                     if isinstance(r, BaseException):
                         if require:
                             raise r if isinstance(r, UserError) else UserError(f"{link.name}: {r}", exit_code=1)
-                        link._set_state("failed" if isinstance(r, HostKeyError) else "unreachable", str(r))
+                        link.mark_down(str(r), refused=isinstance(r, HostKeyError))
                 yield OpenHosts(config=cfg, links=links)
             finally:
                 await asyncio.gather(*(lk.close() for lk in links), return_exceptions=True)

@@ -24,7 +24,7 @@ async def _one(link: HostLink, timeout: float) -> HostSnapshot:
         try:
             return await link.refresh(timeout)
         except (TimeoutError, LinkDown, RequestError) as e:
-            link._set_state("unreachable", f"{link.name}: no snapshot: {str(e) or 'timed out'}")
+            link.mark_down(f"{link.name}: no snapshot: {str(e) or 'timed out'}")
     return link.snapshot()
 
 
@@ -113,6 +113,8 @@ def render_text(s: HostSnapshot) -> str:
     for p in s.servers:
         lines.append(f"  pid {p.pid} [{p.role}] {term(' '.join(redact_argv(p.argv)))[:100]}")
     for ss in s.sessions:
-        state = "ended" if ss.exit else ("alive" if ss.server_alive else "starting")
+        state = ("broken: " + term(ss.broken) if ss.broken else
+                 "ended (host rebooted / record stale)" if ss.record_stale else
+                 "ended" if ss.exit else ("alive" if ss.server_alive else "starting"))
         lines.append(f"  session {term(ss.session_id)}: {state}")
     return "\n".join(lines)

@@ -124,6 +124,11 @@ class HostLink:
             self._snapshot = None
             self._notify("state", {"state": state, "error": error})
 
+    def mark_down(self, error: str, *, refused: bool = False) -> None:
+        """Record that this host could not be reached (``refused``: it was refused, e.g. its host key), with
+        the reason its snapshot reports; for callers that gave up on it without :meth:`run`."""
+        self._set_state("failed" if refused else "unreachable", error)
+
     def _notify(self, kind: str, msg: dict) -> None:
         for fn in list(self.listeners):
             try:
