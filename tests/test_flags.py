@@ -598,3 +598,21 @@ async def test_learn_schema_failures_are_clear(tmp_path):
 
     await learn_schema(Slow(), CMD, tmp_path / "x")
     assert all(t > args_t for t, args_t in zip(seen["timeouts"], (60, 120)))
+
+
+async def test_launch_preflight_uses_the_bundled_schema_for_0_5_23_and_reports_argparse_line(tmp_path, monkeypatch):
+    from console.ops.flags.preflight import check_launch_flags
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    link = FakeLink()
+    v = await check_launch_flags(link, CMD, ["--model", "m", "--cuda-graph-max-bs", "8"])
+    assert not v.ok and v.checked
+    assert v.error == ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+                       "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill")
+    assert [c[1]["argv"][-1] for c in link.calls] == ["import importlib.metadata as m; print(m.version('sglang'))"]
+    ok = await check_launch_flags(link, CMD, ["--model", "m", "--forward-pass-metrics-worker-id", "w"])
+    assert ok.ok and ok.checked  # a hidden flag the real parser accepts
+    spec = await check_launch_flags(link, CMD, ["--model", "m", "--speculative-algorithm", "FOO"])
+    assert not spec.ok and "Unknown speculative algorithm name: FOO" in (spec.error or "")
+    down = await check_launch_flags(FakeLink(version=None, help_text="boom", rc=1), CMD, ["--model", "m"])
+    assert down.ok and not down.checked and down.note.startswith("flags not checked:")
