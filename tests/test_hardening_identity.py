@@ -122,7 +122,7 @@ def test_kill_of_a_confirmed_session_still_stops_it(common, runs_dir, tmp_path):
     server.write_text("import time\nprint('up', flush=True)\nt = time.time() + 60\n"
                       "while time.time() < t:\n    time.sleep(0.1)\n")
     env = {"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl")}
-    p = cli(*common, "launch", "--host", "testhost", "--port", str(free_port()), "--json", "--command",
+    p = cli(*common, "launch", "--no-validate", "--host", "testhost", "--port", str(free_port()), "--json", "--command",
             f"python3 {server}", "--", "--model-path", "/m", env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     sid = json.loads(p.stdout)["session_id"]

@@ -8,8 +8,10 @@ from console.commands._ops import emit_result, step_printer
 from console.commands.context import CliContext, open_hosts, single_host
 from console.commands.launch import parse_env, require_utf8
 from console.errors import UserError
-from console.model import KillTarget
+from console.model import HostSnapshot, KillTarget, SessionInfo
 from console.ops.lifecycle import host_env, relaunch, request_from_argv
+from console.redact import redact_argv
+from console.remote.hostsecrets import MASK
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -55,6 +57,27 @@ def edit_flags(argv: list[str], sets: list[str], unsets: list[str]) -> list[str]
     return out
 
 
+def unmask_from_live(s: SessionInfo, snap: HostSnapshot) -> list[str]:
+    """The session's argv with the secret values spec.json holds masked (``***``) taken back from its live
+    launcher's own argv (same length, same flags), when it still runs; else as stored."""
+    argv = list(s.spec.argv) if s.spec else []
+    if MASK not in argv or s.record is None:
+        return argv
+    live = next((p.argv for p in snap.servers if p.pid == s.record.pid and p.start_ticks == s.record.start_ticks), None)
+    if not live or len(live) != len(argv) or redact_argv(live)[1:] != redact_argv(argv)[1:]:
+        return argv
+    return [live[i] if a == MASK else a for i, a in enumerate(argv)]
+
+
+def masked_secret_flags(argv: list[str]) -> list[str]:
+    """The secret flags of ``argv`` whose value is the mask (``--api-key ***`` or ``--api-key=***``)."""
+    out = []
+    for i, a in enumerate(argv):
+        if a.startswith("--") and (a.endswith("=" + MASK) or (i + 1 < len(argv) and argv[i + 1] == MASK)):
+            out.append(a.split("=", 1)[0])
+    return out
+
+
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     single_host(ctx)
     if ctx.read_only:
@@ -71,7 +94,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             if s is None or s.spec is None:
                 raise UserError(f"no session {args.session} on {link.name}", exit_code=1)
             target = KillTarget(host=link.name, session_id=s.session_id)
-            argv, gpus, port = s.spec.argv, s.spec.gpus, s.spec.port
+            argv, gpus, port = unmask_from_live(s, snap), s.spec.gpus, s.spec.port
             missing = [n for n in s.spec.env_names if n not in env]
             if missing:
                 raise UserError("the session was launched with env " + ", ".join(missing)
@@ -85,6 +108,10 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             gpus = sorted(p.gpu_mem_mib) or [int(x) for x in (p.cuda_visible_devices or "0").split(",") if x.isdigit()]
             port = None
         new_argv = edit_flags(argv, args.set, args.unset)
+        hidden = masked_secret_flags(new_argv)
+        if hidden:
+            raise UserError("the session was launched with " + ", ".join(hidden) + ", whose values are never stored"
+                            " and no live server shows: give them again with --set FLAG=VALUE")
         require_utf8(new_argv, "flag")
         req = request_from_argv(link.name, new_argv, list(gpus), port, env).model_copy(update={"force": args.force})
         r = await relaunch(link, target, req, step_printer(ctx.json_output), wait=args.wait, timeout=args.timeout,

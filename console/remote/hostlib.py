@@ -246,7 +246,11 @@ def atomic_write_json(path, obj):
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
     data = (json.dumps(obj, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.unlink(tmp)  # a leftover (or a planted symlink) is replaced, never written through
+    except OSError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         view = memoryview(data)
         while view:
@@ -268,7 +272,7 @@ def atomic_write_json(path, obj):
 def append_json_line(path, obj):
     """Append ``obj`` as one JSON line (a single ``write`` on an O_APPEND fd, so lines never interleave)."""
     data = (json.dumps(obj, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
         os.write(fd, data)
     finally:

@@ -11,8 +11,10 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import time
 
 from .hostlib import (
     RUN_EXIT,
@@ -26,6 +28,7 @@ from .hostlib import (
     load_json,
     port_open,
 )
+from .hostsecrets import mask_argv
 
 PACKAGE = "mtpconsole_remote"
 """The package name the shipped modules live under on the host."""
@@ -39,28 +42,84 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def materialize(sources, root):
     """Write the shipped modules as the package ``<root>/.lib-<digest>/mtpconsole_remote``; return the
-    directory to put on ``sys.path``. Written once per content (temp dir + rename: never half-written)."""
+    directory to put on ``sys.path``. Written once per content (temp dir + rename: never half-written); an
+    existing one is used only when it is verified (see :func:`lib_problem`): a planted or altered copy is
+    moved aside and written fresh, never executed."""
     digest = hashlib.sha256(json.dumps(sorted(sources.items())).encode("utf-8")).hexdigest()[:16]
     lib_root = os.path.join(root, ".lib-%s" % digest)
-    if os.path.isdir(os.path.join(lib_root, PACKAGE)):
-        return lib_root
+    if os.path.lexists(lib_root):
+        if lib_problem(lib_root, sources) is None:
+            return lib_root
+        aside = "%s.untrusted.%d.%d" % (lib_root, os.getpid(), int(time.time() * 1000))
+        try:
+            os.rename(lib_root, aside)
+        except OSError as e:
+            raise OpError("cannot replace the untrusted %s: %s" % (lib_root, e.strerror or e))
     tmp = "%s.tmp.%d" % (lib_root, os.getpid())
     try:
         pkg = os.path.join(tmp, PACKAGE)
-        os.makedirs(pkg)
-        with open(os.path.join(pkg, "__init__.py"), "w") as f:
-            f.write('"""mtpconsole modules shipped to this host (written by the agent)."""\n')
-        for name, src in sources.items():
-            with open(os.path.join(pkg, name + ".py"), "w") as f:
+        os.makedirs(pkg, 0o700)
+        files = dict(("%s.py" % name, src) for name, src in sources.items())
+        files["__init__.py"] = INIT_SOURCE
+        for name, src in files.items():
+            fd = os.open(os.path.join(pkg, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
                 f.write(src)
+        os.chmod(tmp, 0o700)
         try:
             os.rename(tmp, lib_root)
         except OSError:
-            if not os.path.isdir(os.path.join(lib_root, PACKAGE)):  # not a concurrent writer's win
+            if lib_problem(lib_root, sources) is not None:  # not a concurrent writer's good copy
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return lib_root
+
+
+INIT_SOURCE = '"""mtpconsole modules shipped to this host (written by the agent)."""\n'
+
+
+def lib_problem(lib_root, sources):
+    """Why the written package at ``lib_root`` must not be run (None when it may): each path a real directory
+    or regular file (no symlink) owned by us and writable by nobody else, holding exactly the shipped
+    sources (compared byte for byte) and nothing else."""
+    uid = os.getuid()
+    expected = dict(("%s.py" % name, src.encode("utf-8")) for name, src in sources.items())
+    expected["__init__.py"] = INIT_SOURCE.encode("utf-8")
+    pkg = os.path.join(lib_root, PACKAGE)
+    for path in (lib_root, pkg):
+        try:
+            st = os.lstat(path)
+        except OSError as e:
+            return "%s: %s" % (path, e.strerror)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+            return "%s is not a private directory of ours" % path
+    try:
+        names = set(os.listdir(pkg)) - set(["__pycache__"])
+    except OSError as e:
+        return "%s: %s" % (pkg, e.strerror)
+    if names != set(expected):
+        return "%s holds other files" % pkg
+    for name, data in expected.items():
+        try:
+            fd = os.open(os.path.join(pkg, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            return "%s: %s" % (name, e.strerror)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022 or st.st_size != len(data):
+                return "%s is not the shipped file" % name
+            got = b""
+            while len(got) < len(data):
+                chunk = os.read(fd, len(data) - len(got))
+                if not chunk:
+                    break
+                got += chunk
+        finally:
+            os.close(fd)
+        if got != data:
+            return "%s differs from the shipped source" % name
+    return None
 
 
 def supervisor_argv(lib_root, run_dir):
@@ -175,14 +234,16 @@ class Launcher(object):
             raise OpError("no supervisor source was shipped to the agent")
         run_dir = os.path.join(self.runs_dir, spec["session_id"])
         try:
-            os.mkdir(run_dir, 0o755)
+            os.mkdir(run_dir, 0o700)  # other users of the host read nothing of a session
         except FileExistsError:
             raise OpError("run directory %s already exists: refusing to reuse a session" % run_dir)
         except OSError as e:
             raise OpError("cannot create %s: %s" % (run_dir, e.strerror))
         try:
+            real = list(spec["argv"])
             spec = dict(spec)
             spec["env_names"] = sorted(env)
+            spec["argv"] = mask_argv(real)  # secret flag values never reach the disk: the real argv goes on stdin
             atomic_write_json(os.path.join(run_dir, RUN_SPEC), spec)
             lib_root = materialize(self.sources, self.runs_dir)
         except OSError as e:  # a full or failing disk: say where, leave nothing half-written
@@ -191,7 +252,7 @@ class Launcher(object):
         try:
             p = subprocess.Popen(supervisor_argv(lib_root, run_dir), stdin=subprocess.PIPE,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True, cwd=run_dir)
-            _, err = p.communicate((json.dumps({"env": env}) + "\n").encode("utf-8"), timeout=30)
+            _, err = p.communicate((json.dumps({"env": env, "argv": real}) + "\n").encode("utf-8"), timeout=30)
         except OSError as e:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise OpError("cannot start the supervisor: %s" % e)
