@@ -49,11 +49,11 @@ def read_audit(path: Path, since: float) -> tuple[list[AuditEntry], str | None]:
     out = []
     for line in raw:
         try:
-            e = AuditEntry.model_validate_json(line)
+            entry = AuditEntry.model_validate_json(line)
         except ValueError:
             continue
-        if e.at >= since:
-            out.append(e)
+        if entry.at >= since:
+            out.append(entry)
     return out, None
 
 
@@ -106,9 +106,9 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         return 0
     if not events:
         print(f"{term(link.name)}: no events since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}")
-    for e in events:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
-        print(f"{stamp}  {e.kind:<13} {term(e.text)}  [{e.source}]")
+    for ev in events:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev.at))
+        print(f"{stamp}  {ev.kind:<13} {term(ev.text)}  [{ev.source}]")
     for n in notes:
         print(f"note: {term(n)}")
     return 0

@@ -127,7 +127,8 @@ def audit_events(host: str, entries: Iterable[AuditEntry]) -> list[HostEvent]:
         if e.host != host or e.op not in AUDITED_ACTIONS:
             continue
         args = e.args or {}
-        spec = args.get("spec") if isinstance(args.get("spec"), dict) else {}
+        raw_spec = args.get("spec")
+        spec: dict = raw_spec if isinstance(raw_spec, dict) else {}
         sid = args.get("session_id") or spec.get("session_id")
         pid = args.get("pid") if isinstance(args.get("pid"), int) else None
         what = f"session {sid}" if sid else (f"pid {pid}" if pid else "")

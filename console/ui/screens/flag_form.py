@@ -158,8 +158,14 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
     # ---- values
     def values(self) -> dict[str, Any]:
         out: dict[str, Any] = {"command": self.raw.get("command") or None}
-        for name, _, _ in FIELDS:
-            out[name] = self.query_one(f"#f-{name}").value
+        for name, _, kind in FIELDS:
+            sel = f"#f-{name}"
+            if kind is bool:
+                out[name] = self.query_one(sel, Switch).value
+            elif isinstance(kind, tuple):
+                out[name] = self.query_one(sel, Select).value
+            else:
+                out[name] = self.query_one(sel, Input).value
         return {k: v for k, v in out.items() if v is not None}
 
     def parse(self) -> FlagValues | None:
@@ -304,14 +310,13 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
             return
         raw = from_argv([*req.command, *req.flags], req.gpus, req.port)
         for field, _, kind in FIELDS:
-            w = self.query_one(f"#f-{field}")
             v = raw.get(field)
             if kind is bool:
-                w.value = bool(v)
+                self.query_one(f"#f-{field}", Switch).value = bool(v)
             elif isinstance(kind, tuple):
-                w.value = v if v in kind else kind[0]
+                self.query_one(f"#f-{field}", Select).value = v if v in kind else kind[0]
             else:
-                w.value = "" if v is None else str(v)
+                self.query_one(f"#f-{field}", Input).value = "" if v is None else str(v)
         self.raw = {**raw, "command": req.command}
         self.template = req
 

@@ -119,12 +119,11 @@ class OrphanScreen(Screen):
             return
         target = KillTarget(host=o.host, pid=o.pid, start_ticks=o.start_ticks, port=o.port)
         lines = [*orphan_lines(o), "", "then checks: gone · no process of it left · GPU memory released · port closed"]
-        self.app.push_screen(ConfirmScreen(f"Kill orphan pid {o.pid}?", lines, "Kill"),
-                             callback=lambda ok: ok and self._kill(o, target))
-
-    def _kill(self, o: Orphan, target: KillTarget) -> None:
-        self.dismiss()
-        self.on_kill(o, target)
+        def confirmed(ok: bool | None) -> None:
+            if ok:
+                self.dismiss()
+                self.on_kill(o, target)
+        self.app.push_screen(ConfirmScreen(f"Kill orphan pid {o.pid}?", lines, "Kill"), callback=confirmed)
 
     def action_close(self) -> None:
         self.dismiss()

@@ -91,7 +91,7 @@ class SessionsScreen(Screen):
 
     # ---- rows
     def sessions(self) -> list[SessionView]:
-        out = []
+        out: list[SessionView] = []
         for view in self.views().values():
             out.extend(s for s in view.sessions if not s.pending or s.session_id)
         return out

@@ -23,7 +23,7 @@ from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
 
-from console.model import GpuSample, HostSnapshot, ServerProc, SessionView
+from console.model import Advice, GpuSample, HostSnapshot, ServerProc, SessionView
 from console.ui.format import NA, clean, gpu_list, hms, na, short
 from console.ui.widgets.badge import BADGE_KINDS, badge_for
 
@@ -152,6 +152,27 @@ def detail_line(s: SessionView | None) -> Content:
     )
 
 
+def gpu_advice(advice: list[Advice], index: int, s: SessionView | None) -> list[Advice]:
+    """The advice about GPU ``index``: given for it, or for the server on it (a tp 2 server's advice
+    names its first GPU only), in the advisor's order."""
+    def mine(a: Advice) -> bool:
+        if a.gpu == index:
+            return True
+        if s is None:
+            return False
+        return bool((a.session_id and a.session_id == s.session_id)
+                    or (a.pid and s.session_id is None and a.pid == s.launcher_pid))
+    return [a for a in advice if mine(a)]
+
+
+def advice_line(a: Advice | None) -> Content:
+    """``⚑ GPU underused; consider EAGLE/MTP …`` (one line: the panel's CSS cuts it at its width)."""
+    if a is None:
+        return Content("")
+    return Content.from_markup("[$text-warning]⚑ $msg[/] [$text-muted](i)[/]",
+                               msg=short(clean(a.message, 300).replace("\n", " "), 200))
+
+
 def _lines(content: Content | str) -> int:
     text = content.plain if isinstance(content, Content) else content
     return text.count("\n") + 1 if text else 0
@@ -174,11 +195,12 @@ def spark_text(history: list[float], limit: float | None, width: int) -> str:
 
 
 def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc], compact: bool,
-              hist: dict[str, list[float]] | None = None) -> Content:
+              hist: dict[str, list[float]] | None = None, advice: Advice | None = None) -> Content:
     """Memory bar, utilisation, processes (muted), session and its serving/failure detail and serving
     history; compact: the memory bar (with utilisation) and the session.
 
     ``hist``: ``util``, ``mem`` (percent), ``tps``, ``queue`` histories, oldest first.
+    ``advice``: the first advice about this GPU, shown in one line last (not in compact panels).
     """
     hist = hist or {}
     if compact:
@@ -195,6 +217,8 @@ def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc
             serving = serving_line(hist.get("tps") or [], hist.get("queue") or [])
             if serving.plain:
                 parts.append(serving)
+        if advice is not None:
+            parts.append(advice_line(advice))
     return Content("\n").join(parts)
 
 
@@ -239,9 +263,11 @@ class GpuPanel(Widget, can_focus=True):
         self.title_text = f"GPU {index}"
         self.badge: tuple[str, str] = ("IDLE", "idle")
         """(label, kind) of the badge, as :func:`badge_for` decides."""
-        self.power: tuple = ()
+        self.power: tuple[float | None, float | None, list[float]] | None = None
         self.body = Content("")
         self.stale = False
+        self.advice: Advice | None = None
+        """The first advice about this GPU (its one line in the body; ``i`` shows them all)."""
 
     @property
     def badge_label(self) -> str:
@@ -254,7 +280,7 @@ class GpuPanel(Widget, can_focus=True):
         """Compact: four lines (title and badge, power, stats, session); no processes or detail."""
         self.compact = on
         if self.gpu is not None:
-            self._body(body_text(self.gpu, self.session, self.servers, on, self.histories()))
+            self._body(body_text(self.gpu, self.session, self.servers, on, self.histories(), self.advice))
 
     def _body(self, content: Content) -> None:
         """Show the body; the height is set here, in cells, so a layout pass never measures text
@@ -268,9 +294,10 @@ class GpuPanel(Widget, can_focus=True):
         self.refresh()
 
     def apply(self, g: GpuSample, s: SessionView | None, snap: HostSnapshot, servers: dict[int, ServerProc],
-              now: float, interval: float) -> None:
-        """Show one sample of this GPU and the session on it; redraws only when what it shows changes."""
-        self.session, self.gpu, self.snap, self.servers = s, g, snap, servers
+              now: float, interval: float, advice: Advice | None = None) -> None:
+        """Show one sample of this GPU and the session on it (and the first advice about it); redraws
+        only when what it shows changes."""
+        self.session, self.gpu, self.snap, self.servers, self.advice = s, g, snap, servers, advice
         if snap.sampled_at != self._last_sample:
             self._last_sample = snap.sampled_at
             self.history.append(g.power_w or 0.0)
@@ -281,7 +308,7 @@ class GpuPanel(Widget, can_focus=True):
             self.title_text, self.power = title, power
             self.refresh()  # fixed size: no layout pass
         self.age(snap, now, interval)
-        self._body(body_text(g, s, servers, self.compact, self.histories()))
+        self._body(body_text(g, s, servers, self.compact, self.histories(), advice))
 
     def _record(self, g: GpuSample, s: SessionView | None) -> None:
         """One sample into the histories; tok/s and queue restart with each session (after READY only)."""
@@ -320,7 +347,7 @@ class GpuPanel(Widget, can_focus=True):
         badge = Content.assemble((" ", colours), (label, colours + Style(bold=True)), (" ", colours))
         title = Content.styled(self.title_text, "bold").truncate(max(0, width - badge.cell_length),
                                                                  ellipsis=True, pad=True)
-        power = power_line(*self.power, width) if self.power else Content("")
+        power = power_line(self.power[0], self.power[1], self.power[2], width) if self.power else Content("")
         return Content("\n").join([Content.assemble(title, badge), power, self.body])
 
     def _badge_style(self, kind: str) -> Style:
