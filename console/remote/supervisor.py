@@ -160,8 +160,6 @@ def read_env_line(stream, keep=None):
         raise LaunchError('env line on stdin must be a JSON object {"env": {...}}')
     if keep is not None:
         keep["obj"] = obj
-    if keep is not None:
-        keep["obj"] = obj
     env = obj.get("env", {})
     if env is None:
         env = {}
@@ -176,29 +174,6 @@ def read_env_line(stream, keep=None):
         if "\x00" in value:
             raise LaunchError("env value of %s contains a NUL byte" % key)
     return env
-
-
-def read_launch_line(stream):
-    """(env, argv) from the stdin line ``{"env": {...}, "argv": [...]}``: ``argv`` is the real argv (secret
-    flag values included), which spec.json holds masked; None when the line has none (an older agent)."""
-    seen = {}
-    env = read_env_line(stream, keep=seen)
-    argv = seen.get("obj", {}).get("argv")
-    if argv is None:
-        return env, None
-    if not isinstance(argv, list) or not argv:
-        raise LaunchError("argv on stdin must be a non-empty list of strings")
-    for i, arg in enumerate(argv):
-        _clean_str(arg, "argv[%d] on stdin" % i, allow_empty=(i > 0))
-    return env, list(argv)
-
-
-
-def real_argv(argv, spec_argv):
-    """The argv to execute: the one from stdin, which must be spec.json's once its secrets are masked."""
-    if mask_argv(argv) != mask_argv(spec_argv):
-        raise LaunchError("argv on stdin does not match %s" % RUN_SPEC)
-    return argv
 
 
 def read_launch_line(stream):
