@@ -616,3 +616,17 @@ async def test_launch_preflight_uses_the_bundled_schema_for_0_5_23_and_reports_a
     assert not spec.ok and "Unknown speculative algorithm name: FOO" in (spec.error or "")
     down = await check_launch_flags(FakeLink(version=None, help_text="boom", rc=1), CMD, ["--model", "m"])
     assert down.ok and not down.checked and down.note.startswith("flags not checked:")
+
+
+async def test_relaunch_with_bad_flags_stops_nothing(tmp_path, monkeypatch):
+    """A relaunch whose new flags the server would reject is refused before the old server is killed."""
+    from console.model import KillTarget, LaunchRequest
+    from console.ops import lifecycle
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    link = FakeLink()  # answers only 'run': a kill would fail loudly
+    req = LaunchRequest(host="gpu1", command=CMD, flags=["--model", "m", "--mamba-scheduler-strategy", "auto"])
+    r = await lifecycle.relaunch(link, KillTarget(host="gpu1", session_id="s-old"), req)
+    assert not r.ok and r.cause == "bad_flags" and r.error.endswith("nothing was stopped")
+    assert r.line == "sglang serve: error: unrecognized arguments: --mamba-scheduler-strategy auto"
+    assert [c[0] for c in link.calls] == ["run"]  # the version check only

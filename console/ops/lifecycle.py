@@ -648,6 +648,15 @@ async def relaunch(link: HostLink, target: KillTarget, req: LaunchRequest, on_st
         if on_steps:
             on_steps(list(collected))
 
+    if req.check_flags:  # flags the host's server would reject: refuse before anything is killed
+        fv = await check_launch_flags(link, req.command, req.flags)
+        if not fv.ok:
+            msg = f"{fv.error}; nothing was stopped"
+            return OperationResult(op="relaunch", host=link.name, ok=False, session_id=target.session_id,
+                                   steps=[Step(name="flags", state="failed", evidence=msg)], error=msg,
+                                   cause="bad_flags", line=fv.error,
+                                   hint="; ".join(p.message for p in fv.problems[:5]) or None)
+        req = req.model_copy(update={"check_flags": False})  # checked once: the launch below need not again
     verdict, plan_text = await memory_verdict(link, req)
     if verdict == "does_not_fit" and not req.force:  # refuse before anything is killed
         msg = f"memory plan: does not fit — {plan_text} (relaunch with force to try anyway); nothing was stopped"
