@@ -132,7 +132,8 @@ class _SessionWatch:
         from console.model import ExitRecord
 
         ex = ExitRecord.model_validate(self.exit) if self.exit and self.exit.get("ended_at") else None
-        return self.cls.result(ex)
+        info = next((s for s in self.link.snapshot().sessions if s.session_id == self.sid), None)
+        return self.cls.result(ex, info.first_abnormal_exit if info is not None else None)  # the first death decides
 
     def close(self) -> None:
         if self._on in self.link.listeners:
