@@ -3,8 +3,6 @@ current session. One regression test per bug of the issue, and one per smaller f
 
 from __future__ import annotations
 
-import asyncio
-
 from textual.widgets import Button, Input, Static
 from ui_fakes import NOW, FakeBackend, failed, frozen_app, session, view_a, view_idle
 
@@ -282,12 +280,18 @@ async def test_host_header_keeps_its_fields_apart():
         assert "READY 1 · FOREIGN 1 · FAILED 1" in text
 
 
-async def test_planner_text_is_not_doubled():
-    """'not planned: not planned' and 'fits (fits)' came from the live backend's wording."""
+async def test_planner_text_is_not_doubled(monkeypatch):
+    """'not planned: not planned' (the form's plan line) and 'fits (fits)' (the preflight evidence)."""
     import inspect
 
+    from console.config import Config
     from console.ops import backend, lifecycle
 
-    assert 'text if text.startswith("not planned")' in inspect.getsource(backend.LiveBackend.planner)
-    assert "plan_text != verdict" in inspect.getsource(lifecycle.launch)
-    await asyncio.sleep(0)
+    be = backend.LiveBackend(Config(), [])
+    be.links = {"h": object()}  # type: ignore[dict-item]
+
+    async def verdict(link, req):
+        return None, "not planned: no GPU memory information"
+    monkeypatch.setattr(lifecycle, "memory_verdict", verdict)
+    assert await be.planner(["--model-path", "/m"], [0], host="h") == "not planned: no GPU memory information"
+    assert "plan_text != verdict" in inspect.getsource(lifecycle)  # no "(fits)" after "fits"
