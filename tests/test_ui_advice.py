@@ -7,7 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 
-from console.model import HostView
+from textual.widgets import Input, Static
+from ui_fakes import FakeBackend, frozen_app, view_a
+
+from console.model import Advice, HostView, Suggestion
+from console.ui.screens.advice import AdviceScreen
+from console.ui.screens.flag_form import FlagForm
+from console.ui.widgets.gpu_panel import GpuPanel
 from tests.helpers.wait import await_until
 
 
@@ -38,3 +44,123 @@ async def test_tracker_fills_advice_for_the_demos_underused_foreign_server(monke
     assert a.evidence and a.suggestion is not None and "--speculative-algorithm" in a.suggestion.flags
     assert a.suggestion.valid is True and a.suggestion.planner
     assert tracker.figure_history, "the tracker keeps each server's figures for the advisor's trends"
+
+
+# ---------------------------------------------------------------- the TUI, on the fake backend
+SIZE = (140, 60)
+SUGGESTED = ["--model-path", "/models/other", "--port", "30003", "--speculative-algorithm", "EAGLE",
+             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+
+
+def advised_view() -> HostView:
+    """host-a (view_a) with the advisor's finding on the hand-started server of GPU 3."""
+    a = Advice(host="host-a", gpu=3, pid=5150, kind="gpu_underused",
+               message="GPU underused; consider EAGLE/MTP (planner: fits with 12.0 GiB to spare)",
+               evidence=["power 300 W of 700 W (43% < 75%)", "8 request(s) queued", "speculative decoding off"],
+               suggestion=Suggestion(flags=SUGGESTED, change="--speculative-algorithm EAGLE (steps 3, topk 1, 4 draft)",
+                                     valid=True, planner="fits: 12.0 GiB to spare"))
+    return view_a().model_copy(update={"advice": [a]})
+
+
+async def settle(pilot, n: int = 3) -> None:
+    for _ in range(n):
+        await pilot.pause(0.12)
+
+
+def panel(app, idx: int, host: str = "host-a"):
+    return next(p for p in app.query(GpuPanel) if p.host == host and p.index == idx)
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def test_panel_shows_the_first_advice_in_one_line():
+    app = frozen_app(FakeBackend([advised_view()]))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        body = panel(app, 3).body.plain.splitlines()
+        assert body[-1].startswith("⚑ GPU underused; consider EAGLE/MTP"), body
+        assert not any("⚑" in line for line in panel(app, 0).body.plain.splitlines())  # not on other GPUs
+        app.action_compact()
+        await settle(pilot)
+        assert "⚑" not in panel(app, 3).body.plain  # compact panels keep their four lines
+
+
+async def test_i_opens_the_advice_and_e_there_opens_the_flag_form_with_the_suggestion():
+    be = FakeBackend([advised_view()])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel(app, 3).focus()
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        assert isinstance(app.screen, AdviceScreen)
+        text = str(app.screen.query_one("#advice-text", Static).render())
+        assert "power 300 W of 700 W" in text and "accepted by the flag validator" in text and "pid 5150" in text
+        await pilot.press("e")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, FlagForm), form
+        assert form.query_one("#f-spec_algo").value == "EAGLE"
+        assert form.query_one("#f-port", Input).value == "30003"
+        assert "advice: gpu_underused" in form.title_text
+        assert not any(c[0] in ("kill", "launch", "relaunch") for c in be.calls)  # nothing until confirmed
+
+
+async def test_i_on_a_gpu_without_advice_says_so_and_e_is_blocked_in_read_only():
+    app = frozen_app(FakeBackend([advised_view()], read_only=True))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel(app, 0).focus()
+        await settle(pilot)
+        await pilot.press("i")  # not destructive: open in read-only too
+        await settle(pilot)
+        assert isinstance(app.screen, AdviceScreen)
+        assert "Nothing to say" in str(app.screen.query_one("#advice-text", Static).render())
+        await pilot.press("escape")
+        await settle(pilot)
+        panel(app, 3).focus()
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        await pilot.press("e")
+        await settle(pilot)
+        assert not isinstance(app.screen, FlagForm)
+        assert "read-only: edit and relaunch disabled" in notes(app)
+
+
+async def test_p_writes_the_report_of_the_selected_session_and_shows_its_path():
+    be = FakeBackend([advised_view()], read_only=True)  # p is not destructive
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel(app, 2).focus()  # the FAILED session
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert ("report", "host-a", "s-failed") in be.calls
+        assert any(n.startswith("report written: /tmp/mtpconsole-fake/reports/report-s-failed.md") for n in notes(app))
+        panel(app, 3).focus()  # a hand-started server on a GPU that never ran a session: nothing to report
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert [c for c in be.calls if c[0] == "report"] == [("report", "host-a", "s-failed")]
+        assert any(n.startswith("no session to report on host-a GPU 3") for n in notes(app))
+
+
+async def test_p_says_why_when_the_report_cannot_be_written():
+    be = FakeBackend([advised_view()])
+
+    async def refuse(host: str, session_id: str) -> str:
+        raise RuntimeError(f"{host}: no session {session_id!r} in its runs directory")
+    be.report = refuse  # type: ignore[method-assign]
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        panel(app, 0).focus()
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        assert any(n.startswith("report of s-ready not written: host-a: no session") for n in notes(app))

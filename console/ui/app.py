@@ -26,6 +26,7 @@ from console.model import AuditEntry, HostEvent, HostView, OperationResult, Sess
 from console.ui.format import clean, hms, short
 from console.ui.log_follow import LogFollower
 from console.ui.operations import Operations
+from console.ui.screens.advice import AdviceActions
 from console.ui.screens.workflow import Workflow
 from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
 from console.ui.widgets.audit import AuditPane
@@ -37,7 +38,7 @@ from console.ui.widgets.steps import StepsView
 
 DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
 MAIN_ONLY = {*DESTRUCTIVE, "select_panel", "filter_log", "wrap_log", "follow_log", "audit", "compact",
-             "sessions", "full_log", "orphans", "events", "move_panel", "next_panel"}
+             "sessions", "full_log", "orphans", "events", "move_panel", "next_panel", "advice", "report"}
 """Actions of the GPU panels' screen: hidden from the footer and inert while another screen is shown."""
 COMPACT_CELL = 44
 """Width of one GPU panel in compact mode (the stats line fits)."""
@@ -91,6 +92,10 @@ class MtpConsoleApp(App):
         Binding("z", "full_log", "Full log", tooltip="the log full screen: search, decisive line", id="full_log"),
         Binding("o", "orphans", "Orphans", tooltip="processes of no live server holding GPU memory", id="orphans"),
         Binding("v", "events", "Events", tooltip="exits, OOM kills, READY, actions, with times", id="events"),
+        Binding("i", "advice", "Advice", tooltip="the advisor on the selected GPU: evidence, checked change; e edits",
+                id="advice"),
+        Binding("p", "report", "Report", tooltip="write the incident report of the selected GPU's session",
+                id="report"),
         Binding("f1", "help", "Help", show=False, tooltip="show or hide the key help", id="help_f1"),
     ]
 
@@ -118,6 +123,8 @@ class MtpConsoleApp(App):
         """host → its section, filled at compose (a DOM query per host per apply was the top cost)."""
         self.compact = False
         self.workflow = Workflow(self)
+        self.advice_actions = AdviceActions(self)
+        """``i`` (the advice detail, then ``e`` from its suggestion) and ``p`` (the incident report)."""
         self.log_listeners: list[Callable[[str, str, list[str]], None]] = []
         """Also told every batch of log lines (the full-screen log)."""
         self.events_seen: dict[str, HostEvent] = {}
@@ -434,6 +441,12 @@ class MtpConsoleApp(App):
 
     def action_events(self) -> None:
         self.workflow.events()
+
+    def action_advice(self) -> None:
+        self.advice_actions.show()
+
+    def action_report(self) -> None:
+        self.advice_actions.report()
 
     def action_move_panel(self, dx: int, dy: int) -> None:
         self.workflow.move(dx, dy)

@@ -191,7 +191,9 @@ class Operations:
                                  "launch", req.host, lambda cb: self.backend.launch(req, cb), gpus=req.gpus,
                                  req=req, say=f"relaunching {sid}'s flags on {req.host} GPUs {gpu_list(req.gpus)}"))
 
-    def edit(self) -> None:
+    def edit(self, flags: list[str] | None = None, why: str | None = None) -> None:
+        """Edit and relaunch the selected GPU's session; ``flags``: start the form from these server
+        flags instead of the running ones (the advisor's suggestion, ``why`` names it in the title)."""
         t = self._current()
         if t is None or self._busy():
             return
@@ -204,10 +206,12 @@ class Operations:
             return
         s = t2[1]
         target = kill_target(s)
-        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, replaces=s.session_id,
+        argv = s.argv if flags is None else [*split_argv(s.argv)[0], *flags]
+        form = FlagForm(s.host, from_argv(argv, s.gpus, s.port), running_argv=s.argv, replaces=s.session_id,
                         impact=self._who(s),
                         title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host}"
-                              f" · GPUs {gpu_list(s.gpus)}", **self._checkers())
+                              f" · GPUs {gpu_list(s.gpus)}" + (f" · advice: {clean(why, 80)}" if why else ""),
+                        **self._checkers())
         self.app.push_screen(form, callback=lambda req: req and self._start_relaunch(target, req))
 
     def _edit_stopped(self, s: SessionView) -> None:

@@ -1,10 +1,14 @@
 """The advice detail (``i``): what the advisor sees on the selected GPU, its evidence and the checked change.
 
-Dismisses with the :class:`~console.model.Advice` whose suggested flags the operator wants to
-edit (``e``), or None.
+:class:`AdviceScreen` dismisses with the :class:`~console.model.Advice` whose suggested flags the
+operator wants to edit (``e``), or None. :class:`AdviceActions` is what the app's ``i`` and ``p``
+keys do: open it (then the edit-and-relaunch flow from the suggestion) and write the incident
+report of the selected GPU's session through the backend.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,7 +18,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from console.model import Advice
-from console.ui.format import clean
+from console.ui.format import clean, short
+from console.ui.widgets.gpu_panel import GpuPanel, gpu_advice
+
+if TYPE_CHECKING:
+    from console.ui.app import MtpConsoleApp
 
 
 def advice_text(items: list[Advice], gpu: int, host: str) -> Text:
@@ -53,15 +61,18 @@ class AdviceScreen(ModalScreen["Advice | None"]):
         Binding("escape,i,q", "close", "Close"),
     ]
 
-    def __init__(self, items: list[Advice], *, gpu: int, host: str) -> None:
+    def __init__(self, items: list[Advice], *, gpu: int, host: str, read_only: bool = False) -> None:
         super().__init__()
-        self.items, self.gpu, self.host = items, gpu, host
+        self.items, self.gpu, self.host, self.read_only = items, gpu, host, read_only
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(advice_text(self.items, self.gpu, self.host), id="advice-text")
 
     def action_edit(self) -> None:
+        if self.read_only:  # like e on the panels: edit and relaunch is destructive
+            self.notify("read-only: edit and relaunch disabled", severity="warning", markup=False)
+            return
         first = next((a for a in self.items if a.suggestion is not None and a.suggestion.flags), None)
         if first is None:
             self.notify("no suggested flags to edit", severity="warning")
@@ -70,3 +81,67 @@ class AdviceScreen(ModalScreen["Advice | None"]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+class AdviceActions:
+    """``i`` and ``p`` on the GPU panels (see the module docstring); the app owns one."""
+
+    def __init__(self, app: MtpConsoleApp) -> None:
+        self.app = app
+
+    def _panel(self) -> GpuPanel | None:
+        p = self.app.selected
+        if p is None or not p.is_attached:
+            self.app.say("select a GPU panel first (tab / enter)", severity="warning")
+            return None
+        return p
+
+    def show(self) -> None:
+        """The advice about the selected GPU; ``e`` there opens the edit flow with its suggested flags."""
+        p = self._panel()
+        if p is None:
+            return
+        view = self.app.views.get(p.host)
+        items = gpu_advice(view.advice if view else [], p.index, p.session)
+        self.app.push_screen(AdviceScreen(items, gpu=p.index, host=p.host, read_only=self.app.read_only),
+                             callback=self.edit)
+
+    def edit(self, advice: Advice | None) -> None:
+        """Edit and relaunch from ``advice``'s suggestion (blocked in read-only, like ``e``)."""
+        if advice is None or advice.suggestion is None or not advice.suggestion.flags:
+            return
+        if self.app.read_only:
+            self.app.say("read-only: edit and relaunch disabled", severity="warning")
+            return
+        self.app.ops.edit(list(advice.suggestion.flags), advice.kind)
+
+    def session_to_report(self, p: GpuPanel) -> str | None:
+        """The selected GPU's current session, else the newest session (with a run directory) it ran."""
+        s = p.session
+        if s is not None and s.session_id and not s.pending:
+            return s.session_id
+        view = self.app.views.get(p.host)
+        on = [x for x in (view.sessions if view else []) if p.index in x.gpus and x.session_id and not x.pending]
+        return max(on, key=lambda x: x.started_at or 0.0).session_id if on else None
+
+    def report(self) -> None:
+        """Write the incident report of the selected GPU's current (or last ended) session."""
+        p = self._panel()
+        if p is None:
+            return
+        sid = self.session_to_report(p)
+        if sid is None:
+            self.app.say(f"no session to report on {p.host} GPU {p.index} (a hand-started server has no run "
+                         "directory)", severity="warning")
+            return
+        self.app.say(f"writing the report of {clean(sid, 80)}…")
+        self.app.run_worker(self._write(p.host, sid), group="report", exit_on_error=False)
+
+    async def _write(self, host: str, sid: str) -> None:
+        try:
+            path = await self.app.backend.report(host, sid)
+        except Exception as e:  # the UI stays up and says why
+            self.app.say(f"report of {clean(sid, 80)} not written: {short(clean(str(e)), 300)}",
+                         severity="error", timeout=15)
+            return
+        self.app.say(f"report written: {clean(path, 300)} (the panel's SVG beside it)", timeout=15)

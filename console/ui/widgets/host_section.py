@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from console.model import HostView
 from console.ui.format import clean, short
-from console.ui.widgets.gpu_panel import GpuPanel, session_line
+from console.ui.widgets.gpu_panel import GpuPanel, gpu_advice, session_line
 from console.ui.widgets.host_header import HostHeader
 
 
@@ -80,7 +80,8 @@ class HostSection(Vertical):
             g = latest.get(idx) or panel.gpu  # kept panels of a host that lost its GPU info go STALE
             if g is not None:
                 s = current[idx] if idx in current else panel.session  # a GPU no longer sampled keeps its last
-                panel.apply(g, s, snap, servers, now, interval)
+                mine = gpu_advice(view.advice, idx, s)
+                panel.apply(g, s, snap, servers, now, interval, mine[0] if mine else None)
         note = self._note(view)
         if note != getattr(self, "_note_text", None):
             self._note_text = note
