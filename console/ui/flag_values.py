@@ -210,14 +210,13 @@ def from_argv(argv: list[str], gpus: list[int], port: int | None = None) -> dict
     """Raw form values (strings) prefilled from a server's command line."""
     command, flags = split_argv(argv)
     raw: dict[str, object] = {"gpus": ",".join(map(str, gpus)), "command": command or DEFAULT_COMMAND}
-    extras: list[str] = []
     res = resolve_argv(flags, bundled_schema())
-    starts = sorted({o.index for o in res.occurrences} | {len(flags)})
+    pieces: list[tuple[int, list[str]]] = []  # (position, tokens) kept for extras, in argv order
     covered: set[int] = set()
     for occ in res.occurrences:
-        end = next(i for i in starts if i > occ.index)
-        span = flags[occ.index:end] if occ.flag is not None or not occ.explicit else flags[occ.index:occ.index + 1]
-        covered.update(range(occ.index, occ.index + len(span)))
+        width = 1 if occ.explicit else 1 + len(occ.values)
+        span = flags[occ.index:occ.index + width]
+        covered.update(range(occ.index, occ.index + width))
         name = _FLAG_TO_FIELD.get(occ.flag.name) if occ.flag is not None else None
         value = occ.values[0] if len(occ.values) == 1 else None
         if name in SWITCHES and not occ.values and not occ.negated:
@@ -225,10 +224,11 @@ def from_argv(argv: list[str], gpus: list[int], port: int | None = None) -> dict
         elif name is not None and name not in SWITCHES and value is not None:
             raw[name] = value
         elif occ.flag is None and occ.explicit:
-            extras += span[0].split("=", 1)  # an unknown --x=v kept as --x v
+            pieces.append((occ.index, span[0].split("=", 1)))  # an unknown --x=v kept as --x v
         else:
-            extras += span
-    extras += [a for i, a in enumerate(flags) if i not in covered]
+            pieces.append((occ.index, span))
+    pieces += [(i, [a]) for i, a in enumerate(flags) if i not in covered]
+    extras = [t for _, toks in sorted(pieces, key=lambda p: p[0]) for t in toks]
     if port is not None and "port" not in raw:
         raw["port"] = str(port)
     raw["extras"] = shlex.join(extras)
