@@ -147,7 +147,7 @@ def split_at_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 def _given(top: argparse.Namespace) -> dict[str, Any]:
     """Common options given before the subcommand (defaults are None/False)."""
-    return {d: v for d, v in vars(top).items() if d in COMMON and v not in (None, False)}
+    return {d: v for d, v in vars(top).items() if d in COMMON and v is not None and v is not False}
 
 
 def context_from(values: dict[str, Any], applies: frozenset[str], theme: str | None = None):
