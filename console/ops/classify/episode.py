@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from console.model import FailureCause
 from console.ops.classify.patterns import (
-    ANY_CAUSE,
     CAUSES,
     CAUSES_BY_NAME,
     CUT_WHERE,
@@ -46,7 +45,7 @@ class Failure:
 
 def causes_of(body: str, exception: bool) -> tuple[Cause, ...]:
     low = body.lower()
-    if not any(k in low for k in KEYWORDS) or ANY_CAUSE.search(body) is None:
+    if not any(k in low for k in KEYWORDS):
         return ()
     return tuple(c for c in CAUSES if (exception or not c.exception_only) and c.rx.search(body))
 

@@ -311,5 +311,4 @@ KEYWORDS = (
     "jit", "compute capability", "infer device", "hip", "hsa_", "cublas", "cudnn", "nvml", "cannot import",
 )
 """A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
-ANY_CAUSE = re.compile("|".join(f"(?:{c.rx.pattern})" for c in CAUSES))
-"""One scan that rejects the many error-ish lines that match no cause."""
+
