@@ -155,6 +155,9 @@ def context_from(values: dict[str, Any], applies: frozenset[str], theme: str | N
     from console.commands.context import make_context
     from console.config import Config, load_config
 
+    interval = values.get("interval")
+    if interval is not None and not 0 < interval <= 3600:
+        raise UserError(f"--interval {interval}: expected a number of seconds above 0 (at most 3600)")
     cfg = load_config(values.get("config")) if "config" in applies else Config()
     return make_context(config=cfg, hosts=values.get("hosts") or (), ssh_config=values.get("ssh_config"),
                         audit_log=values.get("audit_log"), interval=values.get("interval"),
@@ -174,8 +177,6 @@ def _dispatch(parser: argparse.ArgumentParser, top: argparse.Namespace, name: st
     if name is None:
         if rest:
             parser.error(f"unexpected arguments: {' '.join(rest)}")
-        if given.get("interval") is not None and not given["interval"] > 0:
-            parser.error("--interval must be a positive number of seconds")
         from console.commands import tui
 
         return _run(tui.run, context_from(given, frozenset(COMMON), top.theme), argparse.Namespace())
