@@ -221,3 +221,13 @@ async def test_truncated_log_is_followed_from_the_start_again(tmp_path):
         assert got == ["one", "two", "three"] and "log_truncated" in events
     finally:
         await link.close()
+
+
+def test_nvml_clock_event_reasons_name_the_slowdowns(monkeypatch):
+    m = fake_pynvml("ok")
+    m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4 | 0x1 if h == 0 else 0x0  # power cap (+ idle)
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    g0, g1 = load_agent().open_gpu_source("auto", None).sample()
+    assert g0["throttle_reasons"] == ["sw_power_cap"] and g1["throttle_reasons"] == []
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml("ok"))  # a pynvml without the call: unknown
+    assert load_agent().open_gpu_source("auto", None).sample()[0]["throttle_reasons"] is None

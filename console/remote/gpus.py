@@ -63,10 +63,23 @@ class NvmlGpus(object):
                 return mem
         return nv.nvmlDeviceGetMemoryInfo(h)
 
+    def _throttle(self, h, errors):
+        """Names of the clock event reasons active now that slow the GPU down (idle and app clocks are not)."""
+        nv = self.nv
+        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        if fn is None:
+            return None
+        bits = self._get(lambda: fn(h), errors, "throttle_reasons")
+        if bits is None:
+            return None
+        return [name for bit, name in THROTTLE_BITS if int(bits) & bit]
+
     def sample(self):
         nv, out = self.nv, []
         for i, h, name, uuid in self.handles:
             e = {}
+            throttle = self._throttle(h, e)
             power = self._get(lambda: nv.nvmlDeviceGetPowerUsage(h), e, "power_w")
             limit = self._get(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), e, "power_limit_w")
             util = self._get(lambda: nv.nvmlDeviceGetUtilizationRates(h), e, "util_pct")
@@ -87,9 +100,14 @@ class NvmlGpus(object):
                 "mem_total_mib": None if mem is None else int(mem.total) // (1 << 20),
                 "mem_reserved_mib": None if getattr(mem, "reserved", None) is None else int(mem.reserved) // (1 << 20),
                 "temp_c": None if temp is None else float(temp),
-                "procs": plist, "errors": e,
+                "procs": plist, "errors": e, "throttle_reasons": throttle,
             })
         return out
+
+
+THROTTLE_BITS = ((0x4, "sw_power_cap"), (0x8, "hw_slowdown"), (0x20, "sw_thermal_slowdown"),
+                 (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"))
+"""NVML clock event reason bits that lower clocks under load (nvmlClocksEventReason*)."""
 
 
 SMI_TIMEOUT_S = 10.0
