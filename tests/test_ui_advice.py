@@ -164,3 +164,17 @@ async def test_p_says_why_when_the_report_cannot_be_written():
         await pilot.press("p")
         await settle(pilot)
         assert any(n.startswith("report of s-ready not written: host-a: no session") for n in notes(app))
+
+
+def test_advice_screen_snapshot(snap_compare):
+    """The advice detail: the message, kind and who, the evidence, the checked change."""
+    from ui_fakes import harness
+
+    items = advised_view().advice + [Advice(host="host-a", gpu=3, pid=5150, kind="power_capped",
+                                            message="power at the limit with clocks throttled: expect lower throughput",
+                                            evidence=["power 698 W of 700 W", "throttle: sw_power_cap"])]
+    app = harness(lambda: [], on_ready=lambda a: a.push_screen(AdviceScreen(items, gpu=3, host="host-a")))
+
+    async def run_before(pilot) -> None:
+        await settle(pilot)
+    assert snap_compare(app, terminal_size=(110, 30), run_before=run_before)
