@@ -169,3 +169,19 @@ def test_kill_gpu_without_gpu_information_is_refused():
         on_gpu(_snap(None, gpus=False), "host-a", 0, lambda q: True)
     with pytest.raises(UserError, match="has no GPU 7"):
         on_gpu(_snap(None), "host-a", 7, lambda q: True)
+
+
+def test_flags_and_check_use_the_hosts_configured_server_command(tmp_path):
+    """Not `python3 -m sglang.launch_server`: the host's server_command from the config (here the stand-in)."""
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[hosts.local]\ntransport = "local"\npython = "{sys.executable}"\n'
+                   f'runs_dir = "{tmp_path / "runs"}"\ngpu_source = "none"\n'
+                   f'server_command = ["{sys.executable}", "-m", "console.sim.sglang"]\n')
+    env = {**ENV, "XDG_CACHE_HOME": str(tmp_path / "cache"), "MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl")}
+    r = subprocess.run([sys.executable, "-m", "console", "flags", "--host", "local", "--config", str(cfg), "--search",
+                        "speculative"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert r.returncode == 0 and "--speculative-algorithm" in r.stdout, r.stdout + r.stderr
+    assert "No module named" not in r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "console", "check", "--host", "local", "--config", str(cfg), "--",
+                        "--cuda-graph-max-bs", "512"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert "No module named" not in r.stdout + r.stderr and "cuda-graph-max-bs" in r.stdout, r.stdout + r.stderr
