@@ -165,8 +165,8 @@ class CurrentState:
         self.acknowledged.add(session_id)
 
     def event(self, kind: str, text: str, *, session_id: str | None = None, gpus: list[int] | None = None) -> None:
-        self.events.append(HostEvent(at=self.clock(), host=self.host, kind=kind, text=text,  # type: ignore[arg-type]
-                                     session_id=session_id, gpus=gpus or []))
+        self.events.append(HostEvent.model_validate(dict(at=self.clock(), host=self.host, kind=kind, text=text,
+                                                         session_id=session_id, gpus=gpus or [])))
 
     # ---- the rule, applied
     def apply(self, view: HostView) -> HostView:
@@ -177,8 +177,8 @@ class CurrentState:
         for sid in [k for k in self.pending if k in reported]:
             del self.pending[sid]  # the host reports it now: its own view takes over
         out: list[SessionView] = []
-        for s in view.sessions:
-            s = self._overlay(s, now)
+        for raw in view.sessions:
+            s = self._overlay(raw, now)
             if s is not None:
                 out.append(s)
         out += [pending_view(p) for p in self.pending.values()]

@@ -63,6 +63,8 @@ class LogPane(Vertical):
         """The view sticks to the end as lines arrive (off once the operator scrolls up)."""
         self.waiting = False
         """A session is shown whose log has no line yet."""
+        self.banner_text: str | None = None
+        """What the banner shows (it is redrawn only when this changes)."""
         self._redrawing = False
         self._filter_from: tuple[str, float, bool] | None = None
         """(pattern, scroll position, following) when the filter box was opened: esc goes back to it."""
@@ -114,10 +116,10 @@ class LogPane(Vertical):
         """Redraw the banner when it changes; a layout pass only when its number of lines does
         (it is re-shown on every view, once a second)."""
         box = self.query_one(".banner", Static)
-        old = getattr(box, "_shown", None)
+        old = self.banner_text
         if text == old:
             return
-        box._shown = text
+        self.banner_text = text
         box.update(text, layout=old is None or old.count("\n") != text.count("\n"))
 
     # ---- lines

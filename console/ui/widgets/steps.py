@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from textual.content import Content
+from textual.widget import Widget
 from textual.widgets import Static
 
 from console.model import OperationResult, Step
@@ -55,9 +56,8 @@ class StepsView(Static):
     def _room(self) -> int:
         """Lines the pane can show: its maximum height (a share of the side column) in cells."""
         parent = self.parent
-        h = parent.size.height if parent is not None else 0
         mh = self.styles.max_height
-        if not h or mh is None:
+        if not isinstance(parent, Widget) or not parent.size.height or mh is None:
             return 0
         return max(4, int(mh.resolve(parent.size, self.app.size)) - 1)  # less the bottom border
 
