@@ -9,7 +9,7 @@ from console.commands.context import CliContext, open_hosts, single_host
 from console.commands.launch import parse_env, require_utf8
 from console.errors import UserError
 from console.model import HostSnapshot, KillTarget, SessionInfo
-from console.ops.lifecycle import host_env, relaunch, request_from_argv
+from console.ops.lifecycle import find_session, host_env, relaunch, request_from_argv
 from console.redact import redact_argv
 from console.remote.hostsecrets import MASK
 
@@ -90,7 +90,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         env = host_env(opened.config.host(link.name).env_names)
         env.update(parse_env(args.env))
         if args.session:
-            s = next((x for x in snap.sessions if x.session_id == args.session), None)
+            s = await find_session(link, snap, args.session)
             if s is None or s.spec is None:
                 raise UserError(f"no session {args.session} on {link.name}", exit_code=1)
             target = KillTarget(host=link.name, session_id=s.session_id)

@@ -8,9 +8,9 @@ import time
 
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
-from console.model import SessionInfo
 from console.ops.sessions import derive_views
 from console.redact import redact_obj
+from console.remote.link import sessions_each
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -64,7 +64,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         link = links[0]
         snap = await link.refresh()
         if args.all:  # the history: every run directory, not only the recent ones a sample carries
-            every = [SessionInfo.model_validate(x) for x in await link.request("sessions", audit=False)]
+            every = sessions_each(await link.request("sessions", audit=False))  # a bad one is listed broken
             snap = snap.model_copy(update={"sessions": every})
         classes = await classify_sessions(link, snap)
         now = time.time()

@@ -22,11 +22,11 @@ from typing import Callable
 
 from console import __version__
 from console.model import (
-    Classification, HostSnapshot, KillTarget, LaunchRequest, LaunchSpec, OperationResult, ServerProc, Step,
+    Classification, HostSnapshot, KillTarget, LaunchRequest, LaunchSpec, OperationResult, ServerProc, SessionInfo, Step,
 )
 from console.ops.flags.preflight import check_launch_flags
 from console.ops.sessions import flag_value, has_flag, new_session_id, server_port
-from console.remote.link import HostLink, LinkDown, RequestError
+from console.remote.link import HostLink, LinkDown, RequestError, sessions_each
 
 LAUNCH_STEPS = ["spawned", "logging", "listening", "healthy", "ready", "on GPU"]
 READY_LINE = "The server is fired up and ready to roll!"
@@ -465,6 +465,18 @@ async def _fresh(link: HostLink) -> HostSnapshot:
     return await link.refresh()
 
 
+async def find_session(link: HostLink, snap: HostSnapshot, session_id: str) -> SessionInfo | None:
+    """The session ``session_id``: from the snapshot, else (an older ended one a sample no longer carries)
+    from the agent's full list of run directories."""
+    s = next((x for x in snap.sessions if x.session_id == session_id), None)
+    if s is not None:
+        return s
+    for x in sessions_each(await link.request("sessions", audit=False)):
+        if x.session_id == session_id:
+            return x
+    return None
+
+
 async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: float = 20.0,
                release_timeout: float = 30.0) -> OperationResult:
     """SIGTERM the group, escalate after ``grace``, and confirm everything is gone (see module doc)."""
@@ -478,7 +490,7 @@ async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: floa
         return OperationResult(**res, ok=False, steps=st.steps, error=str(e))
     pid, start, pgid, port, gpus = target.pid, target.start_ticks, None, None, []
     if target.session_id:
-        s = next((x for x in snap.sessions if x.session_id == target.session_id), None)
+        s = await find_session(link, snap, target.session_id)
         if s is None:
             err = f"no session {target.session_id} on {link.name}"
             st.finish("target", "failed", err)

@@ -48,7 +48,7 @@ from .launch import Launcher
 from .logfollow import MAX_LOG_CHUNK, LogFollower, read_log
 from .metrics import MetricsFetcher, metrics_port
 from .procscan import ProcScanner
-from .rundir import real_session_dir, write_new_json
+from .rundir import expand_runs_dir, real_session_dir, write_new_json
 from .runs import SessionStore
 from .watch import ExitWatcher, process_gpus
 
@@ -73,7 +73,7 @@ class Agent(object):
         self.out = getattr(stdout, "buffer", stdout)
         self.wlock = threading.Lock()
         self.interval = float(cfg.get("interval") or 1.0)
-        self.runs_dir = os.path.expanduser(cfg.get("runs_dir") or "~/.mtpconsole/runs")
+        self.runs_dir = expand_runs_dir(cfg.get("runs_dir") or "~/.mtpconsole/runs")
         self.gpu = open_gpu_source(cfg.get("gpu_source") or "auto", cfg.get("sim_dir"), cfg.get("sim_src"))
         # A simulated host is a namespace on this machine: its process table is its simulation's.
         sim_scope = cfg.get("sim_dir") if self.gpu.name == "sim" else None

@@ -21,12 +21,16 @@ from .hostlib import (
     RUN_LOG,
     RUN_RECORD,
     RUN_SPEC,
+    SESSION_ENV,
     SESSION_ID_RE,
+    SIM_DIR_ENV,
     OpError,
     atomic_write_json,
     listening_ports,
     load_json,
     port_open,
+    proc_environ,
+    proc_stat,
 )
 from .hostsecrets import mask_argv
 
@@ -122,6 +126,40 @@ def lib_problem(lib_root, sources):
     return None
 
 
+USER_LOCK = os.path.join(os.path.expanduser("~"), ".mtpconsole", ".launch.lock")
+"""Serializes launches of every console of this host user, whatever their runs directories."""
+
+
+def lock_file(path):
+    """An fd to ``flock`` on ``path`` (created 0600, never through a symlink); None when it cannot be made."""
+    try:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        if path.endswith(os.path.join(".mtpconsole", ".launch.lock")):
+            return None  # no writable home: the runs directory's lock still serializes this console's launches
+        raise
+
+
+def session_processes(sim_scope=None):
+    """(session id, pid, GPU indexes) of every live process (readable to us) started by an mtpconsole
+    supervisor (``MTPCONSOLE_SESSION`` in its environment), whichever runs directory it belongs to. A
+    simulated host (``sim_scope``) sees only its simulation's processes; a real one none of any simulation."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        env = proc_environ(int(name), (SESSION_ENV, "CUDA_VISIBLE_DEVICES", SIM_DIR_ENV))
+        if not env or SESSION_ENV not in env or env.get(SIM_DIR_ENV) != sim_scope:
+            continue
+        st = proc_stat(int(name))
+        if st is None or st["state"] in ("Z", "X"):
+            continue
+        devices = set(int(x) for x in (env.get("CUDA_VISIBLE_DEVICES") or "").split(",") if x.strip().isdigit())
+        out.append((env[SESSION_ENV], int(name), devices))
+    return out
+
+
 def supervisor_argv(lib_root, run_dir):
     """The supervisor's command line (a fixed program; the paths are plain arguments)."""
     return [sys.executable, "-c", SUPERVISOR_BOOT, lib_root, run_dir]
@@ -162,9 +200,12 @@ class Launcher(object):
             os.makedirs(self.runs_dir, exist_ok=True)
         except OSError as e:
             raise OpError("cannot create runs directory %s: %s" % (self.runs_dir, e.strerror))
-        lock_fd = os.open(os.path.join(self.runs_dir, ".launch.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        # two locks: this runs directory's, and one per host user (consoles with other runs_dirs share it)
+        locks = [lock_file(os.path.join(self.runs_dir, ".launch.lock")), lock_file(USER_LOCK)]
         try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            for fd in locks:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
             checks = self.preflight(spec, preflight)
             bad = [c for c in checks if c["ok"] is False]
             if bad:
@@ -173,7 +214,9 @@ class Launcher(object):
             info["preflight"] = checks
             return info
         finally:
-            os.close(lock_fd)
+            for fd in locks:
+                if fd is not None:
+                    os.close(fd)
 
     def preflight(self, spec, opts):
         """Checks before a launch: no live session on the GPUs/port, port free, GPUs free enough."""
@@ -190,6 +233,14 @@ class Launcher(object):
                 what = ("GPU %s" % ",".join(map(str, shared))) if shared else "port %s" % port
                 holders.append("%s is held by session %s (pid %s, launched by %s)" % (
                     what, s["session_id"], rec.get("pid", "starting"), sp.get("launched_by") or "?"))
+        ours = set(s["session_id"] for s in self.host.sessions.live())
+        gpu_known = self.host.gpu.name in ("nvml", "nvidia-smi", "sim")  # indexes name real (or simulated) GPUs
+        for sid, pid, devices in session_processes(self.host.procs.sim_scope) if gpu_known else ():
+            shared = sorted(set(gpus) & devices)
+            if shared and sid not in ours:  # a session of another runs directory (another console's config)
+                holders.append("GPU %s is held by session %s (pid %d, started from another runs directory)" % (
+                    ",".join(map(str, shared)), sid, pid))
+                ours.add(sid)
         checks.append({"name": "no live session on GPU/port", "ok": not holders,
                        "detail": "; ".join(holders) or "free"})
         if port is not None:

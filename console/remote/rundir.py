@@ -271,3 +271,12 @@ def write_new_json(path, obj):
     finally:
         os.close(fd)
     return True
+
+
+def expand_runs_dir(path):
+    """The runs directory with ``$VAR``/``${VAR}`` and ``~`` expanded as this host's shell would; a variable
+    the host does not set is an error (never a directory literally named ``$VAR``)."""
+    out = os.path.expanduser(os.path.expandvars(path))
+    if "$" in out:
+        raise ValueError("runs_dir %r names an environment variable this host does not set" % path)
+    return out
