@@ -10,11 +10,13 @@ import os
 from textual.widgets import Input, Static
 from ui_fakes import FakeBackend, frozen_app, view_a
 
+from console.audit import Audit
 from console.model import Advice, HostView, Suggestion
 from console.ui.screens.advice import AdviceScreen
 from console.ui.screens.flag_form import FlagForm
 from console.ui.widgets.gpu_panel import GpuPanel
 from tests.helpers.wait import await_until
+from tests.test_report import FLAGS, SECRET, local_host, mtp  # noqa: F401 (local_host: the stand-in host fixture)
 
 
 async def test_tracker_fills_advice_for_the_demos_underused_foreign_server(monkeypatch):
@@ -178,3 +180,36 @@ def test_advice_screen_snapshot(snap_compare):
     async def run_before(pilot) -> None:
         await settle(pilot)
     assert snap_compare(app, terminal_size=(110, 30), run_before=run_before)
+
+
+async def test_live_backend_report_writes_markdown_and_svg_under_the_state_dir(local_host, monkeypatch):  # noqa: F811
+    """LiveBackend.report (the TUI's p) on a real failed stand-in launch: the Markdown and the panel's SVG
+    land in $XDG_STATE_HOME/mtpconsole/reports, drawn by the same functions as ``mtpconsole report``."""
+    import json
+
+    from console.config import load_config
+    from console.ops.backend import LiveBackend
+    from console.remote.link import HostLink
+    from console.remote.ssh import HostSpec
+    from tests.helpers.sshd import free_port
+
+    tmp = local_host
+    r = await asyncio.to_thread(mtp, tmp, "launch", "--host", "local", "--gpu", "0", "--port", str(free_port()),
+                                "--force", "--wait", "--json", "--", "--model-path", str(tmp / "model"), *FLAGS)
+    sid = json.loads(r.stdout)["session_id"]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp / "state"))
+    cfg = load_config(tmp / "config.toml")
+    link = HostLink(HostSpec(name="local", local=True), cfg.hosts["local"])
+    be = LiveBackend(cfg, [link], audit=Audit(tmp / "audit.jsonl"))
+    try:
+        await link.open()
+        path = await be.report("local", sid)
+    finally:
+        await link.close()
+    md = tmp / "state" / "mtpconsole" / "reports" / f"report-{sid}.md"
+    assert path == str(md) and md.exists()
+    svg = md.with_suffix(".svg").read_text()
+    text = md.read_text()
+    assert f"]({md.with_suffix('.svg').name})" in text and "## Summary" in text and "gpu_oom" in text
+    assert "<svg" in svg and "FAILED" in svg and SECRET not in text + svg
+    assert "launch" in text.split("## Timeline", 1)[1]  # the audit log's launch entry, from the console's own log
