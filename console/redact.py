@@ -55,7 +55,7 @@ def redact_argv(argv: list[str]) -> list[str]:
 def redact_obj(obj: Any) -> Any:
     """Recursively redact a JSON-like object; env dicts keep their names but lose values."""
     if isinstance(obj, dict):
-        out = {}
+        out: dict[Any, Any] = {}
         for k, v in obj.items():
             if k == "env" and isinstance(v, dict):
                 out[k] = {name: "***" for name in v}

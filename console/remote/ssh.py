@@ -12,6 +12,7 @@ import getpass
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -85,7 +86,7 @@ def resolve(spec: HostSpec, ssh_config: str | None) -> dict:
     if ssh_config and not Path(ssh_config).exists():
         raise UserError(f"SSH config {ssh_config} does not exist")
     try:
-        cfg = SSHClientConfig.load(None, cfg_paths, False, False, False, getpass.getuser(),
+        cfg: Any = SSHClientConfig.load(None, cfg_paths, False, False, False, getpass.getuser(),
                                    spec.user or (), spec.host, spec.port or ())
     except Exception as e:  # asyncssh raises ConfigParseError with the line
         raise UserError(f"SSH config {ssh_config}: {e}") from None
@@ -186,7 +187,7 @@ async def connect(spec: HostSpec, ssh_config: str | None, *, connect_timeout: fl
     import asyncssh
 
     r = resolve(spec, ssh_config)
-    kw = dict(
+    kw: dict[str, Any] = dict(
         config=[ssh_config] if ssh_config else (),
         # only files that exist (a missing one must mean "nothing trusted", not a crash)
         known_hosts=[k for k in r["known_hosts"] if os.path.exists(k)] or ([], [], []),
