@@ -7,6 +7,7 @@ CLI stages the demo host or reads the operator's config); it knows nothing of th
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import time
@@ -215,7 +216,7 @@ class LiveBackend:
             t = tasks[host] = asyncio.ensure_future(
                 learn_schema(self.links[host], command, self.cache_dir or default_cache_dir()))
             t.add_done_callback(lambda x: x.cancelled() or x.exception())  # retrieved: no "never retrieved" noise
-            t.add_done_callback(lambda x, h=host: self._schema_learned(h, x))
+            t.add_done_callback(functools.partial(self._schema_learned, host))
         return t
 
     def _schema_learned(self, host: str, task: asyncio.Task[FlagSchema]) -> None:
