@@ -63,6 +63,20 @@ class Row:
         return self.got.state == "failed" and self.got.cause == self.label["cause"]
 
     @property
+    def metrics_ok(self) -> bool:
+        """The last metrics equal the labelled ones (fields the label gives; token usage within 0.001)."""
+        want = self.label.get("last_metrics")
+        got = self.got.metrics
+        if want is None:
+            return got is None or all(v is None for v in got.model_dump().values())
+        if got is None:
+            return False
+        pairs = (("gen_throughput", got.gen_throughput), ("running", got.running_req), ("queue", got.queue_req),
+                 ("token_usage", got.token_usage))
+        return all(want.get(k) is None or (v is not None and abs(float(v) - float(want[k])) <= 1e-3)
+                   for k, v in pairs)
+
+    @property
     def line_ok(self) -> bool:
         want = self.label.get("decisive_line")
         return want is not None and self.got.line == clean(want, MAX_RETURNED_LINE)
@@ -108,6 +122,7 @@ def score(part: str, rows: list[Row]) -> Scores:
     per_state: dict[str, list[bool]] = defaultdict(list)
     for r in rows:
         per_state[r.label["state"]].append(r.state_ok)
+    lines.append(f"last metrics as labelled: {sum(r.metrics_ok for r in rows)}/{len(rows)}")
     lines.append("per state: " + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(per_state.items())))
     per_cause: dict[str, list[bool]] = defaultdict(list)
     for r in failed:

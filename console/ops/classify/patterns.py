@@ -52,7 +52,8 @@ _NUM = r"(\d+(?:\.\d+)?)"
 SGLANG = Framework(
     name="sglang",
     ready=_rx(r"fired up and ready to roll"),
-    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]", r"^\[\w+Stage\] (?:finished in|average time per step)"),
+    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]", r"^\[\w+Stage\] (?:finished in|average time per step)",
+                r"^new fill batch\.", r"^#running-req: \d+, #token: "),
     progress=_rx(
         r"Load weight (?:begin|end)", r"(?:KV )?Cache is allocated", r"Memory pool end",
         r"Capture (?:cuda|\w+ \w+ CUDA) graph (?:begin|end)", r"max_total_num_tokens=",
@@ -61,7 +62,7 @@ SGLANG = Framework(
         r"server_args=|ServerArgs\(", r"Retrying in \d+s \[Retry \d+/\d+\]", r"Launch DP\d",
         r"Using (?:default HuggingFace )?chat template", r"checkpoint shards",
     ),
-    metrics_line=_rx(r"\b(?:Decode|Prefill) batch[.,]"),
+    metrics_line=_rx(r"\b(?:Decode|Prefill) batch[.,]", r"^#running-req: \d+, #token: "),
     metrics=(
         Metric("running_req", re.compile(r"#running-req: (\d+)"), integer=True),
         Metric("queue_req", re.compile(r"#queue-req: (\d+)"), integer=True),
@@ -109,7 +110,7 @@ PROGRESS_ANY = re.compile(SGLANG.progress.pattern + "|" + VLLM.progress.pattern)
 STOP_ANY = re.compile(SGLANG.stop.pattern + "|" + VLLM.stop.pattern)
 STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down", "Finished server", "Gracefully")
 READY_GATE = ("ready to roll", "startup complete", "Starting vLLM", "routes are", "Route: /", "Uvicorn running")
-SERVING_GATE = (" batch", "throughput", " request ", "Stage] ")
+SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ")
 
 # ---------------------------------------------------------------- lines that are neither
 
@@ -147,7 +148,7 @@ FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
 # the step that failed when nothing else in the file does.
 CUT_WHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("import_error", _rx(r"^from \S+ import |^import \S+", r"importlib/__init__\.py.{0,40}import_module",
-                         r"<frozen importlib\._bootstrap>", r"_gcd_import")),
+                         r"<frozen importlib\._bootstrap>", r"_gcd_import", r"/__init__\.py\", line \d+, in <module>")),
     ("nccl_error", _rx(r"init_process_group|distributed_c10d|rendezvous|pynccl|PyNcclCommunicator|ncclCommInit",
                        r"init_distributed_environment|initialize_model_parallel|init_model_parallel_group",
                        r"GroupCoordinator\(|TCPStore\(")),
