@@ -108,12 +108,6 @@ class ServerProc(Frozen):
     metrics_error: str | None = None
     """Why the last fetch gave no text (refused, timed out, HTTP status), else None."""
     metrics_truncated: bool = False
-    metrics_text: str | None = None
-    """The server's Prometheus ``/metrics`` text (launchers run with ``--enable-metrics`` only), as fetched."""
-    metrics_at: float | None = None
-    """Host clock when ``metrics_text`` was fetched."""
-    metrics_error: str | None = None
-    """Why the last fetch failed (refused, timeout, over the size cap)."""
 
     @property
     def title(self) -> str:

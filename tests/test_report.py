@@ -67,6 +67,7 @@ def normalise(md: str, tmp: Path) -> str:
     md = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{3}Z)?", "<time>", md)
     md = re.sub(r"\d{8}-\d{6}-gpu\d+-[0-9a-f]{4}", "<session>", md)
     md = re.sub(r"\b(pid|process group|port) \d+", r"\1 <n>", md)
+    md = re.sub(r"\b(parent_pid|pid)=\d+", r"\1=<n>", md)
     md = re.sub(r"--port \d+", "--port <port>", md)
     md = re.sub(r"\| Port \| \d+ \|", "| Port | <port> |", md)
     out, section, rows = [], "", []

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from console.model import (
     Advice,
+    Classification,
     Frozen,
     GpuSample,
     HostView,
@@ -111,7 +112,7 @@ def orphan_holders(view: HostView) -> list[tuple[int, int | None, int]]:
     """(pid, GPU, MiB) for every compute process on a GPU that no live session or foreign server owns."""
     owned = {pid for s in view.sessions if s.state in LIVE_STATES | {"stopping"} for pid in s.pids}
     owned |= {p.pid for p in view.snapshot.servers if p.role in ("launcher", "supervisor")}
-    out = []
+    out: list[tuple[int, int | None, int]] = []
     for g in view.snapshot.gpus:
         for proc in g.procs:
             if proc.pid not in owned and (proc.used_mib or 0) > 0:
@@ -186,17 +187,20 @@ async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float
     """A HostView whose live sessions are classified from their own logs (ended ones are not read).
 
     A hand-started server's output is read from its stdout file when that is a regular file."""
-    classes, tails, metrics = {}, {}, {}
-    for s in snap.sessions:
-        if not s.server_alive:
+    classes: dict[str, Classification] = {}
+    tails: dict[str, list[str]] = {}
+    metrics: dict[str, ServeMetrics] = {}
+    for info in snap.sessions:
+        if not info.server_alive:
             continue
         try:
-            r = await link.request("read_log", {"session_id": s.session_id, "tail_bytes": LOG_TAIL_BYTES}, audit=False)
+            r = await link.request("read_log", {"session_id": info.session_id, "tail_bytes": LOG_TAIL_BYTES},
+                                   audit=False)
         except (RequestError, LinkDown, TimeoutError):  # unreadable: the session stays unclassified
             continue
         text = str(r.get("data", ""))
-        classes[s.session_id] = classify(text, s.exit)
-        tails[s.session_id] = text.splitlines()[-200:]
+        classes[info.session_id] = classify(text, info.exit)
+        tails[info.session_id] = text.splitlines()[-200:]
     view = HostView(snapshot=snap, sessions=derive_views(snap, classes, now, interval=1e9))
     for s in view.sessions:
         if s.session_id is None and s.state == "foreign" and s.launcher_pid is not None:

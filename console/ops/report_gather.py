@@ -40,9 +40,9 @@ def previous_on_gpu(snap: HostSnapshot, s: SessionInfo) -> SessionInfo | None:
     if s.spec is None or s.spec.created_at is None:
         return None
     mine, at = set(s.spec.gpus), s.spec.created_at
-    older = [x for x in snap.sessions if x.spec is not None and x.spec.created_at is not None
+    older = [(x.spec.created_at, x) for x in snap.sessions if x.spec is not None and x.spec.created_at is not None
              and x.spec.created_at < at and set(x.spec.gpus) & mine and x.session_id != s.session_id]
-    return max(older, key=lambda x: x.spec.created_at or 0.0, default=None)
+    return max(older, key=lambda pair: pair[0], default=(0.0, None))[1]
 
 
 def read_audit(path: str | Path, host: str, session_id: str, since: float, until: float) -> list[AuditEntry]:
@@ -106,7 +106,9 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
             planner = f"{verdict.replace('_', ' ')}: {why}" if verdict else why
         except (RequestError, LinkDown, TimeoutError) as e:
             planner = f"not planned: {e}"
-    events = [TimelineEvent(at=x.at, what=x.describe(), source="exit") for x in s.exits if x.at is not None]
+    # server processes only: helpers such as multiprocessing's resource tracker are noise in a postmortem
+    events = [TimelineEvent(at=x.at, what=x.describe(), source="exit") for x in s.exits
+              if x.at is not None and x.role != "other"]
     if s.record is not None:
         events.append(TimelineEvent(at=s.record.started_at, what=f"server spawned: pid {s.record.pid}, "
                                     f"process group {s.record.pgid}", source="record"))
