@@ -438,7 +438,7 @@ def test_100k_lines_fast_and_bounded():
     c = classify(text)
     elapsed = time.perf_counter() - t0
     assert c.state == "ready" and c.metrics.gen_throughput == 2291.70
-    assert elapsed < 15, elapsed  # ~0.4 s on an idle core; generous for a busy machine
+    assert elapsed < 30, elapsed  # ~1 s on an idle core; 2 shared cores under load measured 9-16 s
     # Memory stays flat while feeding: nothing per line is kept.
     clf = LogClassifier()
     chunk = unit * 200

@@ -47,7 +47,7 @@ class Line:
     sglang: bool
     """An SGLang ``[date time TPn]`` prefix was present."""
     vllm: bool
-    """A vLLM level prefix or process tag was present."""
+    """A vLLM level prefix or a vLLM process tag (``(APIServer pid=..)``, ``(EngineCore ..)``) was present."""
     interrupt: bool
     """The line starts with a terminal's ``^C``."""
 
@@ -78,8 +78,8 @@ def read_line(raw: str) -> Line:
                 s = s[m.end():]
         elif c == "(" or c == "_":
             m = _PROC_TAG.match(s)
-            if m:
-                vllm = True
+            if m:  # a Ray/multiprocessing tag: either server (SGLangEngine, EngineCore ...)
+                vllm = vllm or m.group(0).startswith(("(APIServer", "(EngineCore", "(VllmWorker", "(Worker_"))
                 s = s[m.end():]
         elif c == "[":
             m = _RANK.match(s)
