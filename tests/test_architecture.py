@@ -36,6 +36,7 @@ UI_PURE_HELPERS = {
     "console.ops.sessions": "derive_views: sessions as the operator sees them, a pure function of a snapshot",
     "console.ops.orphans": "find_orphans: a pure function of a snapshot",
     "console.ops.events": "a host's event list, pure functions over models",
+    "console.ops.metrics": "parses a server's /metrics text into serving figures (prometheus_client's parser)",
 }
 """Modules of the data layer the UI may import: pure functions over models (no I/O, no host, no loop).
 Each is checked below to stay pure: no asyncio, subprocess, socket, SSH, and no link or lifecycle."""
