@@ -251,7 +251,13 @@ class HostTracker:
     async def _probe(self, sid: str, port: int) -> None:
         r = await self.link.request("http_get", {"port": port, "path": "/health", "timeout": 5}, audit=False,
                                     timeout=10)
-        self.health[sid] = r.get("status") == 200
+        ok = r.get("status") == 200
+        was = self.health.get(sid)
+        self.health[sid] = ok
+        if was is not None and was != ok:  # a flap: READY's health check changed its answer
+            self.current.event("health_flap", f"session {sid}: GET /health "
+                               + ("answers 200 again" if ok else f"now answers {r.get('status') or 'nothing'}"),
+                               session_id=sid)
 
     # -------------------------------------------------------------- UI log
     async def follow(self, sid: str, tail_lines: int) -> list[str]:
