@@ -167,3 +167,52 @@ def test_follow_keeps_up_with_a_fast_log(tmp_path):
     # 50 MB per CPU-second it got, and far beyond the old fixed cap (256 KiB per 50 ms tick: 5 MB/s at most)
     assert wall >= 50e6 or (busy and per_cpu >= 50e6 and wall >= 15e6), [
         f"{a / 1e6:.0f} MB/s ({b / 1e6:.0f}/CPU-s)" for a, b in rates]
+
+
+def test_exit_events_are_not_delayed_by_a_fast_follow(tmp_path):
+    """While the agent pushes a 96 MB log as fast as it can, a watched process's end still arrives at once."""
+    import subprocess
+    import sys
+
+    from console.config import HostConfig
+    from console.remote.link import HostLink
+    from console.remote.ssh import HostSpec
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    d = plant(runs)
+    with open(d / "output.log", "wb") as f:
+        f.write((b"z" * 199 + b"\n") * (96 * 5000))
+    victim = subprocess.Popen(["sleep", "60"])
+    raw = Path(f"/proc/{victim.pid}/stat").read_text()
+    ticks = int(raw[raw.rfind(")") + 2:].split()[19])
+
+    async def go():
+        lk = HostLink(HostSpec(name="local", local=True),
+                      HostConfig(python=sys.executable, runs_dir=str(runs), gpu_source="none"), interval=5.0)
+        await lk.open()
+        seen: dict[str, float] = {}
+
+        def on(kind, msg):
+            if kind == "log":
+                seen.setdefault("log", time.monotonic())
+            elif msg.get("kind") == "exit" and msg.get("pid") == victim.pid:
+                seen.setdefault("exit", time.monotonic())
+        lk.listeners.append(on)
+        await lk.request("watch", {"pid": victim.pid, "start_ticks": ticks})
+        await lk.follow_log(SID, 0)
+        t0 = time.monotonic()
+        while "log" not in seen and time.monotonic() - t0 < 10:
+            await asyncio.sleep(0.005)
+        killed = time.monotonic()
+        victim.kill()
+        while "exit" not in seen and time.monotonic() - killed < 10:
+            await asyncio.sleep(0.005)
+        await lk.close()
+        return seen.get("exit", float("inf")) - killed
+    try:
+        late = asyncio.run(go())
+    finally:
+        victim.kill()
+        victim.wait(5)
+    assert late < 0.5, f"the exit event came {late:.2f} s after the kill"

@@ -56,8 +56,15 @@ def _pread_all(fd, offset, n):
 
 
 def read_chunk(fd, offset, max_bytes):
-    """(start, data, size): up to ``max_bytes`` from ``offset`` of the open log ``fd``, cut after the last
-    complete line. An offset past the end (the file was truncated or replaced) starts over at 0."""
+    """(start, data, size): up to ``max_bytes`` from ``offset`` of the open log ``fd`` (or a path, opened as
+    :func:`open_regular` does), cut after the last complete line. An offset past the end (the file was
+    truncated or replaced) starts over at 0."""
+    if not isinstance(fd, int):
+        path_fd = open_regular(fd)
+        try:
+            return read_chunk(path_fd, offset, max_bytes)
+        finally:
+            os.close(path_fd)
     size = os.fstat(fd).st_size
     if offset > size:
         offset = 0  # truncated or replaced: start over, never show stale bytes twice
