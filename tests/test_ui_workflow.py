@@ -215,8 +215,8 @@ async def test_kill_dialog_names_port_model_uptime_traffic_and_memory():
         dialog = app.screen
         assert isinstance(dialog, ConfirmScreen)
         body = "\n".join(dialog.lines)
-        for want in ("port 30000", "model:    /models/demo-27b", "uptime:   10 min", "12 running · 0 queued · 412 tok/s",
-                     "118,000 MiB on GPU 0", "118,000 MiB on GPU 1"):
+        for want in ("port 30000", "model:    /models/demo-27b", "uptime:   10 min",
+                     "12 running · 0 queued · 412 tok/s", "118,000 MiB on GPU 0", "118,000 MiB on GPU 1"):
             assert want in body, (want, body)
         assert app.focused is not None and app.focused.id == "cancel"
 
