@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
+from textual.command import CommandPalette
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
@@ -395,7 +396,7 @@ class MtpConsoleApp(App):
 
     # ------------------------------------------------------------------ read-only
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in MAIN_ONLY and not isinstance(self.screen, MainScreen):
+        if action in MAIN_ONLY and not isinstance(self.screen, (MainScreen, CommandPalette)):
             return False  # another screen (a table, the full log, a form, a dialog): its own keys only
         if action in DESTRUCTIVE and self.read_only:
             return None  # shown disabled in the footer; the key falls through to _refuse
