@@ -338,3 +338,17 @@ async def test_flag_form_profile_picker_fills_the_fields():
         assert form.query_one("#f-model_path", Input).value == "/models/qwen"
         assert form.query_one("#f-max_running", Input).value == "16"
         assert form.query_one("#f-port", Input).value == "31000"
+
+
+async def test_palette_still_offers_the_panel_actions_while_it_is_open():
+    from textual.command import CommandPalette
+
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+p")
+        await settle(pilot)
+        assert isinstance(app.screen, CommandPalette)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for want in ("Sessions (s)", "Full log (z)", "Orphans (o)", "Events (v)", "Kill (k)"):
+            assert want in titles, titles
