@@ -131,6 +131,10 @@ async def test_i_on_a_gpu_without_advice_says_so_and_e_is_blocked_in_read_only()
         await settle(pilot)
         assert not isinstance(app.screen, FlagForm)
         assert "read-only: edit and relaunch disabled" in notes(app)
+        await pilot.press("escape")
+        await settle(pilot)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Advice (i)" in titles and "Report (p)" in titles  # offered in read-only: neither is destructive
 
 
 async def test_p_writes_the_report_of_the_selected_session_and_shows_its_path():
