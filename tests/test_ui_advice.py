@@ -217,3 +217,29 @@ async def test_live_backend_report_writes_markdown_and_svg_under_the_state_dir(l
     assert f"]({md.with_suffix('.svg').name})" in text and "## Summary" in text and "gpu_oom" in text
     assert "<svg" in svg and "FAILED" in svg and SECRET not in text + svg
     assert "launch" in text.split("## Timeline", 1)[1]  # the audit log's launch entry, from the console's own log
+
+
+async def test_demo_tui_shows_the_advice_on_the_hand_started_servers_panel(monkeypatch):
+    """The whole path on the demo: link → tracker (advice) → LiveBackend → app → the GPU panel's line."""
+    from console.ops.backend import LiveBackend
+    from console.remote.link import HostLink
+    from console.remote.ssh import HostSpec
+    from console.sim.demo import demo_environment
+    from console.ui.app import make_app
+
+    monkeypatch.setenv("MTPCONSOLE_AUDIT_LOG", os.devnull)
+    async with demo_environment(load=True) as (cfg, names):
+        links = [HostLink(HostSpec(name=n, local=True), cfg.hosts[n], interval=0.5) for n in names]
+        app = make_app(LiveBackend(cfg, links, interval=0.5))  # live data: the real clock
+        app.animation_level = "none"
+        async with app.run_test(size=SIZE) as pilot:
+            def advised():
+                return next((p for p in app.query(GpuPanel) if "⚑ GPU underused" in p.body.plain), None)
+            p = await await_until(advised, 60)
+            p.focus()
+            await settle(pilot)
+            await pilot.press("i")
+            await settle(pilot)
+            assert isinstance(app.screen, AdviceScreen) and app.screen.items[0].kind == "gpu_underused"
+            await pilot.press("escape")
+            await app.action_quit()
