@@ -243,3 +243,34 @@ async def test_demo_tui_shows_the_advice_on_the_hand_started_servers_panel(monke
             assert isinstance(app.screen, AdviceScreen) and app.screen.items[0].kind == "gpu_underused"
             await pilot.press("escape")
             await app.action_quit()
+
+
+def test_tracker_advice_is_rate_limited_and_a_rule_bug_never_stops_the_view(monkeypatch):
+    """At most one advisor run a second per host; a failing rule gives no advice, not a frozen host."""
+    from console.ops import tracker as tracker_mod
+
+    class Link:
+        name = "host-a"
+        listeners: list = []
+
+    now = [1000.0]
+    runs: list[int] = []
+
+    def fake_advice(view, shapes, **kw):
+        runs.append(len(kw["history"]))
+        if len(runs) == 3:
+            raise KeyError("a rule's bug")
+        return [Advice(host="host-a", gpu=3, pid=5150, kind="gpu_underused", message="GPU underused")]
+    monkeypatch.setattr(tracker_mod, "host_advice", fake_advice)
+    tr = tracker_mod.HostTracker(Link(), interval=1.0, on_view=lambda v: None, on_log=lambda *a: None,  # type: ignore[arg-type]
+                                 clock=lambda: now[0])
+    tr.shape_cache = {"/models/demo-27b": None, "/models/other": None}  # nothing to read in the background
+    view = view_a()
+    assert [a.kind for a in tr._advise(view)] == ["gpu_underused"]
+    now[0] += 0.5
+    assert tr._advise(view) and len(runs) == 1  # within the second: the last advice, no new run
+    now[0] += 0.6
+    tr._advise(view)
+    assert runs == [0, 2]  # the second run sees the first reading of each live server (two) as history
+    now[0] += 1.0
+    assert tr._advise(view) == [] and tr.advice_error == "KeyError: \"a rule's bug\""

@@ -85,6 +85,8 @@ class HostTracker:
         self.figure_history: dict[str, deque[ServingFigures]] = {}
         self.advice: list[Advice] = []
         self.advice_at = float("-inf")
+        self.advice_error: str | None = None
+        """Why the advisor failed on the last view (its views then carry no advice)."""
         link.listeners.append(self._on)
 
     # -------------------------------------------------------------- stream
@@ -177,7 +179,11 @@ class HostTracker:
         keys = {view_key(s): s for s in live}
         tails = {k: list(self.rings[k])[-ADVICE_LOG_LINES:] for k in keys if k in self.rings}
         history = {k: list(self.figure_history[k]) for k in keys if k in self.figure_history}
-        self.advice = host_advice(view, shapes, validate=self._validate(), history=history, log_tails=tails)
+        try:
+            self.advice = host_advice(view, shapes, validate=self._validate(), history=history, log_tails=tails)
+            self.advice_error = None
+        except Exception as e:  # advice is an extra: a rule's bug must never stop the live view of a host
+            self.advice, self.advice_error = [], f"{type(e).__name__}: {e}"
         for k, s in keys.items():  # this reading joins the history after the rules saw the older ones
             self.figure_history.setdefault(k, deque(maxlen=ADVICE_HISTORY)).append(figures_for(view, s))
         for k in [k for k in self.figure_history if k not in keys]:
