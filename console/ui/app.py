@@ -9,10 +9,10 @@ containers and applied by timers, at most 10 times a second, one ``batch_update`
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections import deque
-from typing import Callable, Iterable
+from pathlib import PurePath
+from typing import Callable, ClassVar, Iterable
 
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
@@ -23,13 +23,14 @@ from textual.screen import Screen
 from textual.widgets import Header
 
 from console.backend import Backend
-from console.model import AuditEntry, HostEvent, HostView, OperationResult, SessionView
-from console.ui.format import clean, hms, short
+from console.model import AuditEntry, HostView, OperationResult, SessionView
+from console.ui.format import clean, short
 from console.ui.log_follow import LogFollower
 from console.ui.operations import Operations
 from console.ui.screens.advice import AdviceActions
 from console.ui.screens.workflow import Workflow
 from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
+from console.ui.views import ViewPipeline
 from console.ui.widgets.audit import AuditPane
 from console.ui.widgets.footer import QuietFooter
 from console.ui.widgets.gpu_panel import GpuPanel
@@ -62,7 +63,9 @@ class HostsPane(VerticalScroll):
     """The scrolling column of host sections; tells the app when its width changes (compact grid)."""
 
     def on_resize(self) -> None:
-        self.app._set_grid()
+        app = self.app
+        if isinstance(app, MtpConsoleApp):
+            app.set_grid()
 
 
 class MtpConsoleApp(App):
@@ -73,7 +76,7 @@ class MtpConsoleApp(App):
         self.notify(message, markup=False, **kw)
 
     TITLE = "mtpconsole"
-    CSS_PATH = css_paths()
+    CSS_PATH: ClassVar[list[str | PurePath]] = [*css_paths()]
     BINDINGS = [
         Binding("question_mark", "help", "Help", tooltip="show or hide the key help", id="help"),
         Binding("q", "quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
@@ -114,22 +117,20 @@ class MtpConsoleApp(App):
         self.interval = float(interval or backend.interval or 1.0)
         self.theme_name = theme
         self.register_theme(HIGH_CONTRAST)
-        self.pending_views: dict[str, HostView] = {}
-        self.views: dict[str, HostView] = {}
+        self.pipeline = ViewPipeline(self)
+        self.pending_views = self.pipeline.pending
+        self.views = self.pipeline.views
+        self.sections = self.pipeline.sections
         self.audit_queue: deque[AuditEntry] = deque()
         self.selected: GpuPanel | None = None
         self.ops = Operations(self)
         self.log_follower = LogFollower(self)
-        self.sections: dict[str, HostSection] = {}
-        """host → its section, filled at compose (a DOM query per host per apply was the top cost)."""
         self.compact = False
         self.workflow = Workflow(self)
         self.advice_actions = AdviceActions(self)
         """``i`` (the advice detail, then ``e`` from its suggestion) and ``p`` (the incident report)."""
         self.log_listeners: list[Callable[[str, str, list[str]], None]] = []
         """Also told every batch of log lines (the full-screen log)."""
-        self.events_seen: dict[str, HostEvent] = {}
-        """host → the newest event already announced."""
 
     @property
     def following(self) -> tuple[str, str] | None:
@@ -171,7 +172,7 @@ class MtpConsoleApp(App):
         self.set_theme(self.theme_name)
         self.set_interval(0.1, self.apply_views)
         self.set_interval(0.075, self.flush_logs)
-        self.set_interval(1.0, self.refresh_ages)
+        self.set_interval(1.0, self.pipeline.refresh_ages)
         self.set_interval(0.25, self._spin)
         self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
 
@@ -184,7 +185,7 @@ class MtpConsoleApp(App):
     # ------------------------------------------------------------------ data in (any thread)
     def on_view(self, view: HostView) -> None:
         """Backend callback: keep only the latest view per host; applied by a timer."""
-        self.pending_views[view.snapshot.name] = view
+        self.pipeline.on_view(view)
 
     def on_log(self, host: str, session_id: str, lines: list[str]) -> None:
         self.log_follower.on_log(host, session_id, lines)
@@ -196,72 +197,14 @@ class MtpConsoleApp(App):
 
     # ------------------------------------------------------------------ timers
     def section(self, host: str) -> HostSection:
-        sec = self.sections.get(host)
-        if sec is None:  # a host the backend did not list at start
-            sec = self.sections[host] = HostSection(host)
-            self.query_one("#hosts").mount(sec)
-            self.call_after_refresh(self._set_grid)
-        return sec
+        return self.pipeline.section(host)
 
     def apply_views(self, force: bool = False) -> None:
-        pending = {h: self.pending_views.pop(h) for h in list(self.pending_views)}  # pops are atomic
-        if force:
-            pending = {**self.views, **pending}
-        if not pending:
-            return
-        now = self.clock()
-        with self.batch_update():
-            mounted = False
-            for host, view in pending.items():
-                self.views[host] = view
-                sec = self.section(host)
-                if not sec.children:  # not composed yet (a view right at start): the next tick shows it
-                    self.pending_views.setdefault(host, view)
-                    continue
-                mounted |= sec.apply(view, now, self.interval)
-                self._announce(view)
-            self._selection_changed()
-        if mounted:
-            self.call_after_refresh(self._freeze_heap)
-
-    def _freeze_heap(self) -> None:
-        """Move what exists once panels are mounted (widgets, styles, caches: most of the heap) out of
-        the cyclic garbage collector's sight. A full collection otherwise walks all of it: ~100 ms
-        pauses with 64 panels, the bulk of the keypress p95. Undone when the app unmounts."""
-        gc.collect()
-        gc.freeze()
-        self._heap_frozen = True
+        """Apply the views pushed since the last tick (see console/ui/views.py)."""
+        self.pipeline.apply(force)
 
     def on_unmount(self) -> None:
-        if getattr(self, "_heap_frozen", False):
-            gc.unfreeze()
-            self._heap_frozen = False
-
-    def _announce(self, view: HostView) -> None:
-        """A toast for each new event of a host (foreign servers appearing or vanishing, sessions
-        ending); refusals are already reported by the operation's own result."""
-        host, events = view.snapshot.name, view.events
-        if not events:
-            return
-        last = self.events_seen.get(host)
-        if last is None:
-            new = events
-        elif last in events:
-            new = events[events.index(last) + 1:]
-        else:  # fell out of the bounded list: everything newer than it
-            new = [e for e in events if e.at > last.at]
-        self.events_seen[host] = events[-1]
-        for e in new:
-            if e.kind != "launch_refused":
-                self.say(f"{hms(e.at)} {host}: {clean(e.text, 300)}",
-                         severity="warning" if e.kind in ("foreign_vanished", "session_failed") else "information")
-
-    def refresh_ages(self) -> None:
-        """Once a second: the sample ages and what depends on them (staleness), nothing else."""
-        now = self.clock()
-        with self.batch_update():
-            for host in self.views:
-                self.section(host).age(now, self.interval)
+        self.pipeline.unfreeze_heap()
 
     def flush_logs(self) -> None:
         if self.audit_queue:
@@ -284,10 +227,6 @@ class MtpConsoleApp(App):
         self.selected = panel
         panel.add_class("selected")
         self.log_follower.sync(panel)
-
-    def _selection_changed(self) -> None:
-        """After every view: the log pane shows the selected panel's current session."""
-        self.log_follower.sync(self.selected)
 
     def find_session(self, host: str, sid: str) -> SessionView | None:
         view = self.views.get(host)
@@ -356,7 +295,7 @@ class MtpConsoleApp(App):
             width = self.query_one("#hosts").size.width or self.size.width
         return max(1, min(8, (width - 1) // COMPACT_CELL))
 
-    def _set_grid(self) -> None:
+    def set_grid(self) -> None:
         if not self.compact:
             return
         n = self.grid_columns()

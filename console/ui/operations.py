@@ -10,9 +10,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from console.model import HostSnapshot, KillTarget, LaunchRequest, OperationResult, SessionView, Step
+from console.model import (
+    HostSnapshot,
+    KillTarget,
+    LaunchRequest,
+    OperationResult,
+    SessionView,
+    Step,
+)
 from console.ui.flag_values import from_argv, split_argv
 from console.ui.format import clean, gpu_list, short
 from console.ui.screens.confirm import ConfirmScreen
@@ -47,6 +55,22 @@ def who(s: SessionView, snap: HostSnapshot | None = None, now: float | None = No
     """The lines of a confirmation dialog that name exactly what is hit: pids, port, model, uptime,
     current traffic and the GPU memory freed (``console/ui/screens/impact.py``)."""
     return impact_lines(s, snap, time.time() if now is None else now)
+
+
+def on_ok(fn: Callable[[], None]) -> Callable[[bool | None], None]:
+    """A dialog callback that runs ``fn`` when the operator confirmed."""
+    def cb(ok: bool | None) -> None:
+        if ok:
+            fn()
+    return cb
+
+
+def on_request(fn: Callable[[LaunchRequest], None]) -> Callable[[LaunchRequest | None], None]:
+    """A flag-form callback that runs ``fn`` with the request when the operator launched."""
+    def cb(req: LaunchRequest | None) -> None:
+        if req is not None:
+            fn(req)
+    return cb
 
 
 class Operations:
@@ -135,10 +159,8 @@ class Operations:
             raw = {**raw, "gpus": str(p.index)}  # the focused panel's GPU, never a leftover value
         form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(), template=tpl,
                         profiles=self.backend.launch_profiles(p.host),
-                        remember=lambda r, key=(p.host, p.index): self.form_memory.__setitem__(key, r))
-        self.app.push_screen(form, callback=lambda req: req and self.run(
-            f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
-            lambda cb: self.backend.launch(req, cb), forget=(p.host, p.index), gpus=req.gpus, req=req))
+                        remember=partial(self.form_memory.__setitem__, (p.host, p.index)))
+        self.app.push_screen(form, callback=on_request(lambda req: self._launch_op(req, forget=(p.host, p.index))))
 
     def kill(self) -> None:
         t = self._running("kill")
@@ -148,9 +170,9 @@ class Operations:
         target = kill_target(s)  # captured now: a list shifting underneath cannot change it
         lines = [*self._who(s), "", "then checks: " + KILL_CHECKS]
         self.app.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
-                             callback=lambda ok: ok and self.run(
+                             callback=on_ok(lambda: self.run(
                                  f"kill · {s.host} · {s.session_id or 'pid ' + str(target.pid)}", "kill", s.host,
-                                 lambda cb: self.backend.kill(target, cb)))
+                                 lambda cb: self.backend.kill(target, cb))))
 
     def relaunch(self) -> None:
         t = self._current()
@@ -172,7 +194,7 @@ class Operations:
         lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
         self.app.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
-                                           "Relaunch"), callback=lambda ok: ok and self._start_relaunch(target, req))
+                                           "Relaunch"), callback=on_ok(lambda: self._start_relaunch(target, req)))
 
     def _launch_again(self, s: SessionView) -> None:
         """``r`` on an ended session: nothing to kill; launch that session's flags again, and say so."""
@@ -186,10 +208,9 @@ class Operations:
         lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  f"it ended ({ended}): nothing to kill; its flags are launched again and confirmed step by step"]
         self.app.push_screen(ConfirmScreen(f"Relaunch {sid}'s flags?", lines, "Relaunch"),
-                             callback=lambda ok: ok and self.run(
-                                 f"relaunch of {sid} (its flags) · {req.host} · GPUs {gpu_list(req.gpus)}",
-                                 "launch", req.host, lambda cb: self.backend.launch(req, cb), gpus=req.gpus,
-                                 req=req, say=f"relaunching {sid}'s flags on {req.host} GPUs {gpu_list(req.gpus)}"))
+                             callback=on_ok(lambda: self._launch_op(
+                                 req, title=f"relaunch of {sid} (its flags) · {req.host} · GPUs {gpu_list(req.gpus)}",
+                                 say=f"relaunching {sid}'s flags on {req.host} GPUs {gpu_list(req.gpus)}")))
 
     def edit(self, flags: list[str] | None = None, why: str | None = None) -> None:
         """Edit and relaunch the selected GPU's session; ``flags``: start the form from these server
@@ -212,16 +233,19 @@ class Operations:
                         title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host}"
                               f" · GPUs {gpu_list(s.gpus)}" + (f" · advice: {clean(why, 80)}" if why else ""),
                         **self._checkers())
-        self.app.push_screen(form, callback=lambda req: req and self._start_relaunch(target, req))
+        self.app.push_screen(form, callback=on_request(lambda req: self._start_relaunch(target, req)))
 
     def _edit_stopped(self, s: SessionView) -> None:
         title = (f"Edit and launch again ({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
                  f" on {s.host} · GPUs {gpu_list(s.gpus)}")
         form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, title=title,
                         replaces=s.session_id, **self._checkers())
-        self.app.push_screen(form, callback=lambda req: req and self.run(
-            f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
-            lambda cb: self.backend.launch(req, cb), gpus=req.gpus, req=req))
+        self.app.push_screen(form, callback=on_request(self._launch_op))
+
+    def _launch_op(self, req: LaunchRequest, *, forget: tuple[str, int] | None = None, title: str | None = None,
+                   say: str | None = None) -> None:
+        self.run(title or f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
+                 lambda cb: self.backend.launch(req, cb), forget=forget, gpus=req.gpus, req=req, say=say)
 
     def _start_relaunch(self, target: KillTarget, req: LaunchRequest) -> None:
         self.run(f"relaunch · {req.host} · GPUs {gpu_list(req.gpus)}", "relaunch", req.host,
