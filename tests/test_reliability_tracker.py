@@ -42,3 +42,41 @@ async def test_tracker_forgets_sessions_the_host_dropped():
     kept = set(tr.rings)
     assert kept == {f"s{i}" for i in range(190, 200)} | {"s3", "s150"}
     assert set(tr.classifiers) <= kept and set(tr.classes) <= kept and set(tr.health) <= kept
+
+
+async def test_tracker_shows_a_launch_from_the_moment_it_is_sent_and_its_result_at_once():
+    """Issue 13 through the tracker: launch_sent emits LAUNCHING 0/6 on its GPU before the host reports
+    anything; a refusal leaves the GPU as it was; a READY result is shown before the sample agrees."""
+    from console.model import (
+        Classification, GpuSample, LaunchSpec, OperationResult, PendingLaunch, SupervisorRecord,
+    )
+
+    class GpuLink(FakeLink):
+        def __init__(self):
+            super().__init__()
+            self.infos: list[SessionInfo] = []
+
+        def snapshot(self) -> HostSnapshot:
+            now = time.time()
+            return HostSnapshot(name="h", connection=ConnectionInfo(state="connected", since=now), received_at=now,
+                                gpus=[GpuSample(index=0)], sessions=list(self.infos))
+
+    link = GpuLink()
+    views = []
+    tr = HostTracker(link, interval=1.0, on_view=views.append, on_log=lambda *a: None)
+    tr._spawn = lambda key, coro: coro.close()  # no remote work in this unit test
+    tr.launch_sent(PendingLaunch(host="h", session_id="s1", gpus=[0], argv=["python3"], sent_at=time.time()))
+    c = views[-1].current_of(0)
+    assert c.session.session_id == "s1" and c.session.state == "launching" and c.session.step == 0
+    tr.launch_done("s1", OperationResult(op="launch", host="h", ok=False, error="memory plan: does not fit"))
+    assert views[-1].current_of(0).session is None and views[-1].events[-1].kind == "launch_refused"
+
+    tr.launch_sent(PendingLaunch(host="h", session_id="s2", gpus=[0], argv=["python3"], sent_at=time.time()))
+    spec = LaunchSpec(session_id="s2", argv=["python3"], gpus=[0], port=31000)
+    rec = SupervisorRecord(supervisor_pid=10, pid=11, pgid=11, start_ticks=5, started_at=time.time())
+    link.infos = [SessionInfo(session_id="s2", run_dir="/r/s2", spec=spec, record=rec, server_alive=True,
+                              supervisor_alive=True)]
+    tr.classes["s2"] = Classification(state="loading")  # the tracker's own log follow lags behind
+    tr.launch_done("s2", OperationResult(op="launch", host="h", ok=True, session_id="s2", state="ready"))
+    s = views[-1].current_of(0).session
+    assert (s.session_id, s.state) == ("s2", "ready") and tr.health["s2"] is True
