@@ -48,7 +48,12 @@ async def test_tracker_shows_a_launch_from_the_moment_it_is_sent_and_its_result_
     """Issue 13 through the tracker: launch_sent emits LAUNCHING 0/6 on its GPU before the host reports
     anything; a refusal leaves the GPU as it was; a READY result is shown before the sample agrees."""
     from console.model import (
-        Classification, GpuSample, LaunchSpec, OperationResult, PendingLaunch, SupervisorRecord,
+        Classification,
+        GpuSample,
+        LaunchSpec,
+        OperationResult,
+        PendingLaunch,
+        SupervisorRecord,
     )
 
     class GpuLink(FakeLink):
