@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from console.model import (
-    Classification, ConnectionInfo, ExitRecord, HostSnapshot, LaunchSpec, ServerProc, SessionInfo,
+    Classification,
+    ConnectionInfo,
+    ExitRecord,
+    HostSnapshot,
+    LaunchSpec,
+    ServerProc,
+    SessionInfo,
     SupervisorRecord,
 )
 from console.ops.sessions import derive_views, flags_summary, session_state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual.widgets import Button, Input, Static, Switch
+from ui_fakes import ARGV, FAILED_LOG, NOW, FakeBackend, frozen_app, view_a, view_idle
 
 from console.model import AuditEntry, HostView, KillTarget, OperationResult, Step
 from console.ui.flag_values import split_argv
@@ -13,7 +14,6 @@ from console.ui.widgets.host_header import HostHeader
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
-from ui_fakes import ARGV, FAILED_LOG, NOW, FakeBackend, frozen_app, view_a, view_idle
 
 SIZE = (140, 60)
 

@@ -16,8 +16,8 @@ from typing import Callable, ClassVar, Iterable
 
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
-from textual.command import CommandPalette
 from textual.binding import Binding
+from textual.command import CommandPalette
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header
