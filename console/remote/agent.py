@@ -50,6 +50,7 @@ from .metrics import MetricsFetcher, metrics_port
 from .procscan import ProcScanner
 from .rundir import expand_runs_dir, real_session_dir, write_new_json
 from .runs import SessionStore
+from .samplering import SampleRing, read_samples
 from .watch import ExitWatcher, process_gpus
 
 GPU_STALL_S = 5.0
@@ -87,6 +88,7 @@ class Agent(object):
         self.procs = ProcScanner(self.runs_dir, sim_scope)
         self.logs = LogFollower(self.runs_dir, self.send)
         self.metrics = MetricsFetcher()  # /metrics of servers started with --enable-metrics, off the loop
+        self.ring = SampleRing(self.runs_dir)  # GPU history for later reports
         self.launcher = Launcher(self.runs_dir, cfg.get("launch_env"), sources, self)
         # GPUs are sampled in a worker thread: a hung driver or nvidia-smi never blocks this loop
         self.sampler = GpuSampler(self.gpu, self._wake, stall_s=max(float(cfg.get("gpu_stall_s") or GPU_STALL_S),
@@ -220,6 +222,7 @@ class Agent(object):
     def tick(self):
         t0 = time.perf_counter()
         sample = self.take_sample()
+        self.ring.add(sample["gpus"])
         self.tick_ms = (time.perf_counter() - t0) * 1000.0
         sample["tick_ms"] = round(self.tick_ms, 3)
         self.send({"type": "sample", "data": sample})
@@ -333,6 +336,10 @@ class Agent(object):
             return {"status": 0, "body": "%s: %s" % (type(e).__name__, e)}
         finally:
             conn.close()
+
+    def op_gpu_samples(self, since=None, until=None, max_points=2000):
+        """The host's recent GPU samples (the ring in the runs directory), for reports."""
+        return {"points": read_samples(self.runs_dir, since, until, max_points), "error": self.ring.error}
 
     def op_read_file(self, path, max_bytes=1 << 20):
         with open(os.path.expanduser(path), "rb") as f:
