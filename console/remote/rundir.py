@@ -16,6 +16,7 @@ written by hand, by an older console, by a crashed supervisor or by someone host
 
 import json
 import os
+import re
 import stat
 
 from .hostlib import SESSION_ENV, SESSION_ID_RE, proc_cmdline, proc_environ, proc_stat
@@ -277,6 +278,6 @@ def expand_runs_dir(path):
     """The runs directory with ``$VAR``/``${VAR}`` and ``~`` expanded as this host's shell would; a variable
     the host does not set is an error (never a directory literally named ``$VAR``)."""
     out = os.path.expanduser(os.path.expandvars(path))
-    if "$" in out:
+    if re.search(r"\$(\w+|\{[^}]*\})", out):  # what expandvars left: a variable this host does not set
         raise ValueError("runs_dir %r names an environment variable this host does not set" % path)
     return out
