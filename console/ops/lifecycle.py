@@ -22,7 +22,15 @@ from typing import Callable
 
 from console import __version__
 from console.model import (
-    Classification, HostSnapshot, KillTarget, LaunchRequest, LaunchSpec, OperationResult, ServerProc, SessionInfo, Step,
+    Classification,
+    HostSnapshot,
+    KillTarget,
+    LaunchRequest,
+    LaunchSpec,
+    OperationResult,
+    ServerProc,
+    SessionInfo,
+    Step,
 )
 from console.ops.flags.preflight import check_launch_flags
 from console.ops.sessions import flag_value, has_flag, new_session_id, server_port
