@@ -687,3 +687,76 @@ def test_failure_tail_drops_usage_whose_start_scrolled_away():
     assert failure_tail(usage + [err], 30) == ["[200 lines of usage left out]", err]
     plain = ["[x] Load weight begin.", "Traceback (most recent call last):", '  File "x.py", line 1', "KeyError: 3"]
     assert failure_tail(plain, 30) == plain
+
+
+# ---------------------------------------------------------------- logs cut before the exception line
+
+_HIT = "[2026-11-30 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+_GENERIC_FRAMES = ('  File "/x/sglang/srt/managers/scheduler.py", line 9, in run_scheduler_process\n'
+                   "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, dp_rank)\n"
+                   '  File "/x/sglang/srt/managers/scheduler.py", line 249, in __init__\n'
+                   "    self.tp_worker = TpWorkerClass(\n")
+
+
+@pytest.mark.parametrize(("progress", "cause"), [
+    ("[2026-11-30 10:00:00 TP0] Init torch distributed begin.", "nccl_error"),
+    ("[2026-11-30 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=9.1 GB",
+     "cuda_graph"),
+    ("[2026-11-30 10:00:00 TP0] Load weight begin. avail mem=78.61 GB", "other"),  # no phase: too many reasons
+])
+def test_cut_traceback_takes_the_cause_of_the_startup_step(progress, cause):
+    c = classify(progress + "\n" + _HIT + _GENERIC_FRAMES)
+    assert (c.state, c.cause) == ("failed", cause)
+    assert c.line == _HIT.rstrip("\n")  # the decisive line stays the traceback's announcing header
+
+
+def test_cut_vllm_worker_exception_during_nccl_setup_is_nccl_error():
+    pre = "(VllmWorkerProcess pid=409) "
+    text = (f"{pre}INFO 11-19 06:08:46 utils.py:961] Found nccl from library libnccl.so.2\n"
+            f"{pre}INFO 11-19 06:08:46 pynccl.py:69] vLLM is using nccl==2.21.5\n"
+            f"{pre}ERROR 11-19 06:08:46 multiproc_worker_utils.py:229] Exception in worker VllmWorkerProcess "
+            "while processing method init_device.\n"
+            f"{pre}ERROR 11-19 06:08:46 multiproc_worker_utils.py:229] Traceback (most recent call last):\n")
+    c = classify(text)
+    assert (c.state, c.cause) == ("failed", "nccl_error")
+    assert "while processing method init_device" in c.line
+
+
+def test_sglang_cut_traceback_after_uvicorn_is_the_warmup():
+    text = ("[2026-11-30 10:00:00 TP0] Load weight end. type=LlamaForCausalLM, avail mem=60.1 GB\n"
+            "[2026-11-30 10:00:09] INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)\n"
+            "[2026-11-30 10:00:10] Traceback (most recent call last):\n"
+            '  File "/x/sglang/utils.py", line 9, in post_json\n    res = session.post(url)\n')
+    c = classify(text)
+    assert (c.state, c.cause) == ("failed", "warmup_failed")
+
+
+def test_phase_is_only_a_fallback():
+    dist = "[2026-11-30 10:00:00 TP0] Init torch distributed begin.\n"
+    # A later start-up step that names nothing clears the phase.
+    c = classify(dist + "[2026-11-30 10:00:01 TP0] Init torch distributed ends. mem usage=0.1 GB\n" + _HIT + _GENERIC_FRAMES)
+    assert (c.state, c.cause) == ("failed", "other")
+    # An exception line of its own decides, whatever the step.
+    c = classify(dist + _HIT + _GENERIC_FRAMES + "ValueError: unsupported architecture Foo\n")
+    assert (c.cause, c.line) == ("other", "ValueError: unsupported architecture Foo")
+    # A telling frame beats the step.
+    c = classify(dist + _HIT + '  File "/x/model_runner.py", line 3, in init_memory_pool\n    self.alloc()\n')
+    assert c.cause == "gpu_oom"
+    # After ready, the start-up step is over.
+    ready = "[2026-11-30 10:00:30] The server is fired up and ready to roll!\n"
+    c = classify("[2026-11-30 10:00:00 TP0] Capture cuda graph begin. avail mem=9.1 GB\n" + ready + _HIT + _GENERIC_FRAMES)
+    assert c.cause == "other"
+
+
+@pytest.mark.parametrize(("frame", "cause"), [
+    ('  File "/x/sglang/srt/model_executor/model_runner.py", line 5, in init_memory_pool\n    self.pool = alloc()\n',
+     "gpu_oom"),
+    ('  File "/x/vllm/worker/worker.py", line 5, in determine_num_available_blocks\n    self.model_runner.profile_run()\n',
+     "gpu_oom"),
+    ('  File "/x/huggingface_hub/_snapshot_download.py", line 5, in snapshot_download\n    repo_info = api.repo_info()\n',
+     "model_not_found"),
+])
+def test_cut_traceback_deepest_frame_names_the_cause(frame, cause):
+    c = classify(_HIT + _GENERIC_FRAMES + frame)
+    assert (c.state, c.cause) == ("failed", cause)
+    assert c.line == _HIT.rstrip("\n")

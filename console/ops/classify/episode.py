@@ -41,6 +41,8 @@ class Failure:
     """What an operator's stop also produces (no proof of a crash by itself)."""
     detail: str | None = None
     """The body of the decisive line (the hint reads a flag, a port, a module from it)."""
+    phase: FailureCause | None = None
+    """What the start-up step the failure happened in points at (``patterns.PHASES``)."""
 
 
 def causes_of(body: str, exception: bool) -> tuple[Cause, ...]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol
 
+from console.model import FailureCause
 from console.ops.classify.episode import Episode, Failure, announce_into, best_of, causes_of
 from console.ops.classify.lines import QUIET_LEVELS, Line, read_line
 from console.ops.classify.patterns import (
@@ -27,11 +28,13 @@ from console.ops.classify.patterns import (
     EXIT_CODE,
     HTTP,
     IGNORED_EXCEPTIONS,
+    PHASES,
     PROGRESS_ANY,
     RANK_DIED,
     READY_GATE,
     SERVING_GATE,
     SGLANG,
+    SGLANG_WARMUP_PHASE,
     SPEC_PROGRESS,
     STOP_ANY,
     STOP_EXCEPTIONS,
@@ -67,10 +70,12 @@ class Reader:
         self.usage = False
         self.spec_step = False
         """The last start-up step was on the speculative path (loading the draft model ...)."""
+        self.phase: FailureCause | None = None
+        """What the last start-up step points at should it fail (``PHASES``)."""
 
     def copy(self) -> Reader:
         r = Reader()
-        r.seq, r.usage, r.spec_step = self.seq, self.usage, self.spec_step
+        r.seq, r.usage, r.spec_step, r.phase = self.seq, self.usage, self.spec_step, self.phase
         if self.ep is not None:
             r.ep = replace(self.ep, flags=set(self.ep.flags))
         return r
@@ -181,9 +186,12 @@ class Reader:
         sink.failure(self._where(f))
 
     def _where(self, f: Failure) -> Failure:
-        """A generic failure right after a speculative start-up step is a speculative failure."""
+        """A generic failure right after a speculative start-up step is a speculative failure;
+        every failure carries the step it happened in (``rules`` decides whether that counts)."""
         if self.spec_step and f.cause == "other" and f.rule not in ("child_exit", "sigquit", "killed"):
             return replace(f, cause="spec_decode_error", score=max(f.score, 60))
+        if self.phase is not None:
+            return replace(f, phase=self.phase)
         return f
 
     def _normal(self, ln: Line, body: str, seq: int, sink: Sink) -> bool:
@@ -196,6 +204,7 @@ class Reader:
                 if fw.serving.search(body):
                     self.close(sink)
                     self.spec_step = False
+                    self.phase = None
                     if fw.metrics_line.search(body):
                         self._metrics(fw.metrics, body, sink, decode="Prefill batch" not in body)
                     sink.serving(ln.raw)
@@ -205,19 +214,23 @@ class Reader:
             if m is not None:
                 if m.group(3) == "200" and (m.group(1) == "POST" or m.group(2).startswith(("/health", "/ready"))):
                     self.close(sink)
+                    self.phase = None
                     sink.serving(ln.raw)
                 return True
         if any(g in body for g in READY_GATE):
             if SGLANG.ready.search(body):
                 self.close(sink)
                 self.spec_step = False
+                self.phase = None
                 sink.ready(ln.raw, True)
                 return True
             if VLLM.ready.search(body):
                 self.close(sink)
                 if SGLANG.progress.search(body) and sink.is_sglang():
+                    self.phase = SGLANG_WARMUP_PHASE
                     sink.progress()  # SGLang: uvicorn is up, its warmup is still to come
                 else:
+                    self.phase = None
                     sink.ready(ln.raw, True)
                 return True
         if "Mean acceptance length" in body:
@@ -230,6 +243,7 @@ class Reader:
         if PROGRESS_ANY.search(body):
             self.close(sink)
             self.spec_step = SPEC_PROGRESS.search(body) is not None
+            self.phase = next((cause for cause, rx in PHASES if rx.search(body)), None)
             sink.progress()
             return True
         return False

@@ -154,7 +154,29 @@ CUT_WHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
                        r"GroupCoordinator\(|TCPStore\(")),
     ("cuda_driver", _rx(r"torch/cuda/__init__\.py.{0,40}(?:_lazy_init|set_device|current_device)",
                         r"cuda\.set_device\(|_cuda_init\(")),
+    # Sizing the KV pool / profiling free memory raises only when the memory is not there.
+    ("gpu_oom", _rx(r"in (?:init_memory_pool|profile_max_num_token|profile_run|determine_available_memory"
+                    r"|determine_num_available_blocks|_initialize_kv_caches|initialize_cache)\b")),
+    # The deepest frame is fetching the checkpoint from the Hub: the model cannot be obtained.
+    ("model_not_found", _rx(r"huggingface_hub/|in (?:snapshot_download|hf_hub_download|cached_file)\b")),
 )
+
+# Where start-up had got to when a traceback cut before its exception line began: the last
+# progress line names the step that failed, which is the best evidence left when neither the
+# exception nor a telling frame is in the file. Applied only to a failure with no exception line
+# (``rules.State.failure``); a later progress line not in this table clears it.
+PHASES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
+    # Setting up the process group: NCCL's library is found and the communicators are built next;
+    # a crash here is the collective set-up (the ports, the fabric, the ranks that never join).
+    ("nccl_error", _rx(r"Init torch distributed begin", r"Init parallel begin", r"Found nccl from library",
+                       r"vLLM is using nccl")),
+    # Loading weights is deliberately absent: a load cut mid-way fails as often for memory as for
+    # weights the loader cannot map (quantisation, unknown tensor names), so it stays ``other``.
+    # Capturing CUDA graphs: a failure inside capture is a capture failure (memory only when said).
+    ("cuda_graph", _rx(r"Capture (?:cuda|\w+ \w+ CUDA) graph begin", r"Capturing CUDA graphs")),
+)
+SGLANG_WARMUP_PHASE: FailureCause = "warmup_failed"
+"""SGLang's HTTP server is up and its own warmup request comes next: a crash now is the warmup."""
 
 # ---------------------------------------------------------------- failures
 

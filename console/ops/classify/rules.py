@@ -18,7 +18,7 @@ a state, a cause and the decisive line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from console.model import (
     Classification,
@@ -39,6 +39,21 @@ SPECIFIC_SCORE = 60
 
 FRESH_BONUS = 10
 """A candidate followed by normal progress is probably not what killed the server."""
+
+
+PHASE_SCORE = 50
+"""A cause inferred from the start-up step only: above a bare traceback, below any named cause."""
+
+CUT_RULES = ("announce", "traceback")
+"""Failures with no exception line of their own (a header or an announcing line, then frames)."""
+
+
+def infer_cut(f: Failure) -> Failure:
+    """A failure cut before its exception line, with no telling frame, takes the cause of the
+    start-up step it happened in (``patterns.PHASES``); the decisive line stays its header."""
+    if f.cause == "other" and f.rule in CUT_RULES and f.phase is not None:
+        return replace(f, cause=f.phase, score=max(f.score, PHASE_SCORE))
+    return f
 
 
 def _better(a: Failure | None, b: Failure) -> bool:
@@ -109,6 +124,7 @@ class State:
             self.sigterm_line = raw
 
     def failure(self, f: Failure) -> None:
+        f = infer_cut(f)
         if _better(self.fresh.get(f.cause), f):
             self.fresh[f.cause] = f
 
