@@ -760,3 +760,17 @@ def test_cut_traceback_deepest_frame_names_the_cause(frame, cause):
     c = classify(_HIT + _GENERIC_FRAMES + frame)
     assert (c.state, c.cause) == ("failed", cause)
     assert c.line == _HIT.rstrip("\n")
+
+
+def test_cut_traceback_of_a_speculative_server_is_spec_decode_error():
+    spec = ("[2026-11-30 10:00:00] server_args=ServerArgs(model_path='m', speculative_algorithm='EAGLE3', "
+            "speculative_draft_model_path='d')\n")
+    c = classify(spec + _HIT + _GENERIC_FRAMES)
+    assert (c.state, c.cause) == ("failed", "spec_decode_error") and c.line == _HIT.rstrip("\n")
+    # A config dump that says speculative decoding is off is no evidence.
+    off = "INFO 11-19 06:08:40 llm_engine.py:237] Initializing an LLM engine with config: model='m', speculative_config=None\n"
+    assert classify(off + _HIT + _GENERIC_FRAMES).cause == "other"
+    # The start-up step, a telling frame and an exception line of its own all outrank it.
+    assert classify(spec + "[2026-11-30 10:00:01 TP0] Init torch distributed begin.\n" + _HIT
+                    + _GENERIC_FRAMES).cause == "nccl_error"
+    assert classify(spec + _HIT + _GENERIC_FRAMES + "ValueError: bad rope scaling\n").cause == "other"

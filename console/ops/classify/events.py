@@ -24,6 +24,7 @@ from console.ops.classify.patterns import (
     CAUSES,
     CHAIN,
     CHILD_CRASH,
+    CONFIG_DUMP,
     EXCEPTION,
     EXIT_CODE,
     HTTP,
@@ -35,6 +36,8 @@ from console.ops.classify.patterns import (
     SERVING_GATE,
     SGLANG,
     SGLANG_WARMUP_PHASE,
+    SPEC_CONTEXT,
+    SPEC_CONTEXT_OFF,
     SPEC_PROGRESS,
     STOP_ANY,
     STOP_EXCEPTIONS,
@@ -71,11 +74,14 @@ class Reader:
         self.spec_step = False
         """The last start-up step was on the speculative path (loading the draft model ...)."""
         self.phase: FailureCause | None = None
+        self.spec_seen = False
+        """Some line so far shows the server runs speculative decoding (``SPEC_CONTEXT``)."""
         """What the last start-up step points at should it fail (``PHASES``)."""
 
     def copy(self) -> Reader:
         r = Reader()
         r.seq, r.usage, r.spec_step, r.phase = self.seq, self.usage, self.spec_step, self.phase
+        r.spec_seen = self.spec_seen
         if self.ep is not None:
             r.ep = replace(self.ep, flags=set(self.ep.flags))
         return r
@@ -103,6 +109,8 @@ class Reader:
         self.seq += 1
         seq = self.seq
         sink.seen(ln)
+        if not self.spec_seen and SPEC_CONTEXT.search(ln.raw):
+            self.spec_seen = SPEC_CONTEXT.search(SPEC_CONTEXT_OFF.sub("", ln.raw)) is not None
         ep = self.ep
         if ep is not None and self._continues(ep, ln, body, seq):
             return
@@ -187,11 +195,13 @@ class Reader:
 
     def _where(self, f: Failure) -> Failure:
         """A generic failure right after a speculative start-up step is a speculative failure;
-        every failure carries the step it happened in (``rules`` decides whether that counts)."""
+        every failure carries the step it happened in, else the speculative path when the log shows
+        one (``rules`` decides whether that counts)."""
         if self.spec_step and f.cause == "other" and f.rule not in ("child_exit", "sigquit", "killed"):
             return replace(f, cause="spec_decode_error", score=max(f.score, 60))
-        if self.phase is not None:
-            return replace(f, phase=self.phase)
+        phase = self.phase or ("spec_decode_error" if self.spec_seen else None)
+        if phase is not None:
+            return replace(f, phase=phase)
         return f
 
     def _normal(self, ln: Line, body: str, seq: int, sink: Sink) -> bool:
@@ -242,7 +252,7 @@ class Reader:
             return True
         if PROGRESS_ANY.search(body):
             self.close(sink)
-            self.spec_step = SPEC_PROGRESS.search(body) is not None
+            self.spec_step = SPEC_PROGRESS.search(body) is not None and not CONFIG_DUMP.search(body)
             self.phase = next((cause for cause, rx in PHASES if rx.search(body)), None)
             sink.progress()
             return True

@@ -175,6 +175,14 @@ PHASES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
     # Capturing CUDA graphs: a failure inside capture is a capture failure (memory only when said).
     ("cuda_graph", _rx(r"Capture (?:cuda|\w+ \w+ CUDA) graph begin", r"Capturing CUDA graphs")),
 )
+SPEC_CONTEXT = re.compile(r"[Ss]peculative|EAGLE|[Ee]agle|[Dd]raft|NEXTN|[Nn]ext[Nn]\b|\bMTP\b")
+"""The log shows the server runs speculative decoding (its flags, a draft step, a job's name): the
+weakest evidence, used only for a cut failure that neither its frames nor its step explain, since
+the speculative path is then the one part of this server's start-up that plain servers lack."""
+CONFIG_DUMP = re.compile(r"server_args=|ServerArgs\(|non-default args:|with config: ")
+"""A dump of the whole configuration: it names the speculative settings but is no speculative step."""
+SPEC_CONTEXT_OFF = re.compile(r"\w*(?:speculative|draft)\w*[=:] ?'?None\b", re.IGNORECASE)
+"""The same words in a config dump that says speculative decoding is off (``speculative_config=None``)."""
 SGLANG_WARMUP_PHASE: FailureCause = "warmup_failed"
 """SGLang's HTTP server is up and its own warmup request comes next: a crash now is the warmup."""
 
