@@ -774,3 +774,20 @@ def test_cut_traceback_of_a_speculative_server_is_spec_decode_error():
     assert classify(spec + "[2026-11-30 10:00:01 TP0] Init torch distributed begin.\n" + _HIT
                     + _GENERIC_FRAMES).cause == "nccl_error"
     assert classify(spec + _HIT + _GENERIC_FRAMES + "ValueError: bad rope scaling\n").cause == "other"
+
+
+@pytest.mark.parametrize(("method", "cause"), [
+    ("init_device", "nccl_error"),
+    ("determine_num_available_blocks", "gpu_oom"),
+    ("capture_model", "cuda_graph"),
+    ("load_model", "other"),
+])
+def test_cut_vllm_worker_failure_takes_the_cause_of_the_named_step(method, cause):
+    pre = "(VllmWorkerProcess pid=7) ERROR 11-19 06:08:46 multiproc_worker_utils.py:229] "
+    text = (f"{pre}Exception in worker VllmWorkerProcess while processing method {method}.\n"
+            f"{pre}Traceback (most recent call last):\n"
+            f'{pre}  File "/x/vllm/worker/worker_base.py", line 5, in execute_method\n'
+            f"{pre}    return executor(*args, **kwargs)\n")
+    c = classify(text)
+    assert (c.state, c.cause) == ("failed", cause)
+    assert f"while processing method {method}" in c.line

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 
 from console.model import FailureCause
 from console.ops.classify.patterns import (
+    ANNOUNCED_STEP,
     CAUSES,
     CAUSES_BY_NAME,
     CUT_WHERE,
     FRAME_FLAGS,
     IGNORED_EXCEPTIONS,
     KEYWORDS,
+    STEP_CAUSES,
     STOP_EXCEPTIONS,
     Cause,
 )
@@ -74,6 +76,8 @@ class Episode:
     """Every exception so far is a stop (KeyboardInterrupt) or ignorable."""
     where: str | None = None
     """The cause the last frame or source line points at (see ``CUT_WHERE``)."""
+    step: FailureCause | None = None
+    """The cause the step named by the announcing line points at (see ``STEP_CAUSES``)."""
     collecting: bool = True
     """Inside frames (True) or after an exception line, reading its message (False)."""
     continuation: int = 0
@@ -142,6 +146,8 @@ class Episode:
                 cause, score = "gpu_oom", 60  # cut inside the KV-cache size check, which raises only that
             elif self.last_exc is None and self.where is not None:
                 cause, score = self.where, 55  # type: ignore[assignment]  # cut where that step failed
+            elif self.last_exc is None and self.step is not None:
+                cause, score = self.step, 55  # cut in the step the launcher named
             else:
                 cause = "other"
                 score = 20 if self.last_exc is not None else (16 if self.header else 15)
@@ -165,6 +171,9 @@ class Episode:
 
 def announce_into(ep: Episode, raw: str, head: str, causes: tuple[Cause, ...]) -> None:
     ep.announce = (next((c for c in causes if c.announce), CAUSES_BY_NAME["hit_exception"]), raw, head)
+    m = ANNOUNCED_STEP.search(head)
+    if m is not None:
+        ep.step = next((cause for cause, rx in STEP_CAUSES if rx.search(m.group(1))), None)
     specific = best_of(tuple(c for c in causes if c.cause != "other"))
     if specific is not None:
         ep.best = (specific, raw, head, ep.seq)

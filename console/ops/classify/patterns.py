@@ -161,6 +161,20 @@ CUT_WHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("model_not_found", _rx(r"huggingface_hub/|in (?:snapshot_download|hf_hub_download|cached_file)\b")),
 )
 
+# The step a launcher names when it reports a worker's failure (vLLM: ``Exception in worker ...
+# while processing method init_device``): for a failure cut before its exception line, the step
+# says what failed much as the deepest frame would.
+ANNOUNCED_STEP = re.compile(r"while processing method (\w+)")
+STEP_CAUSES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
+    # init_device builds the worker's process group (NCCL) once its GPU is set.
+    ("nccl_error", _rx(r"^init_device$", r"distributed")),
+    # Profiling free memory and sizing the KV cache raise only when the memory is not there.
+    ("gpu_oom", _rx(r"determine_num_available_blocks|determine_available_memory|initialize_cache",
+                    r"initialize_from_config|profile")),
+    # Capturing the model's CUDA graphs (with its compile warm-up).
+    ("cuda_graph", _rx(r"capture_model|compile_or_warm_up_model")),
+)
+
 # Where start-up had got to when a traceback cut before its exception line began: the last
 # progress line names the step that failed, which is the best evidence left when neither the
 # exception nor a telling frame is in the file. Applied only to a failure with no exception line
