@@ -703,6 +703,8 @@ _GENERIC_FRAMES = ('  File "/x/sglang/srt/managers/scheduler.py", line 9, in run
     ("[2026-11-30 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=9.1 GB",
      "cuda_graph"),
     ("[2026-11-30 10:00:00 TP0] Load weight begin. avail mem=78.61 GB", "other"),  # no phase: too many reasons
+    ("[2026-11-30 10:00:00 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=1.2 GB",
+     "gpu_oom"),  # the KV pool is sized next
 ])
 def test_cut_traceback_takes_the_cause_of_the_startup_step(progress, cause):
     c = classify(progress + "\n" + _HIT + _GENERIC_FRAMES)

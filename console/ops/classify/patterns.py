@@ -186,6 +186,9 @@ PHASES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
                        r"vLLM is using nccl")),
     # Loading weights is deliberately absent: a load cut mid-way fails as often for memory as for
     # weights the loader cannot map (quantisation, unknown tensor names), so it stays ``other``.
+    # Weights are in: the next step profiles the memory left and sizes the KV cache from it, and
+    # what fails there is the memory (a pool too small for the weights' leftover, the profile run).
+    ("gpu_oom", _rx(r"Load weight end", r"Model loading took", r"Loading weights took")),
     # Capturing CUDA graphs: a failure inside capture is a capture failure (memory only when said).
     ("cuda_graph", _rx(r"Capture (?:cuda|\w+ \w+ CUDA) graph begin", r"Capturing CUDA graphs")),
 )
