@@ -710,6 +710,8 @@ def test_cut_traceback_takes_the_cause_of_the_startup_step(progress, cause):
     c = classify(progress + "\n" + _HIT + _GENERIC_FRAMES)
     assert (c.state, c.cause) == ("failed", cause)
     assert c.line == _HIT.rstrip("\n")  # the decisive line stays the traceback's announcing header
+    # The hint says the cause is inferred, not read.
+    assert c.hint is not None and c.hint.startswith("the log stops before the exception line") == (cause != "other")
 
 
 def test_cut_vllm_worker_exception_during_nccl_setup_is_nccl_error():

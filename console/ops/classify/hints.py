@@ -42,9 +42,21 @@ def _first(rx: re.Pattern[str], text: str) -> str | None:
     return next((g for g in m.groups() if g), None) if m else None
 
 
+CUT_NOTE = "the log stops before the exception line; judging by where it stopped: "
+"""Said before the hint when the cause was inferred from a traceback's step or frames, not read."""
+
+
 def hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *, vllm: bool = False,
              death: ProcessExit | None = None) -> str:
-    """One sentence naming the likely fix."""
+    """One sentence naming the likely fix (saying so when the cause is inferred from a cut log)."""
+    hint = _hint_for(cause, c, exit, vllm=vllm, death=death)
+    if c is not None and c.rule in ("announce", "traceback") and cause == c.cause and cause != "other":
+        return CUT_NOTE + hint
+    return hint
+
+
+def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *, vllm: bool = False,
+              death: ProcessExit | None = None) -> str:
     rule = c.rule if c else None
     body = (c.detail or c.line) if c else ""
     if death is not None and cause in ("signal_killed", "host_oom_killed", "other"):
