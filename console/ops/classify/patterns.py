@@ -3,7 +3,10 @@
 Each :class:`Framework` lists the lines that mean *ready*, *serving*, *startup progress*,
 *metrics*, an operator's *stop*, and the *going-down* lines its launcher prints when a child
 dies. :data:`CAUSES` maps failure messages (CUDA, NCCL, Hugging Face, argparse ... shared by
-both servers) to a cause with a specificity score. Nothing here decides a state: that is
+both servers) to a cause with a specificity score. For a traceback cut before its exception
+line, :data:`CUT_WHERE` (the deepest frame), :data:`STEP_CAUSES` (the step a launcher names),
+:data:`PHASES` (the last start-up step) and :data:`SPEC_CONTEXT` say, in that order, what most
+likely failed. Nothing here decides a state: that is
 ``rules.py``; nothing here reads a line: that is ``events.py``.
 """
 
