@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 from .gpus import GpuSampler, open_gpu_source
 from .hostlib import (
@@ -78,7 +79,7 @@ class Agent(object):
         self.gpu = open_gpu_source(cfg.get("gpu_source") or "auto", cfg.get("sim_dir"), cfg.get("sim_src"))
         # A simulated host is a namespace on this machine: its process table is its simulation's.
         sim_scope = cfg.get("sim_dir") if self.gpu.name == "sim" else None
-        self.inbox = queue.Queue()
+        self.inbox: "queue.Queue[Any]" = queue.Queue()  # stdin lines, then None at its end
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)

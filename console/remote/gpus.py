@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import threading
 import time
+from typing import Any, Dict, Optional
 
 from .hostlib import proc_comm
 
@@ -28,7 +29,7 @@ class NvmlGpus(object):
     """NVML through pynvml (nvidia-ml-py): init once, handles cached, every failure a value."""
 
     name = "nvml"
-    error = None
+    error: Optional[str] = None
     v1_only = False
 
     def __init__(self):
@@ -78,7 +79,7 @@ class NvmlGpus(object):
     def sample(self):
         nv, out = self.nv, []
         for i, h, name, uuid in self.handles:
-            e = {}
+            e: Dict[str, str] = {}
             throttle = self._throttle(h, e)
             power = self._get(lambda: nv.nvmlDeviceGetPowerUsage(h), e, "power_w")
             limit = self._get(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), e, "power_limit_w")
@@ -143,7 +144,8 @@ def parse_smi_gpus(text):
             index = int(cols[0])
         except ValueError:
             continue
-        g = {"index": index, "uuid": cols[1] or None, "name": cols[2] or None, "procs": [], "errors": {}}
+        g: Dict[str, Any] = {"index": index, "uuid": cols[1] or None, "name": cols[2] or None, "procs": [],
+                             "errors": {}}
         for key, raw, conv in (("power_w", cols[3], float), ("power_limit_w", cols[4], float),
                                ("util_pct", cols[5], float), ("mem_used_mib", cols[6], lambda s: int(float(s))),
                                ("mem_total_mib", cols[7], lambda s: int(float(s))), ("temp_c", cols[8], float)):
@@ -176,7 +178,7 @@ def parse_smi_apps(text, gpus):
 
 class SmiGpus(object):
     name = "nvidia-smi"
-    error = None
+    error: Optional[str] = None
 
     def __init__(self, exe, timeout=SMI_TIMEOUT_S):
         self.exe = exe
@@ -220,12 +222,12 @@ class SimGpus(object):
     """
 
     name = "sim"
-    error = None
+    error: Optional[str] = None
 
     def __init__(self, sim_dir, sim_src):
         if not sim_src:
             raise ValueError("no simulation model was shipped to the agent")
-        self.m = {"__name__": "mtpconsole_simgpu"}
+        self.m: Dict[str, Any] = {"__name__": "mtpconsole_simgpu"}
         exec(compile(sim_src, "mtpconsole-simgpu", "exec"), self.m)
         self.dir = sim_dir
         if not self.m["read_gpus"](sim_dir):

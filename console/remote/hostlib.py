@@ -11,6 +11,7 @@ import pwd
 import re
 import socket
 import time
+from typing import Dict
 
 AGENT_VERSION = 2
 """Bumped when the wire protocol or the shipped module set changes incompatibly."""
@@ -151,7 +152,7 @@ def proc_uid(pid):
         return None
 
 
-_user_cache = {}
+_user_cache: Dict[int, str] = {}
 
 
 def user_name(uid):
@@ -190,7 +191,7 @@ def boot_id():
 
 def listening_ports():
     """Map port -> socket inode for TCP sockets in LISTEN state (IPv4 and IPv6)."""
-    out = {}
+    out: Dict[int, int] = {}
     for path in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = read_text(path).splitlines()[1:]

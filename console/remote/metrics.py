@@ -11,6 +11,7 @@ import http.client
 import socket
 import threading
 import time
+from typing import Any, Dict
 
 FETCH_TIMEOUT_S = 0.5
 """The whole request (connect, headers, body) must finish within this; else an error value."""
@@ -40,7 +41,8 @@ def metrics_port(argv, framework):
 def fetch(port, timeout=FETCH_TIMEOUT_S, max_bytes=MAX_BYTES):
     """GET /metrics on 127.0.0.1:port: {"metrics_text", "metrics_at", "metrics_error", "metrics_truncated"}."""
     deadline = time.monotonic() + timeout
-    out = {"metrics_text": None, "metrics_at": time.time(), "metrics_error": None, "metrics_truncated": False}
+    out: Dict[str, Any] = {"metrics_text": None, "metrics_at": time.time(), "metrics_error": None,
+                           "metrics_truncated": False}
     conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=timeout)
     try:
         conn.request("GET", "/metrics", headers={"Accept": "text/plain"})

@@ -10,6 +10,7 @@ The classification is cached by (pid, start time, title hash), never by pid alon
 import hashlib
 import os
 import re
+from typing import Any, Dict, List, Set
 
 from .hostlib import (
     ENV_NAMES,
@@ -74,26 +75,28 @@ class ProcScanner(object):
     def __init__(self, runs_dir, sim_scope=None):
         self.runs_dir = runs_dir
         self.sim_scope = sim_scope
-        self.cache = {}  # pid -> {"start", "comm", "digest", "argv", "fw", "role", "env", "uid"}
-        self.hot = set()  # pids reported last tick: their titles are re-read every tick
+        # pid -> {"start", "comm", "digest", "argv", "fw", "role", "env", "uid"}
+        self.cache: Dict[int, Dict[str, Any]] = {}
+        self.hot: Set[int] = set()  # pids reported last tick: their titles are re-read every tick
 
     def _info(self, pid, st):
         """The cached facts of ``pid``, refreshed when it is new, restarted, retitled or reported."""
         prev = self.cache.get(pid)
-        same = prev is not None and prev["start"] == st["start_ticks"]
-        if same and prev["comm"] == st["comm"] and pid not in self.hot:
+        if prev is not None and prev["start"] != st["start_ticks"]:
+            prev = None  # a new process under a reused pid: nothing carries over
+        if prev is not None and prev["comm"] == st["comm"] and pid not in self.hot:
             return prev
         argv = proc_cmdline(pid)
         if argv is None:
-            argv = prev["argv"] if same else []
+            argv = prev["argv"] if prev is not None else []
         digest = _digest(argv)
-        if same and prev["digest"] == digest:
+        if prev is not None and prev["digest"] == digest:
             prev["comm"] = st["comm"]
             return prev
         fw, role = classify_title(argv, self.runs_dir)
         info = {"start": st["start_ticks"], "comm": st["comm"], "digest": digest, "argv": argv,
-                "fw": fw, "role": role, "env": prev["env"] if same else None,
-                "uid": prev["uid"] if same else proc_uid(pid)}
+                "fw": fw, "role": role, "env": prev["env"] if prev is not None else None,
+                "uid": prev["uid"] if prev is not None else proc_uid(pid)}
         return info
 
     def scan(self, gpus, sessions):
@@ -104,11 +107,11 @@ class ProcScanner(object):
                 st = proc_stat(int(name))
                 if st is not None:
                     stats[int(name)] = st
-        gpu_mem = {}
+        gpu_mem: Dict[int, Dict[int, int]] = {}
         for g in gpus:
             for p in g.get("procs") or []:
                 gpu_mem.setdefault(p["pid"], {})[g["index"]] = p.get("used_mib") or 0
-        children = {}
+        children: Dict[int, List[int]] = {}
         for pid, st in stats.items():
             children.setdefault(st["ppid"], []).append(pid)
         cache = {}
@@ -123,7 +126,7 @@ class ProcScanner(object):
                 stack.extend(children.get(p, []))
             return out
 
-        under = {}  # pid -> session id, for every descendant of a live session's supervisor
+        under: Dict[int, str] = {}  # pid -> session id, for every descendant of a live session's supervisor
         launchers = set(pid for pid, info in cache.items() if info["role"] == "launcher")
         for s in sessions.values():
             rec = s.get("record") or {}
@@ -134,7 +137,7 @@ class ProcScanner(object):
                     under.setdefault(p, s["session_id"])
             if rec and not s.get("exit") and s.get("server_alive") and rec["pid"] in cache:  # confirmed too
                 launchers.add(rec["pid"])  # what a session's supervisor started is its launcher
-        family = {}  # pid -> framework of the launcher it descends from
+        family: Dict[int, str] = {}  # pid -> framework of the launcher it descends from
         for pid in launchers:
             for p in descendants(pid):
                 family.setdefault(p, cache[pid]["fw"])

@@ -39,6 +39,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Any, Dict, List, Tuple
 
 from .hostlib import (
     RUN_EXIT,
@@ -179,7 +180,7 @@ def read_env_line(stream, keep=None):
 def read_launch_line(stream):
     """(env, argv) from the stdin line ``{"env": {...}, "argv": [...]}``: ``argv`` is the real argv (secret
     flag values included), which spec.json holds masked; None when the line has none (an older agent)."""
-    seen = {}
+    seen: Dict[str, Any] = {}
     env = read_env_line(stream, keep=seen)
     argv = seen.get("obj", {}).get("argv")
     if argv is None:
@@ -336,7 +337,7 @@ def spawn_server(argv, environ, out_fd):
 
 def list_procs():
     """{pid: (ppid, pgid, state)} for every process readable in /proc."""
-    procs = {}
+    procs: Dict[int, Tuple[int, int, str]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -363,7 +364,7 @@ def has_session_env(pid, marker):
 def leftover_targets(me, pgid, marker, spare):
     """Live processes left by the server: its group, our descendants, its session env."""
     procs = list_procs()
-    children = {}
+    children: Dict[int, List[int]] = {}
     for pid, (ppid, _, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
     found = set()

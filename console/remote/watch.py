@@ -13,6 +13,7 @@ parent reaping it; when the parent was faster the process is recorded as ``gone`
 
 import os
 import selectors
+from typing import Any, Dict, List, Optional, Tuple
 
 from .hostlib import (
     RUN_EXIT,
@@ -42,7 +43,7 @@ def merge_exits(lines):
     role, GPU and the OOM counter of every member (and the code when it caught the zombie).
     Several agents may have written the same exit: the first sighting's time is kept.
     """
-    merged = {}
+    merged: Dict[Tuple[int, Optional[int]], Dict[str, Any]] = {}
     for e in lines:
         if not isinstance(e.get("pid"), int):
             continue
@@ -249,7 +250,7 @@ class MemberWatch(object):
 
     def refresh(self):
         """Re-list the members (descendants of the supervisor) and their titles."""
-        children = {}
+        children: Dict[int, List[int]] = {}
         stats = {}
         try:
             names = os.listdir("/proc")
