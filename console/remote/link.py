@@ -15,7 +15,7 @@ import random
 import shlex
 import time
 from importlib import resources
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import ValidationError
 
@@ -25,6 +25,9 @@ from console.model import ConnectionInfo, HostSnapshot, SessionInfo
 from console.redact import redact_obj
 from console.remote import protocol
 from console.remote.ssh import HostSpec
+
+if TYPE_CHECKING:
+    import asyncssh
 
 STREAM_LIMIT = 64 * 1024 * 1024
 """The longest agent message read (and the SSH channel's receive window: a JSON line larger than the window
@@ -93,7 +96,7 @@ class HostLink:
         self.audit = audit
         self.clock = clock
         self.connect_timeout = connect_timeout or self.cfg.connect_timeout
-        self.conn = None
+        self.conn: asyncssh.SSHClientConnection | None = None
         self.chan: _Channel | None = None
         self.state = "connecting"
         self.error: str | None = None
@@ -140,13 +143,13 @@ class HostLink:
         argv = [self.cfg.python, "-u", "-c", protocol.BOOTSTRAP]
         if self.spec.local:
             try:
-                proc = await asyncio.create_subprocess_exec(
+                local = await asyncio.create_subprocess_exec(
                     *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT, start_new_session=True,
                     env=local_agent_env())
             except FileNotFoundError:
                 raise HostError(f"local: no Python at {self.cfg.python!r}") from None
-            return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.kill, proc.wait)
+            return _Channel(local.stdin, local.stdout, local.stderr, local.kill, local.wait)
         from console.remote import ssh
 
         # The only shell line we ever send: a fixed program; the python path is quoted.
@@ -249,7 +252,8 @@ class HostLink:
     def _dispatch(self, msg: dict) -> None:
         t = msg.get("type")
         if t == "reply":
-            fut = self._pending.pop(msg.get("id"), None)
+            rid = msg.get("id")
+            fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
             if fut and not fut.done():
                 if msg.get("ok"):
                     fut.set_result(msg.get("result"))
