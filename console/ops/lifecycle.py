@@ -18,7 +18,7 @@ import getpass
 import os
 import socket
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from console import __version__
 from console.model import (
@@ -378,7 +378,7 @@ async def memory_verdict(link: HostLink, req: LaunchRequest) -> tuple[str | None
         import json
 
         shape = parse_model_config(json.loads(r["data"]))
-        p = plan(shape, parse_server_flags(req.flags), min(g.mem_total_mib for g in target) << 20,
+        p = plan(shape, parse_server_flags(req.flags), min(g.mem_total_mib or 0 for g in target) << 20,
                  n_gpus=len(target))
     except (RequestError, LinkDown, asyncio.TimeoutError, ValueError, ModelConfigError, Exception) as e:
         return None, f"not planned: {str(e)[:200]}"
@@ -460,7 +460,8 @@ def _members(snap: HostSnapshot, target: KillTarget, pgid: int | None) -> list[S
         elif p.pid in roots:
             out.append(p)
         else:
-            cur, n = p, 0
+            cur: ServerProc | None = p
+            n = 0
             while cur is not None and n < 64:
                 if cur.ppid in roots:
                     out.append(p)
@@ -540,7 +541,7 @@ async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: floa
               + (f"; GPUs {','.join(map(str, gpus))}" if gpus else ""))
 
     async def signal_all(sig: int) -> list[int]:
-        args = {"pid": pid, "start_ticks": start, "signal": sig, "pids": ident}
+        args: dict[str, Any] = {"pid": pid, "start_ticks": start, "signal": sig, "pids": ident}
         if pgid:
             args["pgid"] = pgid
         if target.session_id:

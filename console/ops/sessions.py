@@ -209,7 +209,7 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
 
 def _descends(p: ServerProc, ancestor: int, by_pid: dict[int, ServerProc]) -> bool:
     seen = 0
-    cur = p
+    cur: ServerProc | None = p
     while cur is not None and seen < 64:
         if cur.ppid == ancestor:
             return True
