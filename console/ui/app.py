@@ -26,6 +26,7 @@ from console.backend import Backend
 from console.model import AuditEntry, HostView, OperationResult, SessionView
 from console.ui.format import clean, short
 from console.ui.log_follow import LogFollower
+from console.ui.main_screen import MainScreen
 from console.ui.operations import Operations
 from console.ui.screens.advice import AdviceActions
 from console.ui.screens.workflow import Workflow
@@ -44,19 +45,6 @@ MAIN_ONLY = {*DESTRUCTIVE, "select_panel", "filter_log", "wrap_log", "follow_log
 """Actions of the GPU panels' screen: hidden from the footer and inert while another screen is shown."""
 COMPACT_CELL = 44
 """Width of one GPU panel in compact mode (the stats line fits)."""
-
-
-class MainScreen(Screen):
-    """The default screen; ``tab`` moves between GPU panels rather than every widget."""
-
-    BINDINGS = [
-        Binding("tab", "app.next_panel(1)", "Next GPU", show=False),
-        Binding("shift+tab", "app.next_panel(-1)", "Previous GPU", show=False),
-        Binding("left", "app.move_panel(-1, 0)", "Previous GPU", show=False),
-        Binding("right", "app.move_panel(1, 0)", "Next GPU", show=False),
-        Binding("up", "app.move_panel(0, -1)", "GPU above", show=False),
-        Binding("down", "app.move_panel(0, 1)", "GPU below", show=False),
-    ]
 
 
 class HostsPane(VerticalScroll):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from console.model import HostView, KillTarget, SessionView
 from console.ops.orphans import Orphan
 from console.ui.format import clean, short
+from console.ui.main_screen import MainScreen
 from console.ui.screens.events import EventsScreen
 from console.ui.screens.log_screen import LogScreen
 from console.ui.screens.orphans import OrphanScreen
@@ -37,8 +38,6 @@ class Workflow:
 
     def _top(self) -> bool:
         """Only from the GPU panels (not over a dialog or another of these screens)."""
-        from console.ui.app import MainScreen
-
         return isinstance(self.app.screen, MainScreen)
 
     # ---- screens
