@@ -10,7 +10,7 @@ renders the exposition format.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
