@@ -62,7 +62,12 @@ class HostSection(Vertical):
         Returns whether it mounted any."""
         self.view = view
         snap = view.snapshot
-        self.level = self.query_one(HostHeader).show(snap, view.counts, now, interval)
+        header = self.query(HostHeader)
+        if not header:  # the first view can arrive before compose ran: show it right after
+            if self.is_attached:
+                self.call_after_refresh(self.apply, view, now, interval)
+            return False
+        self.level = header.first().show(snap, view.counts, now, interval)
         box = self.query_one(".gpus", Container)
         have = {p.index: p for p in self.panels()}
         want = {g.index for g in snap.gpus}
@@ -91,10 +96,11 @@ class HostSection(Vertical):
     def age(self, now: float, interval: float) -> None:
         """Redraw only what depends on the age of the last sample: the header and the badges."""
         view = self.view
-        if view is None:
+        header = self.query(HostHeader)
+        if view is None or not header:  # not composed yet (or being removed): nothing to age
             return
         snap = view.snapshot
-        self.level = self.query_one(HostHeader).show(snap, view.counts, now, interval)
+        self.level = header.first().show(snap, view.counts, now, interval)
         for panel in self.panels():
             panel.age(panel.snap or snap, now, interval)
 
