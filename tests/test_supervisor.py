@@ -18,6 +18,7 @@ import pytest
 
 from console.remote.launch import SUPERVISOR_BOOT, materialize
 from console.remote.protocol import shipped_sources
+from tests.helpers.wait import holds_for
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = REPO / "tests" / "helpers" / "fake_servers.py"
@@ -218,8 +219,7 @@ def test_launch_records_a_detached_server(launcher):
     # the supervisor shrugs off SIGTERM/SIGHUP/SIGINT aimed at it
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         os.kill(sup, sig)
-    time.sleep(0.1)
-    assert alive(sup) and alive(pid)
+    assert holds_for(lambda: alive(sup) and alive(pid), 0.5)
     os.killpg(rec["pgid"], signal.SIGTERM)
     ex = run.wait_exit()
     assert ex["signal"] == signal.SIGTERM and ex["exit_code"] is None
