@@ -69,6 +69,8 @@ def normalise(md: str, tmp: Path) -> str:
     md = re.sub(r"\d{8}-\d{6}-gpu\d+-[0-9a-f]{4}", "<session>", md)
     md = re.sub(r"\b(pid|process group|port) \d+", r"\1 <n>", md)
     md = re.sub(r"\b(parent_pid|pid)=\d+", r"\1=<n>", md)
+    md = re.sub(r"\b(pgid|start) \d+", r"\1 <n>", md)
+    md = re.sub(r"\b\d+ (bytes|MiB free)", r"<n> \1", md)
     md = re.sub(r"--port \d+", "--port <port>", md)
     md = re.sub(r"\| Port \| \d+ \|", "| Port | <port> |", md)
     out, section, rows = [], "", []
@@ -106,6 +108,7 @@ def test_report_of_a_failed_stand_in_launch(local_host):
     for heading in ("## Summary", "## Timeline", "## Flags", "## GPU around the failure", "## Log excerpt"):
         assert heading in md
     assert "lower --max-running-requests to ≤" in md  # the planner's fix
+    assert "step **spawned**: ok" in md and "step **listening**: failed" in md  # the steps, from the audit log
     got = normalise(md, tmp)
     if os.environ.get("MTPCONSOLE_UPDATE_GOLDEN") == "1" or not GOLDEN.exists():
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)

@@ -196,10 +196,28 @@ async def _reattach(watch: _SessionWatch, deadline: float) -> bool:
     return True
 
 
+def record_result(link: HostLink, result: OperationResult) -> OperationResult:
+    """Write an operation's confirmed steps into the audit log (op ``result:<op>``), so a later
+    report can put every step of a launch or kill on its timeline. Returns ``result``."""
+    if link.audit is not None and result.steps:
+        steps = [s.model_dump(mode="json", include={"name", "state", "started_at", "elapsed_s", "evidence"})
+                 for s in result.steps]
+        link.audit(link.name, "result:" + result.op, {"session_id": result.session_id, "steps": steps},
+                   result.ok, result.state or result.error, None)
+    return result
+
+
 async def launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: bool = True,
                  timeout: float = 900.0, need_mib: int | None = None, allow_busy: bool = False,
                  session_id: str | None = None) -> OperationResult:
     """Start a server in a fresh session and confirm it step by step (see module doc)."""
+    return record_result(link, await _launch(link, req, on_steps, wait=wait, timeout=timeout, need_mib=need_mib,
+                                             allow_busy=allow_busy, session_id=session_id))
+
+
+async def _launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: bool = True,
+                  timeout: float = 900.0, need_mib: int | None = None, allow_busy: bool = False,
+                  session_id: str | None = None) -> OperationResult:
     now = time.time()
     sid = session_id or new_session_id(req.gpus, now)
     spec, env = build_spec(req, sid, now)
@@ -489,6 +507,11 @@ async def find_session(link: HostLink, snap: HostSnapshot, session_id: str) -> S
 async def kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: float = 20.0,
                release_timeout: float = 30.0) -> OperationResult:
     """SIGTERM the group, escalate after ``grace``, and confirm everything is gone (see module doc)."""
+    return record_result(link, await _kill(link, target, on_steps, grace=grace, release_timeout=release_timeout))
+
+
+async def _kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: float = 20.0,
+                release_timeout: float = 30.0) -> OperationResult:
     st = Stepper(["target", "SIGTERM", "exited", "no orphans", "GPU released", "port closed"], on_steps)
     res = dict(op="kill", host=link.name, session_id=target.session_id)
     st.start("target")

@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from console.model import AuditEntry, HostSnapshot, LaunchRequest, SessionInfo
+from console.model import AuditEntry, HostSnapshot, LaunchRequest, SessionInfo, Step
 from console.ops.advice_host import server_flags
 from console.ops.classify import classify
 from console.ops.lifecycle import memory_verdict
@@ -68,6 +68,25 @@ def read_audit(path: str | Path, host: str, session_id: str, since: float, until
     return out
 
 
+def split_steps(entries: list[AuditEntry], session_id: str) -> tuple[list[AuditEntry], list[Step]]:
+    """The audit rows, and the confirmed steps that ``result:<op>`` records carry for this session."""
+    rows, steps = [], []
+    for e in entries:
+        if not e.op.startswith("result:"):
+            rows.append(e)
+            continue
+        if e.args.get("session_id") != session_id:
+            continue
+        op = e.op.split(":", 1)[1]
+        for raw in e.args.get("steps") or []:
+            try:
+                st = Step.model_validate(raw)
+            except ValueError:
+                continue
+            steps.append(st.model_copy(update={"name": f"{op}: {st.name}"}) if op != "launch" else st)
+    return rows, steps
+
+
 async def _samples(link: HostLink, gpus: list[int], since: float, until: float) -> list[GpuPoint]:
     try:
         r = await link.request("gpu_samples", {"since": since, "until": until}, audit=False)
@@ -121,9 +140,10 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
             state = "failed"
     elif cls is not None:
         state = cls.state
+    audit, steps = split_steps(read_audit(audit_path, snap.name, session_id, *window), session_id)
     return ReportInputs(
         host=snap.name, session_id=session_id, spec=s.spec, started_at=started, exit=s.exit, classification=cls,
-        state=state, previous=prev.spec if prev else None, planner=planner,
-        audit=read_audit(audit_path, snap.name, session_id, *window), events=events,
+        state=state, previous=prev.spec if prev else None, planner=planner, steps=steps,
+        audit=audit, events=events,
         samples=await _samples(link, s.spec.gpus if s.spec else [], *window),
         log_lines=text.splitlines(), generated_at=now)
