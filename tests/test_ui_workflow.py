@@ -246,11 +246,15 @@ async def test_panel_keeps_serving_history_of_the_current_session_only():
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         panel = next(p for p in app.panels() if p.host == "host-a" and p.index == 0)
-        for i in range(3):  # three new samples of a READY session
-            v = app.views["host-a"]
-            snap = v.snapshot.model_copy(update={"sampled_at": v.snapshot.sampled_at + i + 1})
-            backend.push(v.model_copy(update={"snapshot": snap}))
-            await settle(pilot)
+        base = app.views["host-a"]
+        for i in range(3):  # three new samples of a READY session, each applied before the next
+            seen = len(panel.hist["tps"])
+            snap = base.snapshot.model_copy(update={"sampled_at": base.snapshot.sampled_at + i + 1})
+            backend.push(base.model_copy(update={"snapshot": snap}))
+            for _ in range(50):  # bounded: the app applies views on its own timer
+                await pilot.pause()
+                if len(panel.hist["tps"]) > seen:
+                    break
         assert len(panel.hist["tps"]) >= 3 and panel.hist["tps"][-1] == 412.3
         assert len(panel.hist["mem"]) >= 3 and "tok/s 412" in panel.body.plain
 
