@@ -6,6 +6,9 @@ JSON; :meth:`HostSnapshot.from_agent` and friends validate what it sends.
 
 Identity rules: a process is (pid, start_ticks) where ``start_ticks`` is field 22 of
 ``/proc/<pid>/stat``; a session is (host, session_id). Nothing keys on a name.
+
+Longer than ~400 lines on purpose: every boundary model lives here, once (one definition per fact);
+splitting by layer would invite copies.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ classified cause, the decisive line, a hint and the last lines of this session's
 Kill: SIGTERM to the recorded process group, a grace period, SIGKILL, then confirmed when
 no process of the group or session remains, no sglang worker of it survives, the driver no
 longer lists the pids and GPU memory is back near its baseline, and the port is closed.
+
+Longer than ~400 lines on purpose: launch, kill and relaunch share one step tracker, the preflight
+and the exit watch; split apart, one confirmation protocol would be spread over several files.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ state per draft token. A slot is conv state (bf16) + SSM state (float32) for eve
 
 All numbers are estimates; :data:`CALIBRATION` in the tests checks them against published
 SGLang startup logs (weights and KV tokens within 15 %).
+
+Longer than ~400 lines on purpose: it is one memory model whose terms (weights, KV, recurrent state,
+draft, activations) are read together against SGLang's own accounting.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@
 agent is started on an exec channel without a pty and bootstrapped over stdin. The link
 keeps the latest sample and its connection state, so :meth:`HostLink.snapshot` is always
 an honest, immutable :class:`HostSnapshot` (state, last error, RTT, sample age).
+
+Longer than ~400 lines on purpose: it is one connection's whole life (transport, bootstrap,
+requests, reconnects, followed logs) around state they all share.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ traceback; a memory failure prints the scheduler's traceback ending in
 launcher logs ``Received sigquit from a child process. It usually means the child failed.`` and
 kills its tree and itself with SIGKILL (exit status -9 / 137), like SGLang's kill_process_tree.
 SIGTERM while loading: the default action (immediate death). SIGTERM once serving: drain, exit 0.
+
+Longer than ~400 lines on purpose: the stand-in is one program mirroring one real one (argparse from
+the recorded schema, the start-up log in order, memory sizing, serving, teardown); it runs as
+``python -m console.sim.sglang`` and is compared with the real package as a whole.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ and every flag it could read is resolved.
 
 Everything that reads server flags (the planner, the session views, the flag form, the
 validator) goes through here; nothing else splits argv.
+
+Longer than ~400 lines on purpose: it replays argparse's own parsing algorithm (option matching,
+nargs patterns, error messages), which reads and is checked best as one unit.
 """
 
 from __future__ import annotations
