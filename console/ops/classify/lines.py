@@ -1,9 +1,11 @@
 """One raw log line -> what the classifier reads: the body without wrappers, its level, its style.
 
 Real logs arrive wrapped: Docker/compose (``vllm-1  | ``), Kubernetes/containerd
-(``2025-07-25T07:53:08.2+08:00 stdout F ``), CI (``  | [2025-03-10T15:07:20Z] ``), RFC 3339
+(``2025-07-25T07:53:08.2+08:00 stdout F ``), ``kubectl logs --prefix`` (``[pod/web-0/server] ``),
+journald (``Dec 01 02:00:00 host python3[123]: ``) and a bare syslog tag (``sglang[123]: ``),
+Python logging's ``2025-07-25 07:53:08,123 `` timestamps, CI (``  | [2025-03-10T15:07:20Z] ``), RFC 3339
 timestamps, Ray/vLLM process tags (``(EngineCore_DP0 pid=17374) ``, nested), torch's
-``[rank0]: ``, SGLang's ``[2025-10-22 10:29:28 DP1 TP4] `` and vLLM's
+``[rank0]: ``, Ray's ``(pid=123) ``, OpenMPI's ``[1,0]<stdout>:``, ``srun -l``'s ``0: ``, SGLang's ``[2025-10-22 10:29:28 DP1 TP4] `` and vLLM's
 ``ERROR 09-28 15:47:24 [core.py:718] ``. :func:`read_line` peels them in that order and keeps the
 body's own indentation, so a traceback frame stays a frame whatever wraps it.
 """
@@ -19,9 +21,16 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _COMPOSE = re.compile(r"[\w.\-]{1,80} {1,40}\| ")
 _CI = re.compile(r" {0,4}\| \[\d{4}-\d\d-\d\dT[\d:.]+Z?\] ")
 _K8S = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ")
-_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:[|-] )?")
+_JOURNALD = re.compile(
+    r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+    r" [\w.\-]{1,64} [\w.\-/@]{1,64}\[\d{1,10}\]: ")
+_SYSLOG_TAG = re.compile(r"[A-Za-z][\w.\-/@]{0,63}\[\d{1,10}\]: ")
+_KUBECTL = re.compile(r"\[pod/[\w.\-]{1,253}/[\w.\-]{1,63}\] ")
 _PROC_TAG = re.compile(r"_?\(?[A-Za-z_][\w.\-]{0,63}(?: [\w.\-]+=[\w.\-:]+,?){1,4}\) ?")
-_RANK = re.compile(r"\[rank\d+\]: ?")
+_RANK = re.compile(r"\[rank\d+\]: ?|\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?")
+_RAY_PID = re.compile(r"\((?:pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?|raylet|gcs_server|autoscaler)\) ")
+_SRUN = re.compile(r"\d{1,5}: ")
 SGLANG_PREFIX = re.compile(
     r"\[(?:\d{4}-\d\d-\d\d |\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,4}\d+){0,6}\] ?")
 _VLLM_LEVEL = re.compile(
@@ -69,7 +78,11 @@ def read_line(raw: str) -> Line:
         start = s
         c = s[:1]
         if c.isdigit():
-            m = _K8S.match(s) or _RFC3339.match(s)
+            m = _K8S.match(s) or _JOURNALD.match(s) or _RFC3339.match(s) or (_SRUN.match(s) if s is raw else None)
+            if m:
+                s = s[m.end():]
+        elif c.isalpha() and ("]: " in s[:160]):
+            m = _JOURNALD.match(s) or _SYSLOG_TAG.match(s)
             if m:
                 s = s[m.end():]
         elif c == " " or c == "|":
@@ -77,12 +90,12 @@ def read_line(raw: str) -> Line:
             if m:
                 s = s[m.end():]
         elif c == "(" or c == "_":
-            m = _PROC_TAG.match(s)
+            m = _PROC_TAG.match(s) or _RAY_PID.match(s)
             if m:  # a Ray/multiprocessing tag: either server (SGLangEngine, EngineCore ...)
                 vllm = vllm or m.group(0).startswith(("(APIServer", "(EngineCore", "(VllmWorker", "(Worker_"))
                 s = s[m.end():]
         elif c == "[":
-            m = _RANK.match(s)
+            m = _RANK.match(s) or _KUBECTL.match(s)
             if m:
                 s = s[m.end():]
             else:
