@@ -2,7 +2,8 @@
 
 Operators paste logs from many places: ``docker compose logs``, ``kubectl logs --prefix`` or
 ``--timestamps``, ``journalctl -u`` for a systemd unit, Ray's actor tags, ``srun -l``, OpenMPI's
-``--tag-output``, a terminal's colours and CRLF line ends. A metamorphic test: every real log of
+``--tag-output``, a terminal's colours (also with the ESC byte lost), CRLF line ends, and a
+paste that lost every line's indentation. A metamorphic test: every real log of
 the corpus (``tests/data/real-logs``), wrapped line by line in each of these, must get the same
 state and cause as the bare file. No label is read, so the test part may take part.
 """
@@ -32,6 +33,10 @@ WRAPPERS: dict[str, Callable[[str], str]] = {
     "ray_actor": lambda line: "(RayWorkerWrapper pid=1234, ip=10.0.0.1) " + line,
     "openmpi_tag": lambda line: "[1,0]<stdout>:" + line,
     "srun_label": lambda line: "0: " + line,
+    "bracketed_iso_time": lambda line: "[2025-11-06T02:09:46.576Z] " + line,
+    "no_indentation": lambda line: line.lstrip(),
+    "no_indentation_compose": lambda line: "sglang-1  | " + line.lstrip(),
+    "colour_lost_its_escape": lambda line: "[36m(WorkerDict pid=3432, ip=10.0.0.8)[0m " + line,
     "crlf": lambda line: line + "\r",
     "ansi_colour": lambda line: "\x1b[32m" + line + "\x1b[0m",
 }

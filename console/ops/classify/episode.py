@@ -67,6 +67,9 @@ class Episode:
     announce: tuple[Cause, str, str] | None = None
     best: tuple[Cause, str, str, int] | None = None
     """(cause, raw line, body, seq) of the most specific line so far."""
+    best_weak: bool = False
+    """``best`` is a stand-in (a ``raise`` source line, an exception with no message, the announcing
+    line): a later exception or message line of the same cause says it better."""
     flags: set[str] = field(default_factory=set)
     last_src: str = ""
     first_exc: tuple[str, str, str] | None = None
@@ -78,16 +81,21 @@ class Episode:
     """The cause the last frame or source line points at (see ``CUT_WHERE``)."""
     step: FailureCause | None = None
     """The cause the step named by the announcing line points at (see ``STEP_CAUSES``)."""
+    after_frame: bool = False
+    """The last line was a ``File ...`` frame (its source line comes next, indented or not)."""
     collecting: bool = True
     """Inside frames (True) or after an exception line, reading its message (False)."""
     continuation: int = 0
 
-    def consider(self, raw: str, body: str, seq: int, exception: bool) -> None:
+    def consider(self, raw: str, body: str, seq: int, exception: bool, *, weak: bool = False) -> None:
         c = best_of(causes_of(body, exception))
-        if c is not None and (self.best is None or c.score > self.best[0].score):
+        if c is not None and (self.best is None or c.score > self.best[0].score
+                              or (self.best_weak and not weak and c.score == self.best[0].score)):
             self.best = (c, raw, body, seq)
+            self.best_weak = weak or (exception and _bare(body))
 
     def frame(self, raw: str, body: str, seq: int) -> None:
+        self.after_frame = body.startswith("File ")
         if body[:1] not in ("^", "~", "|") and not body.startswith("..."):
             self.where = next((cause for cause, rx in CUT_WHERE if rx.search(body)), None) or (
                 self.where if not body.startswith("File ") else None)
@@ -105,7 +113,7 @@ class Episode:
             if name in ("spec", "kv_check") and rx.search(low):
                 self.flags.add(name)
         if body.startswith("raise ") and self.last_exc is None:
-            self.consider(raw, body, seq, False)  # a cut traceback: the raise statement names the error
+            self.consider(raw, body, seq, False, weak=True)  # a cut traceback: the raise statement names the error
 
     def exception(self, raw: str, body: str, name: str, seq: int) -> None:
         short = name.rsplit(".", 1)[-1].split("(", 1)[0]
@@ -132,6 +140,8 @@ class Episode:
             cause, score, line, detail, name = rule.cause, rule.score, best[1], best[2], rule.name
             if cause == "cuda_driver" and rule.name == "cuda_error" and "graph" in self.flags:
                 cause, score = "cuda_graph", 86
+            if ann is not None and best[1] == ann[1] and self.last_exc is not None:
+                line, detail = self._line()  # the announcing line names the cause, its exception says what
             rule_crash = rule.crash
         else:
             line, detail = self._line()
@@ -161,12 +171,18 @@ class Episode:
     def _line(self) -> tuple[str, str]:
         if self.last_exc is not None:
             raw, body, name = self.last_exc
-            if body == name and self.last_src:
-                return self.last_src, self.last_src  # a bare ``AssertionError``: its source line says more
+            if body == name and self.last_src and self.last_src.lstrip().startswith(("assert ", "raise ")):
+                return self.last_src, self.last_src  # a bare ``AssertionError``: its ``assert`` line says more
             return raw, body
         if self.announce is not None:
             return self.announce[1], self.announce[2]
         return self.header or "Traceback (most recent call last):", ""
+
+
+def _bare(body: str) -> bool:
+    """An exception line with no message (``ImportError:``): the lines after it say what happened."""
+    name, _, rest = body.partition(":")
+    return not rest.strip() and " " not in name
 
 
 def announce_into(ep: Episode, raw: str, head: str, causes: tuple[Cause, ...]) -> None:
@@ -177,3 +193,4 @@ def announce_into(ep: Episode, raw: str, head: str, causes: tuple[Cause, ...]) -
     specific = best_of(tuple(c for c in causes if c.cause != "other"))
     if specific is not None:
         ep.best = (specific, raw, head, ep.seq)
+        ep.best_weak = True

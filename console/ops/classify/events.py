@@ -27,6 +27,7 @@ from console.ops.classify.patterns import (
     CONFIG_DUMP,
     EXCEPTION,
     EXIT_CODE,
+    FRAME_LINE,
     HTTP,
     IGNORED_EXCEPTIONS,
     PHASES,
@@ -127,7 +128,7 @@ class Reader:
             self.close(sink)
             sink.stop(ln.raw, seq, False)
         quiet = ln.level in QUIET_LEVELS
-        if ln.indented:
+        if ln.indented or (not quiet and FRAME_LINE.match(body)):
             if quiet:
                 return
             if body.startswith('File "'):  # a traceback whose start is not in the log
@@ -149,7 +150,7 @@ class Reader:
     def _continues(self, ep: Episode, ln: Line, body: str, seq: int) -> bool:
         """The line belongs to the open episode (frame, chain, exception, message)."""
         if ep.collecting:
-            if ln.indented:
+            if ln.indented or FRAME_LINE.match(body):
                 ep.frame(ln.raw, body, seq)
                 return True
             if body.startswith(CHAIN):
@@ -160,6 +161,9 @@ class Reader:
             m = EXCEPTION.match(body)
             if m:
                 ep.exception(ln.raw, body, m.group(1), seq)
+                return True
+            if ep.after_frame and not self._is_event(body) and not _announces(body):
+                ep.frame(ln.raw, body, seq)  # the frame's source line, pasted without its indentation
                 return True
             return False
         # after an exception line: chained tracebacks, remote frames, message lines
@@ -241,7 +245,7 @@ class Reader:
                     sink.progress()  # SGLang: uvicorn is up, its warmup is still to come
                 else:
                     self.phase = None
-                    sink.ready(ln.raw, True)
+                    sink.ready(ln.raw, "Started server process" not in body)
                 return True
         if "Mean acceptance length" in body:
             self._metrics(VLLM.metrics, body, sink, decode=True)

@@ -63,6 +63,10 @@ def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *
         return _death_hint(cause, death)
     if cause == "gpu_oom":
         return _oom_hint(rule, body, vllm)
+    if cause == "host_oom_killed" and rule == "killed" and (exit is None or exit.oom_kill_after is None):
+        return ("the server got SIGKILL ('Killed') with nothing else in the log: most likely the host's OOM "
+                "killer - check dmesg / journalctl -k for 'Out of memory: Killed process'; lower host RAM use "
+                "(--hicache-size, fewer servers per host, a container memory limit that fits)")
     if cause == "host_oom_killed":
         counts = ""
         if exit is not None and exit.oom_kill_before is not None and exit.oom_kill_after is not None:
@@ -106,6 +110,10 @@ def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *
         return ("speculative decoding failed to set up: check --speculative-algorithm, set "
                 "--speculative-num-steps with --speculative-eagle-topk / --speculative-num-draft-tokens, the "
                 "draft model path, and that this model supports the algorithm")
+    if cause == "signal_killed" and rule == "signal_crash":
+        return ("a server process died of a signal (its crash handler or Ray says so): SIGSEGV/SIGILL is a crash "
+                "in native code - align torch / CUDA / kernel package versions; SIGBUS in a container is "
+                "usually a small /dev/shm (docker --shm-size); relaunch")
     if cause == "signal_killed":
         return _signal_hint(c, exit)
     if rule == "child_exit" and c is not None and c.detail:

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+ORPHAN_SGR = re.compile(r"(?<![\w\]])\[[0-9;]{1,12}m")
+"""A colour code whose ESC byte was lost when the log was pasted (``[36m(WorkerDict pid=..)[0m``)."""
 
 _COMPOSE = re.compile(r"[\w.\-]{1,80} {1,40}\| ")
 _CI = re.compile(r" {0,4}\| \[\d{4}-\d\d-\d\dT[\d:.]+Z?\] ")
+_BRACKET_ISO = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ")
 _K8S = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ")
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:[|-] )?")
 _JOURNALD = re.compile(
@@ -67,18 +70,19 @@ def read_line(raw: str) -> Line:
         raw = raw.replace("\x00", "")
     if "\x1b" in raw:
         raw = ANSI.sub("", raw)
-    s = raw
+    s = ORPHAN_SGR.sub("", raw) if "m" in raw and "[" in raw else raw
     interrupt = False
     if s.startswith(_CARET_C):
         interrupt = True
         s = s[2:]
     sglang = vllm = False
     level: str | None = None
-    for _ in range(8):  # every wrapper at most once or twice; bounded
+    for i in range(8):  # every wrapper at most once or twice; bounded
+        first = i == 0
         start = s
         c = s[:1]
         if c.isdigit():
-            m = _K8S.match(s) or _JOURNALD.match(s) or _RFC3339.match(s) or (_SRUN.match(s) if s is raw else None)
+            m = _K8S.match(s) or _JOURNALD.match(s) or _RFC3339.match(s) or (_SRUN.match(s) if first else None)
             if m:
                 s = s[m.end():]
         elif c.isalpha() and ("]: " in s[:160]):
@@ -95,7 +99,7 @@ def read_line(raw: str) -> Line:
                 vllm = vllm or m.group(0).startswith(("(APIServer", "(EngineCore", "(VllmWorker", "(Worker_"))
                 s = s[m.end():]
         elif c == "[":
-            m = _RANK.match(s) or _KUBECTL.match(s)
+            m = _RANK.match(s) or _KUBECTL.match(s) or _BRACKET_ISO.match(s)
             if m:
                 s = s[m.end():]
             else:

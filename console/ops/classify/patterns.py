@@ -79,8 +79,9 @@ SGLANG = Framework(
 
 VLLM = Framework(
     name="vllm",
-    ready=_rx(r"Application startup complete", r"Starting vLLM (?:API )?server on", r"Available routes are",
-              r"^Route: /", r"Uvicorn running on"),
+    # vLLM builds its engine, then lists its routes, then starts uvicorn: the route list is not ready
+    # yet (the port is not bound), uvicorn's own start is.
+    ready=_rx(r"Application startup complete", r"Uvicorn running on", r"Started server process"),
     serving=_rx(r"Avg (?:prompt|generation) throughput", r"\bAdded request \S", r"\bReceived request \S",
                 r"Finished request \S"),
     progress=_rx(
@@ -94,6 +95,7 @@ VLLM = Framework(
         r"Supported_?tasks", r"vLLM API server version", r"Automatically detected platform",
         r"Using \w+ (?:attention )?backend", r"world size \d+ is assigned as",
         r"cache_config_info with initialization", r"Loading drafter model",
+        r"Starting vLLM (?:API )?server", r"Available routes are", r"^Route: /",
     ),
     metrics_line=_rx(r"throughput: ", r"Mean acceptance length"),
     metrics=(
@@ -112,7 +114,7 @@ FRAMEWORKS = (SGLANG, VLLM)
 PROGRESS_ANY = re.compile(SGLANG.progress.pattern + "|" + VLLM.progress.pattern)
 STOP_ANY = re.compile(SGLANG.stop.pattern + "|" + VLLM.stop.pattern)
 STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down", "Finished server", "Gracefully")
-READY_GATE = ("ready to roll", "startup complete", "Starting vLLM", "routes are", "Route: /", "Uvicorn running")
+READY_GATE = ("ready to roll", "startup complete", "Uvicorn running", "Started server process")
 SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ")
 
 # ---------------------------------------------------------------- lines that are neither
@@ -127,6 +129,8 @@ USAGE_START = re.compile(r"^usage: \S")
 ARGPARSE_ERROR = re.compile(r"^[\w.\-/ ]{1,100}: error: ")
 HTTP = re.compile(r'"(POST|GET|PUT) (\S{1,300}) HTTP/[\d.]+" (\d{3})')
 TRACEBACK = "Traceback (most recent call last)"
+FRAME_LINE = re.compile(r'File "[^"\n]{1,1000}", line \d+, in \S')
+"""A traceback frame, also when a paste lost its indentation."""
 CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 EXCEPTION = re.compile(
     r"((?:[A-Za-z_]\w{0,80}\.){0,8}(?:[A-Za-z_]\w{0,80}?)?(?:Error|Exception|Exit|Interrupt|Failure))"
@@ -137,7 +141,8 @@ STOP_EXCEPTIONS = ("KeyboardInterrupt",)
 # Frames and source lines that tell what a traceback was doing.
 FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("spec", _rx(r"speculative|eagle|draft|spec_decode|mtp_|nextn|medusa|proposer")),
-    ("graph", _rx(r"cuda_graph_runner|capture_one_batch|def capture|in capture\b|graph_capture|cudagraph")),
+    ("graph", _rx(r"cuda_graph_runner|capture_one_batch|def capture|in capture\b|graph_capture|cudagraph",
+                  r"in init_cuda_graphs?\b|init_cuda_graphs?\(")),
     ("engine", _rx(r"multiprocessing/process\.py|event_loop|run_busy_loop|run_engine_core|worker_busy_loop",
                    r"run_scheduler_process|run_detokenizer|_run_worker_process|EngineCoreProc|launch_server",
                    r"api_server\.py|entrypoints/cli|<module>|run_server|from_engine_args|_bootstrap")),
@@ -253,9 +258,11 @@ CAUSES: tuple[Cause, ...] = (
         r"cudaErrorStreamCaptureUnsupported", r"stream is capturing"), crash=True),
     Cause("enomem", "host_oom_killed", 84, _rx(r"\[Errno 12\] Cannot allocate memory", r"\bENOMEM\b")),
     # ports
-    Cause("port", "port_in_use", 85, _rx(
-        r"[Aa]ddress already in use", r"EADDRINUSE", r"\[Errno 98\]", r"error while attempting to bind on address",
-        r"\b[Pp]ort \d+ is (?:already )?in use", r"\b[Pp]ort \d+ is not available")),
+    # A failed bind ends the server (uvicorn exits even after "Application startup complete").
+    Cause("port_bind", "port_in_use", 85, _rx(
+        r"[Aa]ddress already in use", r"EADDRINUSE", r"\[Errno 98\]", r"error while attempting to bind on address"),
+        crash=True, terminal=True),
+    Cause("port", "port_in_use", 85, _rx(r"\b[Pp]ort \d+ is (?:already )?in use", r"\b[Pp]ort \d+ is not available")),
     # model
     Cause("model", "model_not_found", 85, _rx(
         r"does not appear to have a file named", r"Repository Not Found", r"RepositoryNotFoundError",
@@ -292,14 +299,17 @@ CAUSES: tuple[Cause, ...] = (
         r"ProcessGroupGloo.{0,300}?(?:errors?|[Tt]imeout)", r"Connection closed by peer"),
         crash=True),
     Cause("nccl_warn", "nccl_error", 40, _rx(r"NCCL WARN")),
-    Cause("watchdog", "watchdog_timeout", 80, _rx(r"Watchdog timeout \(self\.watchdog_timeout="), crash=True,
+    # SGLang's hard watchdog (``Watchdog timeout (self.watchdog_timeout=300)``, newer: ``Scheduler watchdog
+    # timeout (self.watchdog_timeout=300, self.soft=False)``); the soft one (``self.soft=True``) only warns.
+    Cause("watchdog", "watchdog_timeout", 80, _rx(r"[Ww]atchdog timeout \(self\.watchdog_timeout=\d+(?:\.\d+)?"
+                                                  r"(?:\)|, self\.soft=False)"), crash=True,
           terminal=True),
     # environment
     Cause("import", "import_error", 80, _rx(
         r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError)\b",
         r"has no attribute '\w+'.{0,40}_OpNamespace|_OpNamespace.{0,80}no attribute"), exception_only=True),
     Cause("native_lib", "import_error", 80, _rx(
-        r"undefined symbol: ", r"cannot open shared object file", r"version `GLIBC\w*_[\d.]+' not found",
+        r"undefined symbol: ", r"Could not load any \w+ library", r"cannot open shared object file", r"version `GLIBC\w*_[\d.]+' not found",
         r"No module named '", r"cannot import name '")),
     Cause("build", "import_error", 65, _rx(
         r"ninja: build stopped", r"nvcc fatal", r"error: command '\S*nvcc' failed", r"JIT compil\w+ failed")),
@@ -329,17 +339,32 @@ CAUSES: tuple[Cause, ...] = (
     Cause("hit_exception", "other", 15, _rx(
         r"hit an exception", r"Exception in worker \S+ while processing method", r"Error executing method",
         r"EngineCore failed to start", r"WorkerProc failed to start", r"Error in inspecting model architecture",
-        r"EngineCore encountered an issue", r"WorkerProc hit an exception"), terminal=True, announce=True),
+        r"EngineCore encountered an issue", r"WorkerProc hit an exception", r"^Exception in [\w.]+:$"),
+        terminal=True, announce=True),
     Cause("engine_dead", "other", 12, _rx(
         r"Engine core initialization failed", r"EngineDeadError", r"Engine loop is not running",
         r"Engine process failed to start", r"AsyncEngineDeadError", r"EngineCore exiting",
         r"Rank \d+ scheduler is dead"), terminal=True),
+    # A worker's death as its executor reports it: the first death, worth more than a bare traceback after it.
+    Cause("worker_died", "other", 18, _rx(
+        r"Worker proc \S+ died unexpectedly", r"got fatal signal from worker processes"), crash=True, terminal=True),
+    # A process ended by a signal, as its own crash handler reports it: no cause of its own.
+    Cause("signal_crash", "signal_killed", 30, _rx(
+        r"Fatal Python error: (?:Segmentation fault|Bus error|Floating point exception|Illegal instruction)",
+        r"\*\*\* SIG(?:SEGV|BUS|FPE|ILL|KILL) received at time=", r"^Segmentation fault\b", r"^Bus error\b"),
+        terminal=True),
+    # Ray's word for it: the worker is gone, the signal may be in its own lines (which then decide).
+    Cause("ray_worker_died", "signal_killed", 28, _rx(
+        r"A worker died or was killed while executing a task by an unexpected system error",
+        r"The actor is dead because its worker process has died"), terminal=True),
     Cause("native_crash", "other", 12, _rx(
-        r"Fatal Python error", r"Segmentation fault", r"core dumped", r"terminate called after throwing",
+        r"Fatal Python error", r"core dumped", r"terminate called after throwing",
         r"^Aborted\b", r"^what\(\): "), terminal=True),
     Cause("sigquit", "other", 10, _rx(r"Received sigquit from a child process", r"SIGQUIT received"),
           terminal=True, stop_induced=True),
-    Cause("killed", "other", 8, _rx(r"^Killed$"), terminal=True, stop_induced=True),
+    # The shell's note that the server got SIGKILL. With nothing more specific in the log and no stop
+    # request, the kernel's OOM killer is by far the usual sender (the exit record's oom_kill says).
+    Cause("killed", "host_oom_killed", 8, _rx(r"^Killed$"), terminal=True, stop_induced=True),
 )
 CAUSES_BY_NAME = {c.name: c for c in CAUSES}
 
@@ -360,6 +385,8 @@ KEYWORDS = (
     "eagle", "connection closed", "tensor map", "warmup", "assertion", "dead", "watchdog", "allocate",
     "mtp", "nextn", "not supported", "glibc", "divisible", "--", "huggingface", "traffic", "ninja", "nvcc",
     "jit", "compute capability", "infer device", "hip", "hsa_", "cublas", "cudnn", "nvml", "cannot import",
+    "sigsegv", "sigbus", "sigill", "sigfpe", "sigkill", "bus error", "illegal instruction", "floating point",
+    "could not load",
 )
 """A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
 

@@ -206,7 +206,8 @@ def _stopped(st: State) -> Classification:
 
 
 def _specific(c: Failure | None) -> bool:
-    return c is not None and c.cause not in ("other", "signal_killed")
+    """The failure names its cause (a bare ``Killed`` only guesses the OOM killer)."""
+    return c is not None and c.cause not in ("other", "signal_killed") and c.rule != "killed"
 
 
 def decide(st: State, exit: ExitRecord | None, death: ProcessExit | None = None,
@@ -244,6 +245,8 @@ def decide(st: State, exit: ExitRecord | None, death: ProcessExit | None = None,
     sig = signal_of(exit)
     best = st.best(fresh_only=ready)
     if st.fatal() and best is not None:
+        if best.rule == "killed" and not exit.host_oom_killed and exit.oom_kill_after is not None:
+            return _failed(st, best, "signal_killed", exit)  # SIGKILL, and the OOM counter says not the kernel
         if exit.host_oom_killed and (
                 best.cause == "signal_killed" or (best.cause == "other" and (sig is not None or best.rule != "exception"))):
             return _failed(st, best, "host_oom_killed", exit)
