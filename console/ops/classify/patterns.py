@@ -271,7 +271,8 @@ CAUSES: tuple[Cause, ...] = (
         r"LocalEntryNotFoundError", r"Revision Not Found", r"RevisionNotFoundError",
         r"Incorrect path_or_model_id", r"Can't load (?:the )?(?:tokenizer|config|configuration|model) for",
         r"Invalid repository ID or local directory", r"Repo id must be",
-        r"couldn't connect to 'https://huggingface\.co'", r"outgoing traffic has been disabled")),
+        r"couldn't connect to 'https://huggingface\.co'", r"outgoing traffic has been disabled",
+        r"Cannot find any model weights with", r"host='huggingface\.co'.{0,80}Max retries exceeded")),
     Cause("model_file", "model_not_found", 80, _rx(
         r"(?:FileNotFoundError|No such file or directory).{0,500}?(?:config\.json|tokenizer|\.safetensors)"),
         exception_only=True),
@@ -283,7 +284,8 @@ CAUSES: tuple[Cause, ...] = (
         r"forward compatibility was attempted on non supported HW", r"libcuda\.so\S*: cannot open shared object",
         r"CUDA unknown error", r"unsupported display driver / cuda driver combination",
         r"no kernel image is available for execution", r"Cannot re-initialize CUDA in forked subprocess",
-        r"Failed to infer device type", r"Failed to initialize NVML", r"NVML Shared Library Not Found"), crash=True),
+        r"Failed to infer device type", r"Failed to initialize NVML", r"NVML Shared Library Not Found",
+        r"CUDA driver initialization failed"), crash=True),
     Cause("cuda_error", "cuda_driver", 75, _rx(
         r"CUDA error: ", r"cudaError\w+", r"CUDA_ERROR_\w+", r"device-side assert triggered",
         r"an illegal memory access was encountered", r"illegal instruction was encountered",
@@ -296,7 +298,8 @@ CAUSES: tuple[Cause, ...] = (
         r"NCCL error", r"nccl(?:Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error",
         r"DistBackendError", r"Watchdog caught collective operation timeout", r"NCCL communicator was aborted",
         r"ProcessGroupNCCL.{0,300}?(?:[Tt]imeout|[Ee]rror)", r"DistNetworkError", r"DistStoreError",
-        r"ProcessGroupGloo.{0,300}?(?:errors?|[Tt]imeout)", r"Connection closed by peer"),
+        r"ProcessGroupGloo.{0,300}?(?:errors?|[Tt]imeout)", r"Connection closed by peer",
+        r"setting up NCCL communicator and retrieving ncclUniqueId", r"DeepEP error: .{0,60}timeout"),
         crash=True),
     Cause("nccl_warn", "nccl_error", 40, _rx(r"NCCL WARN")),
     # SGLang's hard watchdog (``Watchdog timeout (self.watchdog_timeout=300)``, newer: ``Scheduler watchdog
@@ -324,7 +327,8 @@ CAUSES: tuple[Cause, ...] = (
         r"[Ii]nvalid (?:value|choice|argument)[^.]{0,60}--[\w-]+", r"User specified context_length \d+ is greater than",
         r"must be divisible by (?:the )?(?:tensor|pipeline) parallel size", r"divisible by (?:tp_size|tensor parallel)",
         r"[Bb]float16 is only supported on GPUs with compute capability", r"is not supported for the current GPU",
-        r"[Ii]nvalid (?:value|choice) for --[\w-]+")),
+        r"[Ii]nvalid (?:value|choice) for --[\w-]+", r"is greater than the derived max_model_len",
+        r"[Uu]nknown quantization method")),
     # speculative decoding
     Cause("spec", "spec_decode_error", 70, _rx(
         r"[Ss]peculative", r"[Dd]raft[ _]?model", r"\bdraft", r"EAGLE", r"[Ee]agle", r"NEXTN", r"[Nn]ext[Nn]\b",
@@ -386,7 +390,7 @@ KEYWORDS = (
     "mtp", "nextn", "not supported", "glibc", "divisible", "--", "huggingface", "traffic", "ninja", "nvcc",
     "jit", "compute capability", "infer device", "hip", "hsa_", "cublas", "cudnn", "nvml", "cannot import",
     "sigsegv", "sigbus", "sigill", "sigfpe", "sigkill", "bus error", "illegal instruction", "floating point",
-    "could not load",
+    "could not load", "cannot find any", "max_model_len", "quantization", "deepep", "ncclunique",
 )
 """A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
 
