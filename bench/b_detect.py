@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 from bench.links import open_link
-from tests.helpers.sshd import free_port
 from bench.stats import cell, ratio, summarize
 from console.model import LaunchRequest
 from console.ops import lifecycle
+from tests.helpers.sshd import free_port
 
 STAND_IN = str(Path(__file__).resolve().parent / "stand_in.py")
 READY_AFTER = 1.0

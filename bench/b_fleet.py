@@ -115,10 +115,10 @@ async def run(ctx, sec) -> None:
                 "received": len(lat), "expected": n * wall,
                 "ssh_pct": ((s1["utime"] + s1["stime"]) - (s0["utime"] + s0["stime"])) / wall * 100,
                 "agents_pct": (a1 - a0) / wall * 100,
-                "agent_tick_ms": summarize([l.sample.get("tick_ms") for l in links if l.sample]),
+                "agent_tick_ms": summarize([lk.sample.get("tick_ms") for lk in links if lk.sample]),
             })
     finally:
-        await asyncio.gather(*(l.close() for l in links), return_exceptions=True)
+        await asyncio.gather(*(lk.close() for lk in links), return_exceptions=True)
         for p in stand_ins:
             stop(p)
         try:

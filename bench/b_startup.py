@@ -4,7 +4,9 @@
   ``mtpconsole`` resolves to), against a bare ``python -c pass`` (the floor any Python CLI pays);
 * first frame: the app on a real 200×50 pseudo-terminal (``bench/first_frame.py``): with the tests'
   FakeBackend, and ``mtpconsole --demo`` (the built-in demo host) when this build has it; the
-  frame counts when the header's title has been drawn; then ``q``, and nothing may be left running;
+  frame counts when the header's title has been drawn on the app's screen, the first frame *with
+  data* when a GPU panel's power reading has (issue 16: within 1 s), with the app's own CPU time
+  and its children's (agent, demo stand-ins) at that moment; then ``q``, and nothing may be left running;
 * ``python -X importtime``: the biggest imports under ``import console.cli`` and under the TUI's
   ``import console.ui.app``.
 """
@@ -76,23 +78,38 @@ def _first_frame(cmd: list[str], env: dict) -> dict:
         return {"error": (p.stderr or p.stdout)[-500:]}
 
 
+def _starts(argv: list[str], env: dict) -> str | None:
+    """None when ``argv --help`` works here, else the last line of its error (an entry point whose
+    editable install points elsewhere cannot import ``console``)."""
+    p = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=REPO, timeout=60, env=env)
+    return None if p.returncode == 0 else ((p.stderr or p.stdout).strip().splitlines() or ["exit %d" % p.returncode])[-1]
+
+
 def run(ctx, sec) -> None:
     n, nf = ctx.n(15, 2), ctx.n(5, 1)
     entry = Path(sys.executable).parent / "mtpconsole"
     which = shutil.which("mtpconsole")
+    broken = _starts([str(entry)], dict(os.environ)) if entry.exists() else "absent"
+    if entry.exists() and broken:
+        sec.notes.append(f"The entry point beside the interpreter ({entry}) does not start in this environment "
+                         f"({broken[:160]}): `python -m console` stands for it below.")
+    if which and Path(which) != entry and _starts([which], dict(os.environ)):
+        which = None
     nocache = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     cached["PYTHONPYCACHEPREFIX"] = str(ctx.tmp / "pycache")
     conds = {"no bytecode cache": nocache, "bytecode cached": cached}
     _importtime("console.ui.app", cached)  # warm the cache
     subprocess.run([sys.executable, "-c", "import console.cli, console.commands.tui, console.commands.context, "
-                    "console.sim.demo, console.ops.backend"], cwd=REPO, env=cached, capture_output=True, timeout=60)
+                    "console.sim.demo, console.ops.backend, console.sim.sglang, console.sim.sglang_worker"],
+                   cwd=REPO, env=cached, capture_output=True, timeout=60)  # the demo's stand-ins too
     walls = {}
     for _ in range(2 if not ctx.quick else 1):  # interleave rounds
         for cname, env in conds.items():
             for name, argv in (("python -c pass", [sys.executable, "-c", "pass"]),
                                ("python -m console --help", [sys.executable, "-m", "console", "--help"]),
-                               ("mtpconsole --help (entry point beside the interpreter)", [str(entry), "--help"] if entry.exists() else None),
+                               ("mtpconsole --help (entry point beside the interpreter)",
+                                [str(entry), "--help"] if entry.exists() and not broken else None),
                                ("mtpconsole --help (another one on PATH)",
                                 ["mtpconsole", "--help"] if which and Path(which) != entry else None)):
                 if argv:
@@ -105,30 +122,53 @@ def run(ctx, sec) -> None:
     frames = {"app + FakeBackend (`python -m bench.ff_fake`)": [sys.executable, "-m", "bench.ff_fake"]}
     demo = (REPO / "console" / "sim" / "demo.py").exists()
     if demo:
-        frames["`mtpconsole --demo`"] = [str(entry) if entry.exists() else "mtpconsole", "--demo"]
+        frames["`mtpconsole --demo`" if not broken else "`python -m console --demo`"] = (
+            [str(entry), "--demo"] if not broken else [sys.executable, "-m", "console", "--demo"])
     ff_rows, ff_all, leftovers = [], {}, []
     for _ in range(nf):
         for name, cmd in frames.items():
             for cname, env in conds.items():
                 r = _first_frame(cmd, env)
                 ff_all.setdefault(f"{name}, {cname}", []).append(r)
-            leftovers += r.get("leftovers") or []
+                leftovers += r.get("leftovers") or []
     for name, rs in ff_all.items():
         ff = summarize([r["first_frame_ms"] for r in rs if r.get("first_frame_ms") is not None])
         fo = summarize([r["first_output_ms"] for r in rs if r.get("first_output_ms") is not None])
         q = summarize([r["quit_ms"] for r in rs if r.get("quit_ms") is not None])
         fd = summarize([r["first_data_ms"] for r in rs if r.get("first_data_ms") is not None])
+        cpu = summarize([r["cpu_app_ms"] for r in rs if r.get("cpu_app_ms") is not None])
+        kids = summarize([r["cpu_children_ms"] for r in rs if r.get("cpu_children_ms") is not None])
         errs = [r.get("error") or r.get("tail") for r in rs if r.get("first_frame_ms") is None]
         ended = ", ".join(sorted({str(r.get("exited_by")) for r in rs}))
-        ff_rows.append([name, cell(ff), cell(fd) if fd else "never", cell(fo), cell(q), ended,
-                        str(len(errs)) + (f" ({errs[0][:120]!r})" if errs else "")])
+        ff_rows.append([name, cell(ff), cell(fd) if fd else "never",
+                        f"{cpu.median:.0f} ms + {kids.median:.0f} ms" if cpu and kids else "–", cell(fo), cell(q),
+                        ended, str(len(errs)) + (f" ({errs[0][:120]!r})" if errs else "")])
     sec.table(["first frame of", "first frame (title drawn)", "first frame with data (a GPU's power drawn)",
-               "first byte on the terminal", "q → exited",
-               "ended by", "runs without a frame"], ff_rows)
-    worst = max((summarize([r["first_frame_ms"] for r in rs if r.get("first_frame_ms")]) or
-                 summarize([1e9]) for rs in ff_all.values()), key=lambda x: x.median)
-    sec.target = "first frame < 1 s"
-    sec.verdict = ("met" if worst.p95 < 1000 else "missed") + f" (slowest p95 {worst.p95:.0f} ms)"
+               "CPU until the data frame: app + its children (median)", "first byte on the terminal",
+               "q → exited", "ended by", "runs without a frame"], ff_rows)
+
+    sec.notes.append("First frame: counted on the app's own screen (after its switch to the alternate screen). The "
+                     "demo prints a 'staging…' line on stderr first, which names the program too: runs before "
+                     "2026-12-01 counted that line as the demo's first frame (~0.6 s).")
+    for name, rs in ff_all.items():
+        pairs = [(r["first_data_ms"], r["cpu_app_ms"]) for r in rs
+                 if r.get("first_data_ms") is not None and r.get("cpu_app_ms") is not None]
+        if "--demo" in name and pairs:
+            wall = summarize([w for w, _ in pairs]).median
+            cpu = summarize([c for _, c in pairs]).median
+            sec.notes.append(
+                f"{name}: the app's own CPU until the frame with data is {cpu / wall:.0%} of that wall time "
+                + ("— the start is bound by the console's own work (imports, first layout), not by waiting for "
+                   "the host's first sample" if cpu >= 0.8 * wall else
+                   f"— it waits {wall - cpu:.0f} ms (for the host's first sample, or for a core)") + ".")
+
+    def slowest(key: str):
+        return max((summarize([r[key] for r in rs if r.get(key)]) or summarize([1e9]) for rs in ff_all.values()),
+                   key=lambda x: x.median)
+    worst, worst_data = slowest("first_frame_ms"), slowest("first_data_ms")
+    sec.target = "first frame with data ≤ 1 s (issue 16), first frame < 1 s"
+    sec.verdict = (("met" if worst_data.p95 <= 1000 and worst.p95 < 1000 else "missed")
+                   + f" (slowest p95: with data {worst_data.p95:.0f} ms, first frame {worst.p95:.0f} ms)")
     if not demo:
         sec.notes.append("`--demo` is not in this build (no console/sim/demo.py): only the FakeBackend app was timed.")
     sec.notes.append("Processes left behind after `q`: " + ("none" if not leftovers else

@@ -3,9 +3,11 @@
     python -m bench.first_frame MARKER [DATA_REGEX] -- CMD [ARG...]
 
 Runs CMD on a 200×50 pty, reports when its first output arrived, when MARKER (plain text the
-first frame contains, e.g. the header title) first appeared and, with DATA_REGEX, when the
-first frame *with data* did (the regex matched the screen text, e.g. a GPU panel's power
-reading ``612/700 W``; placeholders never match it), then types ``q``, waits for it to
+first frame contains, e.g. the header title) first appeared on the app's screen (after its switch
+to the alternate screen: a line printed before it, such as the demo's "staging…" line naming the
+program, is not a frame) and, with DATA_REGEX, when the first frame *with data* did (the regex
+matched the screen text, e.g. a GPU panel's power reading ``612/700 W``; placeholders never match
+it), with the app's own CPU time and its children's at that moment, then types ``q``, waits for it to
 quit (SIGTERM, then SIGKILL if it will not), and — being a child subreaper — waits for or kills
 every process it left behind, naming them. Prints one JSON object.
 """
@@ -26,6 +28,8 @@ import termios
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+ALT_SCREEN = b"\x1b[?1049h"
+"""The app switching to the alternate screen: its frames come after it."""
 ANSI = re.compile(rb"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
 
 
@@ -47,6 +51,17 @@ def _descendants(root: int) -> list[int]:
         out.append(p)
         stack.extend(kids.get(p, []))
     return out
+
+
+def _cpu_ms(pid: int) -> float | None:
+    """User + system CPU of one process so far (all its threads), in ms."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+        fields = raw[raw.rfind(")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) * 1000.0 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _reap() -> None:
@@ -90,6 +105,7 @@ def main() -> int:
             os._exit(127)
     buf = bytearray()
     first_out = first_frame = first_data = None
+    cpu_app = cpu_rest = None
     deadline = time.monotonic() + 30
     alive = True
     seen = 0
@@ -102,11 +118,14 @@ def main() -> int:
         if len(buf) == seen:
             continue
         seen = len(buf)
-        text = ANSI.sub(b"", bytes(buf))
+        alt = buf.find(ALT_SCREEN)
+        text = ANSI.sub(b"", bytes(buf[alt:])) if alt >= 0 else b""
         if first_frame is None and marker in text:
             first_frame = now
         if data is not None and first_data is None and data.search(text):
             first_data = now
+            cpu_app = _cpu_ms(pid)  # where the time to the first frame with data went: the app's own CPU,
+            cpu_rest = sum(c for c in map(_cpu_ms, _descendants(pid)) if c)  # its children's (agent, demo)
     t_quit = time.perf_counter()
     exited_by = None
     if alive:
@@ -156,6 +175,7 @@ def main() -> int:
     ms = lambda t: None if t is None else round((t - t0) * 1000, 1)  # noqa: E731
     print(json.dumps({"first_output_ms": ms(first_out), "first_frame_ms": ms(first_frame),
                       "first_data_ms": ms(first_data),
+                      "cpu_app_ms": cpu_app, "cpu_children_ms": cpu_rest,
                       "quit_ms": round((t_exit - t_quit) * 1000, 1), "exited_by": exited_by,
                       "leftovers": left, "output_bytes": len(buf),
                       "tail": ANSI.sub(b"", bytes(buf[-400:])).decode("utf-8", "replace") if first_frame is None else ""}))

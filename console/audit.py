@@ -91,7 +91,48 @@ class Audit:
             fn(entry)
         return entry
 
+    def others(self, since: float, ops: tuple[str, ...] | None = None) -> list[AuditEntry]:
+        """What other consoles on this machine (the CLI, another TUI) wrote to this audit file from ``since`` on
+        (of ``ops`` when given): the file's tail without this console's own entries. Reads the file."""
+        if self.path is None:
+            return []
+        own = {entry_key(e) for e in list(self.entries)}  # a copy: may run in a thread while entries are added
+        return [e for e in read_tail(self.path, since, ops) if entry_key(e) not in own]
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+READ_TAIL_BYTES = 8 << 20
+"""Only the last 8 MiB of an audit file are read back."""
+
+
+def entry_key(e: AuditEntry) -> tuple:
+    """An entry's identity, the same in memory and read back from the file."""
+    return (e.at, e.host, e.op, e.ok, json.dumps(e.args, sort_keys=True, default=str))
+
+
+def read_tail(path: str | os.PathLike, since: float, ops: tuple[str, ...] | None = None,
+              max_bytes: int = READ_TAIL_BYTES) -> list[AuditEntry]:
+    """The entries of the audit file at ``path`` from ``since`` on (of ``ops`` when given), read from its last
+    ``max_bytes``; lines that are not entries are skipped; [] when the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
+            raw = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    marks = tuple(f'"op":"{op}"' for op in ops) if ops is not None else None
+    out = []
+    for line in raw:
+        if marks is not None and not any(m in line for m in marks):  # cheap before parsing
+            continue
+        try:
+            e = AuditEntry.model_validate_json(line)
+        except ValueError:
+            continue
+        if e.at >= since and (ops is None or e.op in ops):
+            out.append(e)
+    return out

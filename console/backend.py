@@ -82,6 +82,10 @@ class Backend(Protocol):
     async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> PlanVerdict:
         """The memory planner's verdict for these flags on these GPUs of ``host``."""
 
+    async def others_audit(self, since: float, ops: tuple[str, ...] | None = None) -> list[AuditEntry]:
+        """What other consoles on this machine (the CLI, another TUI) wrote to the shared audit log from
+        ``since`` on (of ``ops`` when given): this console's own entries left out; [] without an audit file."""
+
     async def foreign_output(self, host: str, pid: int, start_ticks: int | None) -> tuple[str, list[str]]:
         """A hand-started server's own output: (where it is, its last lines). Raises with the host's reason
         when it cannot be read (not a regular file, unreadable, the process is gone)."""

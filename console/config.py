@@ -17,6 +17,7 @@ Example::
     runs_dir = "~/.mtpconsole/runs"
     server_command = ["python3", "-m", "sglang.launch_server"]
     env_names = ["HF_TOKEN"]         # taken from the console's environment at launch
+    log_cap_mb = 512                 # optional: rotate each launch's output.log at 512 MiB
 
     [profiles.qwen-mtp]
     host = "b200"
@@ -60,6 +61,9 @@ class HostConfig(Strict):
     """auto: 'local' runs as a subprocess, anything else over SSH; local forces a subprocess."""
     launch_env: dict[str, str] = Field(default_factory=dict)
     """Fixed, non-secret environment added to every launch on this host (secrets: env_names)."""
+    log_cap_mb: float | None = Field(default=None, gt=0)
+    """Cap each launch's ``output.log`` at this many MiB (the supervisor rotates it: ``output.log.1`` and the
+    first 64 KiB in ``output.log.head`` are kept). None (default): the server writes the file, unbounded."""
 
     @field_validator("python", "runs_dir")
     @classmethod

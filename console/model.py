@@ -141,6 +141,8 @@ class LaunchSpec(Frozen):
     profile: str | None = None
     replaces: str | None = None
     """Session id this launch relaunches, if any."""
+    log_cap_mb: float | None = None
+    """output.log's cap in MiB (the host's ``log_cap_mb``, filled in by the agent); None: no cap."""
 
 
 class SupervisorRecord(Frozen):

@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 # Import hypothesis now, not lazily at the terminal summary: rewriting it late trips CPython
 # 3.11.7's "AST constructor recursion depth mismatch" bug and crashes pytest after the tests passed.
 import hypothesis  # noqa: F401,E402
+import pytest
 
 from tests.helpers.sshd import Sshd, SshdUnavailable, free_port, start_sshd  # noqa: E402,F401
 

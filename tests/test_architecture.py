@@ -31,6 +31,7 @@ PKG = REPO / "console"
 UI_PURE_HELPERS = {
     "console.redact": "masks secrets in text the UI shows",
     "console.ops.flags.argv": "the one argv resolver (how the host's argparse reads a flag list): pure functions",
+    "console.ops.flags.launcher": "the one launcher/flags split of a command line: a pure function",
     "console.ops.flags.sources": "the bundled flag schema the resolver falls back to (package data, read once)",
     "console.ops.flags.models": "the flag schema's models",
     "console.ops.sessions": "derive_views: sessions as the operator sees them, a pure function of a snapshot",

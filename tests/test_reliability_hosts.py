@@ -281,10 +281,10 @@ async def test_host_whose_python_hangs_is_bounded_and_says_what_it_printed(sshd,
 async def test_long_outage_retries_leak_no_descriptors(bad_hosts, sshd, monkeypatch):
     """Hours of an unreachable or stalling host, compressed: many reconnect attempts (backoff shortened),
     each failing clearly; the console's open file descriptors do not grow."""
+    from console.config import HostConfig
     from console.remote import link as link_mod
     from console.remote.link import HostLink
     from console.remote.ssh import parse_host_spec
-    from console.config import HostConfig
 
     monkeypatch.setattr(link_mod, "BACKOFF_BASE_S", 0.01)
     monkeypatch.setattr(link_mod, "BACKOFF_CAP_S", 0.05)

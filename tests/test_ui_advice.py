@@ -265,6 +265,7 @@ def test_tracker_advice_is_rate_limited_and_a_rule_bug_never_stops_the_view(monk
     tr = tracker_mod.HostTracker(Link(), interval=1.0, on_view=lambda v: None, on_log=lambda *a: None,  # type: ignore[arg-type]
                                  clock=lambda: now[0])
     tr.shape_cache = {"/models/demo-27b": None, "/models/other": None}  # nothing to read in the background
+    tr.foreign_logs_at = float("inf")  # nor the foreign server's stdout file (this test runs without a loop)
     view = view_a()
     assert [a.kind for a in tr._advise(view)] == ["gpu_underused"]
     now[0] += 0.5

@@ -459,3 +459,22 @@ async def test_launch_refused_before_start_creates_no_session():
 
 def header(app, host: str = "host-a") -> str:
     return next(s for s in app.query(HostSection) if s.host == host).query_one(HostHeader).render().plain
+
+
+async def test_keys_typed_ahead_each_move_the_selection():
+    """Tab Tab typed before the first focus event is handled selects the second panel, not the first
+    twice (the selection moves when the key is handled, not when the focus event comes round)."""
+    be = FakeBackend([view_idle(n=4)])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        start = app.selected.index if app.selected is not None else -1
+        app.action_next_panel(1)
+        app.action_next_panel(1)  # no await between them: the first focus event has not run yet
+        await settle(pilot)
+        assert app.selected is panel(app, "host-a", start + 2)
+        app.action_next_panel(-1)
+        app.action_next_panel(-1)
+        app.action_next_panel(-1)
+        await settle(pilot)
+        assert app.selected is panel(app, "host-a", (start + 2 - 3) % 4)

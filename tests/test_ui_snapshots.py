@@ -9,19 +9,34 @@ from __future__ import annotations
 import pytest
 from textual.containers import Vertical
 from textual.widgets import Input
+from ui_fakes import (
+    ARGV,
+    FAILED_LOG,
+    LAUNCH_STEPS,
+    NOW,
+    SESSION_LOG,
+    FakeBackend,
+    failed,
+    foreign,
+    frozen_app,
+    gpu,
+    harness,
+    ready,
+    session,
+    snapshot,
+    view_a,
+    view_b,
+    with_current,
+)
 
 from console.model import HostView, OperationResult, Step
+from console.ui.flag_values import from_argv
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
-from console.ui.flag_values import from_argv
 from console.ui.widgets.badge import Badge
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
-from ui_fakes import (
-    ARGV, FAILED_LOG, LAUNCH_STEPS, NOW, SESSION_LOG, FakeBackend, failed, foreign, frozen_app, gpu, harness,
-    ready, session, snapshot, view_a, view_b, with_current,
-)
 
 BADGES = [("IDLE", "idle"), ("LAUNCHING 3/6", "launching"), ("LOADING", "loading"), ("READY", "ready"),
           ("FAILED: gpu_oom", "failed"), ("STOPPING", "stopping"), ("STOPPED", "stopped"), ("FOREIGN", "foreign"),
@@ -184,8 +199,9 @@ def test_whole_app_high_contrast_read_only(snap_compare):
 
 def test_whole_app_compact_grid(snap_compare):
     """c with 8 GPUs per host: short panels, as many per row as the width allows."""
-    from console.model import HostView
     from ui_fakes import view_idle
+
+    from console.model import HostView
 
     def views():
         a = view_a()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from ui_fakes import ARGV, NOW, failed, foreign, ready, session, snapshot
 
+from console.ops.current import current_by_gpu
 from console.ui.flag_values import FlagValues, field_errors, flag_diff, from_argv, split_argv
 from console.ui.format import MAX_LINE, age_text, clean
 from console.ui.widgets.badge import badge_for, staleness
-from console.ops.current import current_by_gpu
-from ui_fakes import ARGV, NOW, failed, foreign, ready, session, snapshot
 
 
 @pytest.mark.parametrize("raw, want", [
@@ -137,7 +137,8 @@ def test_flag_diff():
         "- --a 1", "+ --a 2", "- --c x", "+ --d y"]
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)
@@ -181,8 +182,9 @@ def test_form_hook_helpers():
 
 
 def test_zombie_foreign_servers_are_not_shown():
-    from console.ops.sessions import derive_views
     from ui_fakes import proc, snapshot
+
+    from console.ops.sessions import derive_views
 
     z = proc(5150, ["python", "-m", "sglang.launch_server"], None, {3: 0}).model_copy(update={"state": "Z"})
     assert derive_views(snapshot(servers=[z]), {}, NOW) == []  # a zombie is not a server

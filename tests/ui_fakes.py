@@ -8,8 +8,20 @@ import time
 from typing import Callable
 
 from console.model import (
-    AuditEntry, ConnectionInfo, GpuProc, GpuSample, HostSnapshot, HostView, KillTarget, LaunchRequest,
-    OperationResult, PendingLaunch, ServeMetrics, ServerProc, SessionView, Step,
+    AuditEntry,
+    ConnectionInfo,
+    GpuProc,
+    GpuSample,
+    HostSnapshot,
+    HostView,
+    KillTarget,
+    LaunchRequest,
+    OperationResult,
+    PendingLaunch,
+    ServeMetrics,
+    ServerProc,
+    SessionView,
+    Step,
 )
 from console.ops.current import CurrentState
 
@@ -138,6 +150,10 @@ class FakeBackend:
             on_view(self._current(v))
         on_audit(AuditEntry(at=NOW - 5, host="host-a", op="agent.start", args={"python": "python3"}, ok=True,
                             result="agent v1 ready", elapsed_ms=84.0))
+
+    async def others_audit(self, since: float, ops: tuple[str, ...] | None = None) -> list[AuditEntry]:
+        """No other console shares this fake's audit log (tests/test_events_tui.py gives one that does)."""
+        return []
 
     def _current(self, view: HostView) -> HostView:
         host = view.snapshot.name

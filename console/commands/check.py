@@ -15,6 +15,7 @@ import json
 
 from console.commands.context import CliContext
 from console.commands.flags import add_source_options, command_of, load_schema
+from console.errors import UserError
 from console.ops.flags import check_all, split_launch_command
 
 
@@ -54,6 +55,9 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if tokens and tokens[0] == "--":
         tokens = tokens[1:]
     launcher, flags = split_launch_command(tokens)
+    if tokens and not launcher and not flags:
+        raise UserError("not a server command line this console can split: give 'python … -m MODULE …', "
+                        "'sglang serve …', 'vllm serve …' or the server flags only")
     schema = await load_schema(ctx, args, command_of(args, launcher or None))
     problems = check_all(flags, schema, version=schema.version)
     errors = sum(p.severity == "error" for p in problems)

@@ -61,7 +61,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             return 0
         q: asyncio.Queue = asyncio.Queue()
         link.listeners.append(lambda kind, msg: q.put_nowait(msg) if kind == "log" else None)
-        await link.follow_log(args.session, r["end"])
+        await link.follow_log(args.session, r["end"], r.get("file"))
         runner = asyncio.create_task(link.run())  # reconnects and re-follows from the byte offset
         try:
             while True:

@@ -8,6 +8,7 @@ caller) so the planner can check suggestions.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from console.model import (
 )
 from console.ops.advisor import HostContext, ServerContext, Validator, advise
 from console.ops.classify import classify
+from console.ops.flags.launcher import split_launch_command
 from console.ops.foreign_log import NoOutput, read_foreign_output
 from console.ops.metrics import (
     MetricsParseError,
@@ -47,17 +49,15 @@ ReadFile = Callable[[str], Awaitable[bytes | str]]
 LIVE_STATES = {"ready", "loading", "foreign", "launching"}
 
 
-def server_flags(argv: Sequence[str]) -> list[str]:
-    """The server flags of a launcher's argv: everything from the first ``--`` option on."""
-    for i, tok in enumerate(argv):
-        if tok.startswith("--"):
-            return list(argv[i:])
-    return []
-
-
 def model_path(flags: Mapping[str, Any]) -> str | None:
+    """The served model's path in parsed server flags (``--model-path``, else ``--model``)."""
     v = flags.get("model-path") or flags.get("model")
     return str(v) if v else None
+
+
+def argv_model_path(argv: Sequence[str]) -> str | None:
+    """The served model's path in a server's whole command line (launcher split off)."""
+    return model_path(parse_server_flags(split_launch_command(argv).flags))
 
 
 def _launcher(view: HostView, s: SessionView) -> ServerProc | None:
@@ -69,13 +69,27 @@ def view_key(s: SessionView) -> str:
     return s.session_id or f"pid:{s.launcher_pid}"
 
 
-def figures_for(view: HostView, s: SessionView, log_metrics: Mapping[str, ServeMetrics] | None = None) -> ServingFigures:
+class LiveLogs(Frozen):
+    """What the live servers' own logs say, per server key (:func:`view_key`): their last lines, their last
+    serving figures and when those figures were read (epoch seconds; a figure's age is counted from it)."""
+
+    tails: dict[str, list[str]] = Field(default_factory=dict)
+    metrics: dict[str, ServeMetrics] = Field(default_factory=dict)
+    read_at: dict[str, float] = Field(default_factory=dict)
+
+
+def figures_for(view: HostView, s: SessionView, logs: LiveLogs | None = None) -> ServingFigures:
     """The session's figures: ``/metrics`` when the agent fetched it, else its log's last batch line.
 
-    ``log_metrics`` supplies the log figures of servers whose view has none (a hand-started
-    server's stdout file, read separately)."""
-    metrics = s.metrics or (log_metrics or {}).get(view_key(s))
-    log = figures_from_log(metrics, view.snapshot.received_at)
+    ``logs`` supplies the log figures of servers whose view has none (a hand-started server's
+    stdout file, read separately), dated when they were read."""
+    key = view_key(s)
+    if s.metrics is not None:
+        log = figures_from_log(s.metrics, view.snapshot.received_at)
+    elif logs is not None and key in logs.metrics:
+        log = figures_from_log(logs.metrics[key], logs.read_at.get(key, view.snapshot.received_at))
+    else:
+        log = ServingFigures()
     proc = _launcher(view, s)
     if proc is None or not proc.metrics_text or proc.metrics_at is None:
         return log
@@ -87,23 +101,23 @@ def figures_for(view: HostView, s: SessionView, log_metrics: Mapping[str, ServeM
 
 def server_contexts(view: HostView, shapes: Mapping[str, ModelShape] | None = None,
                     history: Mapping[str, Sequence[ServingFigures]] | None = None,
-                    log_tails: Mapping[str, Sequence[str]] | None = None,
-                    log_metrics: Mapping[str, ServeMetrics] | None = None) -> list[ServerContext]:
+                    logs: LiveLogs | None = None) -> list[ServerContext]:
     """One context per live server (managed or foreign) on this host, on its first GPU."""
     gpus: dict[int, GpuSample] = {g.index: g for g in view.snapshot.gpus}
+    tails = logs.tails if logs is not None else {}
     out = []
     for s in view.sessions:
         if s.state not in LIVE_STATES or not s.gpus or s.gpus[0] not in gpus:
             continue
-        argv = server_flags(s.argv)
+        argv = split_launch_command(s.argv).flags
         flags = parse_server_flags(argv)
         key = view_key(s)
         path = model_path(flags)
         out.append(ServerContext(
             host=view.snapshot.name, gpu=gpus[s.gpus[0]], session_id=s.session_id,
             pid=None if s.session_id else s.launcher_pid, flags_argv=argv, flags=flags,
-            figures=figures_for(view, s, log_metrics), history=(history or {}).get(key, ()),
-            log_tail=(log_tails or {}).get(key, ()), shape=(shapes or {}).get(path) if path else None,
+            figures=figures_for(view, s, logs), history=(history or {}).get(key, ()),
+            log_tail=tails.get(key, ()), shape=(shapes or {}).get(path) if path else None,
             throttle_reasons=tuple(gpus[s.gpus[0]].throttle_reasons or ())))
     return out
 
@@ -123,7 +137,7 @@ def orphan_holders(view: HostView) -> list[tuple[int, int | None, int]]:
 async def load_shapes(view: HostView, read_file: ReadFile, cache: dict[str, ModelShape | None]) -> dict[str, ModelShape]:
     """The parsed ``config.json`` of every model served on this host (``cache`` keeps failures too)."""
     for s in view.sessions:
-        path = model_path(parse_server_flags(server_flags(s.argv)))
+        path = argv_model_path(s.argv)
         if not path or path in cache:
             continue
         try:
@@ -137,16 +151,17 @@ async def load_shapes(view: HostView, read_file: ReadFile, cache: dict[str, Mode
 def host_advice(view: HostView, shapes: Mapping[str, ModelShape] | None = None, *,
                 validate: Validator | None = None,
                 history: Mapping[str, Sequence[ServingFigures]] | None = None,
-                log_tails: Mapping[str, Sequence[str]] | None = None,
-                log_metrics: Mapping[str, ServeMetrics] | None = None) -> list[Advice]:
-    """The advisor's findings for one host view."""
-    ctxs = server_contexts(view, shapes, history, log_tails, log_metrics)
+                logs: LiveLogs | None = None) -> list[Advice]:
+    """The advisor's findings for one host view (``logs``: the live servers' own logs, when read)."""
+    ctxs = server_contexts(view, shapes, history, logs)
     host = HostContext(host=view.snapshot.name, gpus=view.snapshot.gpus, orphans=orphan_holders(view))
     return advise(ctxs, host, validate=validate)
 
 
 LOG_TAIL_BYTES = 256 * 1024
 """Read this much of each live session's log for its classification and the retraction rule."""
+LOG_TAIL_LINES = 200
+"""Last lines of each server's log the advisor reads (retractions near a full KV cache)."""
 
 
 def schema_validator(schema: FlagSchema) -> Validator:
@@ -159,13 +174,13 @@ def schema_validator(schema: FlagSchema) -> Validator:
     return check
 
 
-def figures_json(view: HostView, now: float, log_metrics: Mapping[str, ServeMetrics] | None = None) -> list[dict[str, Any]]:
+def figures_json(view: HostView, now: float, logs: LiveLogs | None = None) -> list[dict[str, Any]]:
     """Each live server's figures with their source and age, for ``status --json``."""
     out = []
     for s in view.sessions:
         if s.state not in LIVE_STATES:
             continue
-        figs = figures_for(view, s, log_metrics)
+        figs = figures_for(view, s, logs)
         fields = {}
         for name in ServingFigures.model_fields:
             f = getattr(figs, name)
@@ -176,11 +191,29 @@ def figures_json(view: HostView, now: float, log_metrics: Mapping[str, ServeMetr
     return out
 
 
-class LiveLogs(Frozen):
-    """What the live servers' own logs say: last lines and last serving figures, per server key."""
+async def read_foreign_logs(link: HostLink, view: HostView, *, tail_bytes: int = LOG_TAIL_BYTES,
+                            clock: Callable[[], float] = time.time) -> LiveLogs:
+    """The own output of each hand-started server of ``view`` whose stdout is a regular file.
 
-    tails: dict[str, list[str]] = Field(default_factory=dict)
-    metrics: dict[str, ServeMetrics] = Field(default_factory=dict)
+    Its last lines and its last ``Decode batch`` figures, keyed by :func:`view_key` and dated by
+    ``clock`` when read. A server whose output is a pipe or a terminal, or that is gone, is left
+    out (it has no log figures). The one reader of these figures, for ``status`` and the TUI."""
+    tails: dict[str, list[str]] = {}
+    metrics: dict[str, ServeMetrics] = {}
+    read_at: dict[str, float] = {}
+    for s in view.sessions:
+        if s.session_id is not None or s.state != "foreign" or s.launcher_pid is None:
+            continue
+        try:
+            _, lines = await read_foreign_output(link, s.launcher_pid, s.launcher_start_ticks, tail_bytes)
+        except (NoOutput, RequestError, LinkDown, TimeoutError):  # not a file, gone: no log figures
+            continue
+        key = view_key(s)
+        tails[key], read_at[key] = lines[-LOG_TAIL_LINES:], clock()
+        m = classify("\n".join(lines)).metrics
+        if m is not None:
+            metrics[key] = m
+    return LiveLogs(tails=tails, metrics=metrics, read_at=read_at)
 
 
 async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float) -> tuple[HostView, LiveLogs]:
@@ -189,7 +222,6 @@ async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float
     A hand-started server's output is read from its stdout file when that is a regular file."""
     classes: dict[str, Classification] = {}
     tails: dict[str, list[str]] = {}
-    metrics: dict[str, ServeMetrics] = {}
     for info in snap.sessions:
         if not info.server_alive:
             continue
@@ -200,20 +232,10 @@ async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float
             continue
         text = str(r.get("data", ""))
         classes[info.session_id] = classify(text, info.exit)
-        tails[info.session_id] = text.splitlines()[-200:]
+        tails[info.session_id] = text.splitlines()[-LOG_TAIL_LINES:]
     view = HostView(snapshot=snap, sessions=derive_views(snap, classes, now, interval=1e9))
-    for s in view.sessions:
-        if s.session_id is None and s.state == "foreign" and s.launcher_pid is not None:
-            try:
-                _, lines = await read_foreign_output(link, s.launcher_pid, s.launcher_start_ticks)
-            except (NoOutput, RequestError, LinkDown, TimeoutError):  # not a file, gone: no log figures
-                continue
-            key = view_key(s)
-            tails[key] = lines[-200:]
-            m = classify("\n".join(lines)).metrics
-            if m is not None:
-                metrics[key] = m
-    return view, LiveLogs(tails=tails, metrics=metrics)
+    foreign = await read_foreign_logs(link, view)
+    return view, foreign.model_copy(update={"tails": {**tails, **foreign.tails}})
 
 
 async def advise_link(link: HostLink, snap: HostSnapshot, *, now: float, validate: Validator | None = None,
@@ -226,5 +248,5 @@ async def advise_link(link: HostLink, snap: HostSnapshot, *, now: float, validat
         return str(r["data"])
 
     shapes = await load_shapes(view, read_file, {} if shape_cache is None else shape_cache)
-    advice = host_advice(view, shapes, validate=validate, log_tails=logs.tails, log_metrics=logs.metrics)
-    return advice, figures_json(view, now, logs.metrics)
+    advice = host_advice(view, shapes, validate=validate, logs=logs)
+    return advice, figures_json(view, now, logs)

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from console.audit import Audit
 from console.backend import OnAudit, OnLog, OnSteps, OnView
 from console.config import Config
-from console.model import KillTarget, LaunchRequest, OperationResult, PendingLaunch, Step
+from console.model import AuditEntry, KillTarget, LaunchRequest, OperationResult, PendingLaunch, Step
 from console.ops import lifecycle
 from console.ops.flags import FlagSchema, check_all, default_cache_dir, learn_schema
 from console.ops.tracker import HostTracker
@@ -146,6 +146,13 @@ class LiveBackend:
             t = asyncio.ensure_future(link.request("ack", {"session_id": session_id,
                                                            "by": f"{getpass.getuser()}@{socket.gethostname()}"}))
             t.add_done_callback(lambda x: x.cancelled() or x.exception())
+
+    async def others_audit(self, since: float, ops: tuple[str, ...] | None = None) -> list[AuditEntry]:
+        """What other consoles on this machine (the CLI, another TUI) wrote to the shared audit log from
+        ``since`` on, of ``ops`` when given (read in a thread); [] without an audit file."""
+        if self.audit is None:
+            return []
+        return await asyncio.to_thread(self.audit.others, since, ops)
 
     async def foreign_output(self, host: str, pid: int, start_ticks: int | None) -> tuple[str, list[str]]:
         """A hand-started server's stdout file (``/proc/<pid>/fd/1`` when it is a regular file)."""

@@ -116,6 +116,8 @@ class CurrentState:
         self.events: deque[HostEvent] = deque(maxlen=EVENTS_KEPT)
         self._foreign: dict[str, SessionView] | None = None
         self._states: dict[str, str] = {}
+        self._ready_seen: set[str] = set()
+        """Sessions whose READY this console has reported (an event once per session)."""
 
     # ---- what the console did
     def launch_sent(self, p: PendingLaunch) -> None:
@@ -164,9 +166,10 @@ class CurrentState:
         """The operator has seen this ended session: it no longer is its GPU's current session."""
         self.acknowledged.add(session_id)
 
-    def event(self, kind: str, text: str, *, session_id: str | None = None, gpus: list[int] | None = None) -> None:
+    def event(self, kind: str, text: str, *, session_id: str | None = None, gpus: list[int] | None = None,
+              pid: int | None = None) -> None:
         self.events.append(HostEvent.model_validate(dict(at=self.clock(), host=self.host, kind=kind, text=text,
-                                                         session_id=session_id, gpus=gpus or [])))
+                                                         session_id=session_id, gpus=gpus or [], pid=pid)))
 
     # ---- the rule, applied
     def apply(self, view: HostView) -> HostView:
@@ -227,26 +230,36 @@ class CurrentState:
                 self.superseded.add(s.session_id)
 
     def _watch(self, sessions: list[SessionView]) -> None:
-        """Events: foreign servers appearing and vanishing, managed sessions stopping or failing."""
+        """Events: foreign servers appearing and vanishing, managed sessions becoming READY (once each: seen
+        here, or new since the first view), stopping or failing."""
+        baseline = self._foreign is None  # the host's first view: what exists already is no event
         foreign = {session_key(s): s for s in sessions if s.session_id is None and s.state == "foreign"}
         if self._foreign is not None:
             for k, s in foreign.items():
                 if k not in self._foreign:
                     self.event("foreign_appeared", f"foreign server pid {s.launcher_pid} appeared on GPUs "
                                                    f"{_gpus(s.gpus)}" + (f" (port {s.port})" if s.port else ""),
-                               gpus=list(s.gpus))
+                               gpus=list(s.gpus), pid=s.launcher_pid)
             for k, s in self._foreign.items():
                 if k not in foreign:
                     at = self._killed(s)
                     who = ("killed by this console" if at is not None
                            else "not stopped by this console (another console, the CLI or by hand)")
                     self.event("foreign_vanished", f"foreign server pid {s.launcher_pid} on GPUs {_gpus(s.gpus)} "
-                                                   f"is gone: {who}", gpus=list(s.gpus))
+                                                   f"is gone: {who}", gpus=list(s.gpus), pid=s.launcher_pid)
         self._foreign = foreign
         for s in sessions:
             if not s.session_id or s.pending:
                 continue
             old = self._states.get(s.session_id)
+            if s.state == "ready" and s.session_id not in self._ready_seen:
+                # once per session (a /health flap back to READY is health_flap's event); one already READY
+                # in the host's first view is no event
+                self._ready_seen.add(s.session_id)
+                if old is not None or not baseline:
+                    self.event("ready", f"session {s.session_id} READY on GPUs {_gpus(s.gpus)}"
+                                        + (f" (port {s.port})" if s.port else ""), session_id=s.session_id,
+                               gpus=list(s.gpus))
             if old is not None and old not in ENDED and s.state in ENDED:
                 if s.state == "stopped":
                     self.event("session_stopped", f"session {s.session_id} stopped by {s.stopped_by or 'an operator'}",

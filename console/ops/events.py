@@ -11,7 +11,9 @@ Sources, each event saying which one it came from (``source``):
   note says so);
 - ``audit``: actions sent to the host by consoles on this machine (launch, kill, ack);
 - ``console``: what a live console saw itself (foreign servers appearing and vanishing,
-  refused launches, sessions stopping or failing: ``HostView.events``).
+  refused launches, sessions becoming READY, stopping or failing: ``HostView.events``); a foreign
+  server's vanishing that this console did not cause is attributed to another console on this
+  machine when the shared audit log holds that console's kill of it (:func:`name_other_killers`).
 
 Pure functions: the caller reads the sources (the CLI through the agent, the UI from its
 views) and merges them with :func:`merge`. No I/O, no UI.
@@ -31,6 +33,12 @@ LOG_TIME = re.compile(r"^\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})")
 OOM_LINE = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Killed process (\d+) \(([^)]*)\)")
 ISO_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:[,.](\d+))?([+-]\d{2}:?\d{2})?")
 AUDITED_ACTIONS = {"launch": "launch sent", "kill": "kill signal sent", "ack": "acknowledged"}
+KILL_BEFORE_VANISH_S = 120.0
+"""A kill sent at most this long before a foreign server was seen gone counts as its end (the kill's
+grace before SIGKILL is 20 s, then a sample or two)."""
+KILL_AFTER_VANISH_S = 5.0
+"""...or at most this long after (the other console writes its audit entry when the agent answered)."""
+NOT_BY_THIS_CONSOLE = "not stopped by this console"
 
 
 def _gpus(s: SessionInfo) -> list[int]:
@@ -137,6 +145,37 @@ def audit_events(host: str, entries: Iterable[AuditEntry]) -> list[HostEvent]:
         out.append(HostEvent(at=e.at, host=host, kind="action", session_id=sid if isinstance(sid, str) else None,
                              pid=pid, gpus=[g for g in spec.get("gpus") or [] if isinstance(g, int)], source="audit",
                              text=f"{AUDITED_ACTIONS[e.op]}{sig} {what}{res}".replace("  ", " ").strip()))
+    return out
+
+
+def other_kill(e: HostEvent, others: Iterable[AuditEntry]) -> AuditEntry | None:
+    """The kill that another console on this machine sent to the foreign server of vanish event ``e`` (same
+    host and pid, answered ok, shortly before it was seen gone), from ``others``: the shared audit log's
+    entries that this console did not write. None when there is none (by hand, from another machine)."""
+    if e.kind != "foreign_vanished" or e.pid is None:
+        return None
+    hits = [a for a in others if a.op == "kill" and a.ok and a.host == e.host and a.args.get("pid") == e.pid
+            and e.at - KILL_BEFORE_VANISH_S <= a.at <= e.at + KILL_AFTER_VANISH_S]
+    return min(hits, key=lambda a: a.at, default=None)  # the first signal sent (SIGTERM before a SIGKILL)
+
+
+def name_other_killers(events: Iterable[HostEvent], others: Iterable[AuditEntry]) -> list[HostEvent]:
+    """``events`` with each foreign server's vanishing that this console did not cause ("not stopped by this
+    console") saying which console did when the audit log shows it: another console on this machine (the
+    CLI or another TUI, writing the same audit log), with the time and signal of its kill. The rest as given."""
+    others = list(others)
+    out = []
+    for e in events:
+        hit = other_kill(e, others) if NOT_BY_THIS_CONSOLE in e.text else None
+        if hit is None:
+            out.append(e)
+            continue
+        sig = hit.args.get("signal")
+        stamp = _dt.datetime.fromtimestamp(hit.at).strftime("%H:%M:%S")
+        who = (f"killed by another console on this machine (its kill{f', signal {sig},' if sig else ''} sent at "
+               f"{stamp}: the audit log)")
+        out.append(e.model_copy(update={"text": e.text.rsplit(" is gone: ", 1)[0] + " is gone: " + who,
+                                        "source": "console+audit"}))
     return out
 
 

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from console.model import AuditEntry, HostSnapshot, LaunchRequest, SessionInfo, Step
-from console.ops.advice_host import server_flags
 from console.ops.classify import classify
+from console.ops.flags.launcher import split_launch_command
 from console.ops.lifecycle import memory_verdict
 from console.ops.report import GpuPoint, ReportInputs, TimelineEvent
 from console.remote.link import HostLink, LinkDown, RequestError
@@ -118,8 +118,8 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
     prev = previous_on_gpu(snap, s)
     planner = None
     if s.spec is not None:
-        req = LaunchRequest(host=snap.name, command=[], flags=server_flags(s.spec.argv), gpus=s.spec.gpus or [0],
-                            port=s.spec.port)
+        req = LaunchRequest(host=snap.name, command=[], flags=split_launch_command(s.spec.argv).flags,
+                            gpus=s.spec.gpus or [0], port=s.spec.port)
         try:
             verdict, why = await memory_verdict(link, req)
             planner = f"{verdict.replace('_', ' ')}: {why}" if verdict else why

@@ -5,7 +5,9 @@ classify it incrementally and keep a ring buffer for the UI; classifies ended se
 once from the tail of their own log; probes /health of READY sessions so a green badge is
 verified now; fills each view's advice (at most once a second, from a ring of each server's
 serving figures, the followed logs and the served models' shapes, read once in the background).
-No UI imports.
+A hand-started server's own output (its stdout file: figures from its ``Decode batch`` lines and
+its last lines, as ``status`` reads them) is read in the background every few seconds, never on a
+view's path. No UI imports.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Collection
 from functools import lru_cache
 from typing import Callable
 
@@ -27,12 +30,14 @@ from console.model import (
 )
 from console.ops.advice_host import (
     LIVE_STATES,
+    LOG_TAIL_LINES,
+    LiveLogs,
+    argv_model_path,
     figures_for,
     host_advice,
     load_shapes,
-    model_path,
+    read_foreign_logs,
     schema_validator,
-    server_flags,
     view_key,
 )
 from console.ops.advisor import Validator
@@ -41,7 +46,6 @@ from console.ops.current import CurrentState
 from console.ops.flags import FlagSchema
 from console.ops.flags.sources import bundled_schema
 from console.ops.model_config import ModelShape
-from console.ops.planner import parse_server_flags
 from console.ops.sessions import derive_views
 from console.remote.link import HostLink, LinkDown, RequestError
 
@@ -52,8 +56,11 @@ ADVICE_EVERY_S = 1.0
 """The advisor runs at most once a second per host (its rules read trends over minutes)."""
 ADVICE_HISTORY = 60
 """Serving figures kept per server for the advisor's trends (about a minute at 1 Hz)."""
-ADVICE_LOG_LINES = 200
-"""Last lines of each followed log the advisor reads (retractions near a full KV cache)."""
+FOREIGN_LOG_EVERY_S = 5.0
+"""Seconds between the end of one read of the hand-started servers' stdout files and the start of the next
+(a few requests and a bounded tail per server; one read at a time)."""
+FOREIGN_TAIL_BYTES = 64 * 1024
+"""How much of that file each read takes: its last ``Decode batch`` line and the lines the advisor reads."""
 
 
 @lru_cache(maxsize=1)
@@ -87,6 +94,10 @@ class HostTracker:
         self.advice_at = float("-inf")
         self.advice_error: str | None = None
         """Why the advisor failed on the last view (its views then carry no advice)."""
+        self.foreign_logs = LiveLogs()
+        """The last read of the hand-started servers' own output (figures dated when read)."""
+        self.foreign_logs_at = float("-inf")
+        """When the last read ended (this tracker's clock): the next starts FOREIGN_LOG_EVERY_S later at the earliest."""
         link.listeners.append(self._on)
 
     # -------------------------------------------------------------- stream
@@ -172,23 +183,44 @@ class HostTracker:
             return self.advice
         self.advice_at = now
         live = [s for s in view.sessions if s.state in LIVE_STATES]
-        paths = {model_path(parse_server_flags(server_flags(s.argv))) for s in live}
+        paths = {argv_model_path(s.argv) for s in live}
         if any(p and p not in self.shape_cache for p in paths):
             self._spawn("shapes", self._load_shapes(view))
+        if not any(s.session_id is None and s.state == "foreign" for s in live):
+            self.foreign_logs = LiveLogs()
+        elif "foreign-logs" not in self._busy and now - self.foreign_logs_at >= FOREIGN_LOG_EVERY_S:
+            self._spawn("foreign-logs", self._read_foreign_logs(view))
         shapes = {k: v for k, v in self.shape_cache.items() if v is not None}
         keys = {view_key(s): s for s in live}
-        tails = {k: list(self.rings[k])[-ADVICE_LOG_LINES:] for k in keys if k in self.rings}
+        logs = self._live_logs(keys)
         history = {k: list(self.figure_history[k]) for k in keys if k in self.figure_history}
         try:
-            self.advice = host_advice(view, shapes, validate=self._validate(), history=history, log_tails=tails)
+            self.advice = host_advice(view, shapes, validate=self._validate(), history=history, logs=logs)
             self.advice_error = None
         except Exception as e:  # advice is an extra: a rule's bug must never stop the live view of a host
             self.advice, self.advice_error = [], f"{type(e).__name__}: {e}"
         for k, s in keys.items():  # this reading joins the history after the rules saw the older ones
-            self.figure_history.setdefault(k, deque(maxlen=ADVICE_HISTORY)).append(figures_for(view, s))
+            self.figure_history.setdefault(k, deque(maxlen=ADVICE_HISTORY)).append(figures_for(view, s, logs))
         for k in [k for k in self.figure_history if k not in keys]:
             del self.figure_history[k]
         return self.advice
+
+    def _live_logs(self, keys: Collection[str]) -> LiveLogs:
+        """The logs the advisor reads for the live servers ``keys``: the followed session logs' last lines and
+        the hand-started servers' last read output (the same inputs ``status`` gives it)."""
+        tails = {k: list(self.rings[k])[-LOG_TAIL_LINES:] for k in keys if k in self.rings}
+        f = self.foreign_logs
+        return LiveLogs(tails={**{k: v for k, v in f.tails.items() if k in keys}, **tails},
+                        metrics={k: v for k, v in f.metrics.items() if k in keys},
+                        read_at={k: v for k, v in f.read_at.items() if k in keys})
+
+    async def _read_foreign_logs(self, view: HostView) -> None:
+        """Read the hand-started servers' stdout files (off the view's path; one read at a time, spaced)."""
+        try:
+            self.foreign_logs = await read_foreign_logs(self.link, view, tail_bytes=FOREIGN_TAIL_BYTES,
+                                                        clock=self.clock)
+        finally:
+            self.foreign_logs_at = self.clock()
 
     async def _load_shapes(self, view: HostView) -> None:
         async def read_file(path: str) -> str:
@@ -241,7 +273,7 @@ class HostTracker:
         self.classifiers[sid] = c
         self.rings[sid] = deque(maxlen=RING_LINES)
         self._log(sid, r["data"])
-        await self.link.follow_log(sid, r["end"])
+        await self.link.follow_log(sid, r["end"], r.get("file"))
 
     async def _unfollow_ended(self, sid: str) -> None:
         await asyncio.sleep(1.0)  # let the last lines arrive

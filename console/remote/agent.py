@@ -93,7 +93,7 @@ class Agent(object):
         self.logs = LogFollower(self.runs_dir, self.send)
         self.metrics = MetricsFetcher()  # /metrics of servers started with --enable-metrics, off the loop
         self.ring = SampleRing(self.runs_dir)  # GPU history for later reports
-        self.launcher = Launcher(self.runs_dir, cfg.get("launch_env"), sources, self)
+        self.launcher = Launcher(self.runs_dir, cfg.get("launch_env"), sources, self, cfg.get("log_cap_mb"))
         # GPUs are sampled in a worker thread: a hung driver or nvidia-smi never blocks this loop
         self.sampler = GpuSampler(self.gpu, self._wake, stall_s=max(float(cfg.get("gpu_stall_s") or GPU_STALL_S),
                                                                      3 * self.interval))
@@ -307,8 +307,8 @@ class Agent(object):
     def op_read_log(self, session_id, offset=None, tail_bytes=None, max_bytes=MAX_LOG_CHUNK, tail_lines=None):
         return read_log(self.runs_dir, session_id, offset, tail_bytes, max_bytes, tail_lines)
 
-    def op_follow_log(self, session_id, offset=0):
-        self.logs.follow(session_id, offset)
+    def op_follow_log(self, session_id, offset=0, file=None):
+        self.logs.follow(session_id, offset, file)
         return True
 
     def op_unfollow_log(self, session_id):

@@ -168,11 +168,13 @@ def supervisor_argv(lib_root, run_dir):
 class Launcher(object):
     """Launches sessions in ``runs_dir``; ``host`` is the agent (sessions, GPUs, watches, port owner)."""
 
-    def __init__(self, runs_dir, launch_env, sources, host):
+    def __init__(self, runs_dir, launch_env, sources, host, log_cap_mb=None):
         self.runs_dir = runs_dir
         self.launch_env = dict(launch_env or {})
         self.sources = sources
         self.host = host
+        self.log_cap_mb = log_cap_mb
+        """The host's ``log_cap_mb`` (config), written into each spec that does not set its own."""
 
     def launch(self, spec, env=None, preflight=None):
         """Preflight and spawn under a host-wide lock; return the new session's info.
@@ -295,6 +297,8 @@ class Launcher(object):
             spec = dict(spec)
             spec["env_names"] = sorted(env)
             spec["argv"] = mask_argv(real)  # secret flag values never reach the disk: the real argv goes on stdin
+            if spec.get("log_cap_mb") is None and self.log_cap_mb:
+                spec["log_cap_mb"] = self.log_cap_mb  # the supervisor pipes and rotates output.log (logcap)
             atomic_write_json(os.path.join(run_dir, RUN_SPEC), spec)
             lib_root = materialize(self.sources, self.runs_dir)
         except OSError as e:  # a full or failing disk: say where, leave nothing half-written

@@ -117,11 +117,14 @@ class HostLink:
         self._closed = False
         self._wake = asyncio.Event()
         self.follows: dict[str, int] = {}
+        self.follow_files: dict[str, int | None] = {}
+        """The inode each followed offset is in (a capped log is rotated: offsets restart in the new file)."""
         self.listeners: list[Callable[[str, dict], None]] = []
         """Called with (kind, message) for every sample, event and log message, and on state changes."""
         self.connected = asyncio.Event()
         self.running = False
         """True while :meth:`run` keeps the link up (operations may then wait out a drop)."""
+        self._stopped = asyncio.Event()
 
     # ------------------------------------------------------------ connection
     def _set_state(self, state: str, error: str | None = None) -> None:
@@ -178,7 +181,7 @@ class HostLink:
             raise HostError(f"{self.name}: connection timed out after {self.connect_timeout:.0f} s") from None
         agent_cfg = {
             "interval": self.interval, "runs_dir": self.cfg.runs_dir, "gpu_source": self.cfg.gpu_source,
-            "sim_dir": self.cfg.sim_dir, "launch_env": self.cfg.launch_env,
+            "sim_dir": self.cfg.sim_dir, "launch_env": self.cfg.launch_env, "log_cap_mb": self.cfg.log_cap_mb,
             "sim_src": _source("simgpu.py", "console.sim") if self.cfg.gpu_source == "sim" or self.cfg.sim_dir else "",
         }
         noise: list[str] = []
@@ -218,7 +221,7 @@ class HostLink:
         self._set_state("connected")
         self.connected.set()
         for sid, off in self.follows.items():  # re-follow from where we were: nothing lost, nothing twice
-            await self._send("follow_log", {"session_id": sid, "offset": off})
+            await self._send("follow_log", {"session_id": sid, "offset": off, "file": self.follow_files.get(sid)})
 
     async def _read_loop(self, chan: _Channel) -> None:
         try:
@@ -274,21 +277,34 @@ class HostLink:
                 end = msg.get("end")
                 self.follows[sid] = end if isinstance(end, int) and end >= self.follows[sid] else (
                     self.follows[sid] + len(msg.get("data", "").encode("utf-8")))
+                if isinstance(msg.get("file"), int):
+                    self.follow_files[sid] = msg["file"]
                 self._notify("log", msg)
         elif t == "event":
             if msg.get("kind") == "log_truncated" and msg.get("session_id") in self.follows:
                 self.follows[msg["session_id"]] = 0  # the agent restarts the follow from the beginning
+            if msg.get("kind") == "log_rotated" and msg.get("session_id") in self.follows:
+                # the old segment was pushed to its end; the new file's lines come from its offset 0
+                self.follows[msg["session_id"]], self.follow_files[msg["session_id"]] = 0, msg.get("file")
             self._notify("event", msg)
         elif t in ("error", "fatal"):
             self._notify("error", msg)
 
     async def run(self) -> None:
-        """Keep the link up until :meth:`close`: reconnect with exponential backoff and jitter."""
+        """Keep the link up until :meth:`close`: reconnect with exponential backoff and jitter.
+
+        Idempotent: a second call while the link is kept up (it was started early, before the UI
+        that also runs it) does not open a second agent; it waits until the first loop ends."""
+        if self.running:
+            await self._stopped.wait()
+            return
         self.running = True
+        self._stopped.clear()
         try:
             await self._keep_up()
         finally:
             self.running = False
+            self._stopped.set()
 
     async def _keep_up(self) -> None:
         while not self._closed:
@@ -394,12 +410,15 @@ class HostLink:
             if audit and self.audit is not None:
                 self.audit(self.name, op, args or {}, ok, result_text, (time.perf_counter() - t0) * 1000.0)
 
-    async def follow_log(self, session_id: str, offset: int) -> None:
-        self.follows[session_id] = offset
-        await self.request("follow_log", {"session_id": session_id, "offset": offset})
+    async def follow_log(self, session_id: str, offset: int, file: int | None = None) -> None:
+        """Follow a session's log from ``offset`` of the file with inode ``file`` (``read_log``'s ``file``;
+        None: output.log as the agent finds it)."""
+        self.follows[session_id], self.follow_files[session_id] = offset, file
+        await self.request("follow_log", {"session_id": session_id, "offset": offset, "file": file})
 
     async def unfollow_log(self, session_id: str) -> None:
         self.follows.pop(session_id, None)
+        self.follow_files.pop(session_id, None)
         if self.chan is not None:
             await self.request("unfollow_log", {"session_id": session_id})
 

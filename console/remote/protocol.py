@@ -14,7 +14,7 @@ same modules once per digest under ``<runs_dir>/.lib-<digest>/`` and runs the su
 there, so agent and supervisor share one definition of every fact. Line 2 is the agent's config::
 
     {"interval": 1.0, "runs_dir": "~/.mtpconsole/runs", "gpu_source": "auto"|"nvml"|"nvidia-smi"|"sim"|"none",
-     "sim_dir": null | "/path", "launch_env": {...}, "sim_src": "<source of simgpu.py>"}
+     "sim_dir": null | "/path", "launch_env": {...}, "log_cap_mb": null | MiB, "sim_src": "<source of simgpu.py>"}
 
 After that, every line either way is one JSON object.
 
@@ -31,8 +31,11 @@ Console -> agent (requests)
 ``sessions {}``               -> [SessionInfo]
 ``launch {spec, env, preflight}`` -> {session: SessionInfo} ; refuses with ``error`` naming who holds the GPU/port
 ``kill {pid?, pgid?, start_ticks, signal, session_id?}`` -> {signalled: [pids]}
-``read_log {session_id, offset?, tail_bytes?, max_bytes, tail_lines?}`` -> {offset, end, size, data, capped?}
-``follow_log {session_id, offset}`` / ``unfollow_log {session_id}``
+``read_log {session_id, offset?, tail_bytes?, max_bytes, tail_lines?}`` -> {offset, end, size, data, file, capped?,
+                                 previous_bytes?} ; a tail starts in ``output.log.1`` when ``output.log`` is short
+                                 (``previous_bytes`` of it); offsets, ``end`` and ``size`` are ``output.log``'s,
+                                 ``file`` its inode
+``follow_log {session_id, offset, file?}`` / ``unfollow_log {session_id}`` ; ``file``: the inode ``offset`` is in
 ``watch {pid, start_ticks}``  -> the agent pushes an ``exit`` event when that process ends
 ``port_open {port}``          -> bool (something accepts TCP on 127.0.0.1:port)
 ``http_get {port, path, timeout}`` -> {status, body} (status 0 = connection refused / error in body)
@@ -50,7 +53,11 @@ Agent -> console (pushed)
 ``{"type": "event", "kind": "exit", "pid", "start_ticks", "at", "exit_code", "signal", "session_id"?}``
   (code/signal None when unknown: the process was not ours and its parent reaped it first)
 ``{"type": "event", "kind": "session_ended", "session_id", "exit": {...}}``
-``{"type": "log", "session_id", "offset", "data"}``  (data decoded as UTF-8 with replacement; offsets are bytes)
+``{"type": "log", "session_id", "offset", "end", "file", "data"}``  (data decoded as UTF-8 with replacement; offsets
+  are bytes of the file whose inode is ``file``)
+``{"type": "event", "kind": "log_truncated", "session_id", "size"}``  (output.log shrank: followed from 0 again)
+``{"type": "event", "kind": "log_rotated", "session_id", "file", "dropped"}``  (the old segment was read to its
+  end, unless ``dropped``: it was rotated away first; the new one, inode ``file``, is followed from 0)
 ``{"type": "error", "message"}``  (the agent survived a failure it wants logged)
 
 Run directory (``<runs_dir>/<session_id>/``)
@@ -58,6 +65,8 @@ Run directory (``<runs_dir>/<session_id>/``)
 ``spec.json``       LaunchSpec (env *names* only), written before the supervisor starts
 ``record.json``     SupervisorRecord, written atomically by the supervisor after spawning
 ``output.log``      the server's stdout+stderr, created with O_CREAT|O_EXCL by the supervisor
+``output.log.1``    with ``log_cap_mb``: the segment before ``output.log`` (the supervisor rotates at the cap)
+``output.log.head`` with ``log_cap_mb``: the session's first ~64 KiB, written at the first rotation
 ``supervisor.log``  the supervisor's own diagnostics
 ``stop-request.json`` written by the console's kill before signalling (marks "stopped by operator")
 ``exit.json``       ExitRecord, written atomically by the supervisor after the server ended
@@ -86,8 +95,8 @@ __all__ = [
     "shipped_sources",
 ]
 
-SHIPPED_MODULES = ("hostlib", "hostsecrets", "rundir", "gpus", "procscan", "runs", "logfollow", "watch", "launch",
-                   "samplering", "metrics", "agent", "supervisor")
+SHIPPED_MODULES = ("hostlib", "hostsecrets", "rundir", "gpus", "procscan", "runs", "logcap", "logfollow", "watch",
+                   "launch", "samplering", "metrics", "agent", "supervisor")
 """The modules of ``console/remote`` sent to every host (stdlib only, Python >= 3.8, relative imports
 among themselves only; checked by tests/test_remote_sources.py)."""
 

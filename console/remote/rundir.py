@@ -145,7 +145,7 @@ def _ints(v):
 SPEC_FIELDS = {
     "session_id": _str, "argv": lambda v: _strs(v) and len(v) > 0, "env_names": _strs, "gpus": _ints,
     "port": _opt(_int), "cwd": _opt(_str), "launched_by": _opt(_str), "console_version": _opt(_str),
-    "created_at": _opt(_num), "profile": _opt(_str), "replaces": _opt(_str),
+    "created_at": _opt(_num), "profile": _opt(_str), "replaces": _opt(_str), "log_cap_mb": _opt(_num),
 }
 SPEC_REQUIRED = ("session_id", "argv")
 RECORD_FIELDS = {

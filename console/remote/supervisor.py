@@ -1,7 +1,8 @@
 """Per-launch supervisor: one detached process that starts, watches and records a server.
 
-Shipped to the remote host with the agent's modules (it imports ``hostlib`` and ``hostsecrets``
-beside it) and run by the agent from the package it wrote (see ``launch.supervisor_argv``) as::
+Shipped to the remote host with the agent's modules (it imports ``hostlib``, ``hostsecrets``,
+``watch`` and ``logcap`` beside it) and run by the agent from the package it wrote (see
+``launch.supervisor_argv``) as::
 
     python3 -c SUPERVISOR_BOOT LIB_ROOT RUN_DIR   # stdin: ONE JSON line {"env": {"K": "V", ...}} then EOF
 
@@ -22,13 +23,16 @@ What happens:
    /dev/null, stdout/stderr appended to ``supervisor.log``, no other inherited fd, becomes a
    child subreaper (``prctl``) so orphaned workers stay its children, and chdirs to the cwd.
 3. The server is forked into its own process group and ``execvpe``'d (no shell, ever) with
-   stdout+stderr on ``output.log``; a close-on-exec pipe tells exec success from failure.
+   stdout+stderr on ``output.log``; a close-on-exec pipe tells exec success from failure. With a
+   ``log_cap_mb`` in the spec they are a pipe instead, which a thread drains into ``output.log``
+   and rotates (see ``logcap``).
 4. ``record.json`` (pid, pgid, start ticks, boot id) is written atomically. Only then does the
    first process (the one the caller waits for) exit: 0 when the server runs, 1 when it could
    not be executed (``exit.json`` says why), so the caller's channel closes promptly.
 5. The daemon reaps every child until the server itself exits, then SIGKILLs what is left
    (the server's group, every descendant, anything carrying this session's
-   ``MTPCONSOLE_SESSION``), reaps it, and writes ``exit.json`` atomically.
+   ``MTPCONSOLE_SESSION``), reaps it, drains a capped log's pipe to its end, and writes
+   ``exit.json`` atomically.
 """
 
 import ctypes
@@ -59,6 +63,7 @@ from .hostlib import (
     start_ticks_of,
 )
 from .hostsecrets import mask_argv
+from .logcap import DRAIN_TIMEOUT_S, LogPump, cap_bytes, widen_pipe
 from .watch import MemberWatch
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -240,7 +245,11 @@ def load_spec(run_dir):
         _clean_str(cwd, "spec cwd")
         if not os.path.isdir(cwd):
             raise LaunchError("spec cwd %s is not a directory" % cwd)
-    return {"argv": list(argv), "session_id": session_id, "gpus": gpu_names, "cwd": cwd}
+    try:
+        log_cap = cap_bytes(spec.get("log_cap_mb"))
+    except ValueError as e:
+        raise LaunchError("spec %s" % e)
+    return {"argv": list(argv), "session_id": session_id, "gpus": gpu_names, "cwd": cwd, "log_cap": log_cap}
 
 
 def server_environ(base, env, spec):
@@ -543,6 +552,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
     """The supervisor proper. Always ends the process with ``os._exit``."""
     server = None
     pgid = None
+    pump = None
     exit_written = False
     try:
         _daemon_setup(run_dir, spec, log_fd, out_fd, notify_w)
@@ -551,14 +561,26 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         environ = server_environ(os.environ, env, spec)
         log("starting %s (env names: %s; gpus: %s)" % (
             json.dumps(mask_argv(spec["argv"])), ",".join(sorted(env)) or "-", ",".join(spec["gpus"]) or "-"))
-        server, started_at, exec_error = spawn_server(spec["argv"], environ, out_fd)
-        os.close(out_fd)
+        if spec.get("log_cap"):  # through a pipe we drain and rotate (see logcap); else the file itself
+            pipe_r, pipe_w = os.pipe()  # close-on-exec: the server gets the write end as fds 1 and 2 only
+            widen_pipe(pipe_w)
+            server, started_at, exec_error = spawn_server(spec["argv"], environ, pipe_w)
+            os.close(pipe_w)
+            pump = LogPump(run_dir, pipe_r, out_fd, spec["log_cap"], log)
+            pump.start()
+            log("%s capped at %d bytes per segment (output.log.1 kept, head in output.log.head)" % (
+                RUN_LOG, spec["log_cap"]))
+        else:
+            server, started_at, exec_error = spawn_server(spec["argv"], environ, out_fd)
+            os.close(out_fd)
         out_fd = -1
         pgid = server
         if exec_error:
             _, status = os.waitpid(server, 0)
             code, sig = decode_wait_status(status)
             log("exec failed: %s" % exec_error)
+            if pump is not None:
+                pump.finish()
             atomic_write_json(os.path.join(run_dir, RUN_EXIT), exit_record(
                 exit_code=code, sig=sig, error=exec_error.replace("mtpconsole-supervisor: ", "", 1),
                 oom_before=oom_before, oom_after=read_oom_kill()))
@@ -588,6 +610,8 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         killed.discard(server)
         if killed:
             log("killed leftovers: %s" % sorted(killed))
+        if pump is not None:  # every line the server (and its workers) wrote is on disk before exit.json
+            pump.finish(DRAIN_TIMEOUT_S)
         oom_after = read_oom_kill()
         stopped = os.path.exists(os.path.join(run_dir, RUN_STOP_REQUEST))
         atomic_write_json(os.path.join(run_dir, RUN_EXIT), exit_record(
@@ -604,6 +628,8 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
                 leftovers = kill_leftovers(pgid, spec["session_id"])
             if leftovers:
                 log("killed after failure: %s" % sorted(leftovers))
+            if pump is not None:
+                pump.finish(1.0)
             if not exit_written:
                 write_error_exit(run_dir, "supervisor failure: %r" % (e,))
             _notify(notify_w, EXIT_NOT_STARTED)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from functools import cached_property
 from pathlib import PurePath
-from typing import Callable, ClassVar, Iterable
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable
 
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
@@ -27,8 +28,6 @@ from console.model import AuditEntry, HostView, OperationResult, SessionView
 from console.ui.format import clean, short
 from console.ui.log_follow import LogFollower
 from console.ui.main_screen import MainScreen
-from console.ui.operations import Operations
-from console.ui.screens.advice import AdviceActions
 from console.ui.screens.workflow import Workflow
 from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
 from console.ui.views import ViewPipeline
@@ -38,6 +37,10 @@ from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
+
+if TYPE_CHECKING:
+    from console.ui.operations import Operations
+    from console.ui.screens.advice import AdviceActions
 
 DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
 MAIN_ONLY = {*DESTRUCTIVE, "select_panel", "filter_log", "wrap_log", "follow_log", "audit", "compact",
@@ -105,20 +108,34 @@ class MtpConsoleApp(App):
         self.interval = float(interval or backend.interval or 1.0)
         self.theme_name = theme
         self.register_theme(HIGH_CONTRAST)
+        self.set_theme(theme)  # before the DOM exists: no restyle of every widget at mount
         self.pipeline = ViewPipeline(self)
         self.pending_views = self.pipeline.pending
         self.views = self.pipeline.views
         self.sections = self.pipeline.sections
         self.audit_queue: deque[AuditEntry] = deque()
         self.selected: GpuPanel | None = None
-        self.ops = Operations(self)
         self.log_follower = LogFollower(self)
         self.compact = False
         self.workflow = Workflow(self)
-        self.advice_actions = AdviceActions(self)
-        """``i`` (the advice detail, then ``e`` from its suggestion) and ``p`` (the incident report)."""
         self.log_listeners: list[Callable[[str, str, list[str]], None]] = []
         """Also told every batch of log lines (the full-screen log)."""
+
+    # Built at first use (a key, a form): their modules (forms, impact, advice screens) are no part of the
+    # first frame, which is drawn sooner without importing them at start.
+    @cached_property
+    def ops(self) -> Operations:
+        """Launch, kill, relaunch and edit: their confirmation dialogs, forms and steps."""
+        from console.ui.operations import Operations
+
+        return Operations(self)
+
+    @cached_property
+    def advice_actions(self) -> AdviceActions:
+        """``i`` (the advice detail, then ``e`` from its suggestion) and ``p`` (the incident report)."""
+        from console.ui.screens.advice import AdviceActions
+
+        return AdviceActions(self)
 
     @property
     def following(self) -> tuple[str, str] | None:
@@ -157,7 +174,6 @@ class MtpConsoleApp(App):
 
     def on_mount(self) -> None:
         self.sub_title = "READ-ONLY" if self.read_only else f"{len(self.backend.hosts)} host(s)"
-        self.set_theme(self.theme_name)
         self.set_interval(0.1, self.apply_views)
         self.set_interval(0.075, self.flush_logs)
         self.set_interval(1.0, self.pipeline.refresh_ages)
@@ -169,11 +185,23 @@ class MtpConsoleApp(App):
             await self.backend.start(self.on_view, self.on_log, self.on_audit)
         except Exception as e:  # the UI stays up and says why
             self.say(f"backend failed to start: {short(clean(str(e)), 300)}", severity="error", timeout=30)
+            return
+        # What the backend already had (a link started before the UI has its first sample) is shown
+        # now, in the frames being laid out, not at the next timer tick.
+        self.apply_views()
 
     # ------------------------------------------------------------------ data in (any thread)
     def on_view(self, view: HostView) -> None:
-        """Backend callback: keep only the latest view per host; applied by a timer."""
+        """Backend callback: keep only the latest view per host; applied by a timer — a host's first view
+        with GPUs at once (its panels appear with the first sample, not up to a tick later)."""
+        first = view.snapshot.gpus and view.snapshot.name not in self.views
         self.pipeline.on_view(view)
+        if first:
+            try:
+                asyncio.get_running_loop()  # the app's own thread: post the apply; from another, the timer does
+            except RuntimeError:
+                return
+            self.call_later(self.apply_views)
 
     def on_log(self, host: str, session_id: str, lines: list[str]) -> None:
         self.log_follower.on_log(host, session_id, lines)
@@ -207,6 +235,9 @@ class MtpConsoleApp(App):
 
     # ------------------------------------------------------------------ selection and log
     def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
+        focused = self.focused
+        if isinstance(focused, GpuPanel) and focused is not message.panel:
+            return  # a focus the keys have already moved past (Tab Tab typed ahead)
         self.select(message.panel)
 
     def select(self, panel: GpuPanel) -> None:
@@ -228,7 +259,10 @@ class MtpConsoleApp(App):
         if not panels:
             return
         i = panels.index(self.selected) if self.selected in panels else -step if step > 0 else 0
-        self._focus_panel(panels[(i + step) % len(panels)])
+        target = panels[(i + step) % len(panels)]
+        # Selected now, not when the focus event comes round: keys typed ahead (Tab Tab) each move on.
+        self.select(target)
+        self._focus_panel(target)
 
     @staticmethod
     def _focus_panel(panel: GpuPanel) -> None:

@@ -21,6 +21,7 @@ from pydantic import (
 
 from console.model import SPECULATIVE_ALGORITHMS
 from console.ops.flags.argv import resolve_argv
+from console.ops.flags.launcher import split_launch_command
 from console.ops.flags.sources import bundled_schema
 
 SPEC_ALGOS = ("none", *SPECULATIVE_ALGORITHMS)
@@ -180,7 +181,15 @@ def field_errors(exc: ValidationError) -> dict[str, str]:
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(command, flags): the command is everything before the first ``--flag``."""
+    """(command, flags) of a session's argv, kept verbatim for a relaunch.
+
+    A launcher the console knows is split where ``split_launch_command`` splits it (the one
+    definition); a custom ``server_command`` it does not know keeps everything before its first
+    ``--flag`` as the command, so a relaunch reruns it unchanged.
+    """
+    launcher, flags = split_launch_command(argv)
+    if launcher:
+        return list(launcher), list(flags)
     for i, a in enumerate(argv):
         if a.startswith("--"):
             return argv[:i], argv[i:]

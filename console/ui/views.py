@@ -78,7 +78,8 @@ class ViewPipeline:
 
     def announce(self, view: HostView) -> None:
         """A toast for each new event of a host (foreign servers appearing or vanishing, sessions
-        ending); refusals are already reported by the operation's own result."""
+        ending); refusals and READY are already reported by the operation's own result (READY is
+        listed on the events screen, ``v``)."""
         host, events = view.snapshot.name, view.events
         if not events:
             return
@@ -91,7 +92,7 @@ class ViewPipeline:
             new = [e for e in events if e.at > last.at]
         self.events_seen[host] = events[-1]
         for e in new:
-            if e.kind != "launch_refused":
+            if e.kind not in ("launch_refused", "ready"):
                 self.app.say(f"{hms(e.at)} {host}: {clean(e.text, 300)}",
                              severity="warning" if e.kind in ("foreign_vanished", "session_failed")
                              else "information")

@@ -12,10 +12,9 @@ The public API in one place (implementation in the ``flag_*`` modules beside thi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from console.ops.flags.check import SECRET_FLAGS, diff_flags, redact, resolve, validate
 from console.ops.flags.help import HelpParseError, parse_help
+from console.ops.flags.launcher import LaunchCommand, split_launch_command
 from console.ops.flags.learn import (
     cache_path,
     default_cache_dir,
@@ -36,6 +35,7 @@ __all__ = [
     "Flag",
     "FlagSchema",
     "HelpParseError",
+    "LaunchCommand",
     "Problem",
     "Rename",
     "cache_path",
@@ -67,21 +67,3 @@ def check_all(argv: list[str], schema: FlagSchema, *, version: str | None = None
     problems += speculative_notes(argv, schema)
     problems += security_notes(argv, schema)
     return sorted(problems, key=lambda p: p.severity != "error")
-
-
-def split_launch_command(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Split a pasted command line into (launcher, flags).
-
-    Recognises ``[env...] python… -m module`` and ``sglang serve``; anything else is taken
-    as flags only: ``(["python3", "-m", "sglang.launch_server"], ["--port", "1"])``.
-    """
-    argv = [str(a) for a in argv]
-    for i, a in enumerate(argv):
-        if a.startswith("-"):
-            break
-        base = Path(a).name
-        if base.startswith("python") and argv[i + 1:i + 2] == ["-m"] and len(argv) > i + 2:
-            return argv[: i + 3], argv[i + 3:]
-        if base == "sglang" and argv[i + 1:i + 2] == ["serve"]:
-            return argv[: i + 2], argv[i + 2:]
-    return [], argv

@@ -28,6 +28,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
+from console.ops.flags.launcher import split_launch_command
 from console.ops.flags.models import Flag, FlagSchema, ProblemKind
 
 NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
@@ -491,33 +492,11 @@ def _count_values(pat: str, start: int) -> int:
     return j - start
 
 
-def split_launcher(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(launcher, flags) of a whole server command line.
-
-    Recognises ``[env…] python… [-opts] -m module`` and ``sglang serve``; a list that starts with
-    a flag is flags only. Anything else before the first ``-`` token is taken as the launcher.
-    """
-    argv = [str(a) for a in argv]
-    for i, a in enumerate(argv):
-        base = a.rsplit("/", 1)[-1]
-        if base.startswith("python"):
-            j = i + 1
-            while j < len(argv) and argv[j].startswith("-") and argv[j] != "-m":
-                j += 1
-            if argv[j:j + 1] == ["-m"] and len(argv) > j + 1:
-                return argv[: j + 2], argv[j + 2:]
-        if base == "sglang" and argv[i + 1:i + 2] == ["serve"]:
-            return argv[: i + 2], argv[i + 2:]
-        if a.startswith("-"):
-            return argv[:i], argv[i:]
-    return list(argv), []
-
-
 @lru_cache(maxsize=512)
 def _resolve_cmdline_cached(argv: tuple[str, ...]) -> Resolved:
     from console.ops.flags.sources import bundled_schema
 
-    return resolve_argv(split_launcher(list(argv))[1], bundled_schema())
+    return resolve_argv(split_launch_command(argv).flags, bundled_schema())
 
 
 def resolve_cmdline(argv: list[str], schema: FlagSchema | None = None) -> Resolved:
@@ -528,7 +507,7 @@ def resolve_cmdline(argv: list[str], schema: FlagSchema | None = None) -> Resolv
     """
     if schema is None:
         return _resolve_cmdline_cached(tuple(str(a) for a in argv))
-    return resolve_argv(split_launcher([str(a) for a in argv])[1], schema)
+    return resolve_argv(split_launch_command(argv).flags, schema)
 
 
 def flag_text(res: Resolved, *names: str) -> str | None:

@@ -1,11 +1,15 @@
-"""The events screen (``v``): what happened on every host, newest first — exits, OOM kills, READY,
+"""The events screen (``v``): what happened on every host, newest first — exits, OOM kills,
 launches, acknowledgements (from the run directories and exit records) and what this console saw
-(foreign servers appearing and vanishing, refused launches, sessions stopping or failing)."""
+(foreign servers appearing and vanishing, refused launches, sessions becoming READY, stopping or
+failing). A foreign server's vanishing that this console did not cause names the other console on
+this machine whose kill the shared audit log holds (read through the backend, only while such an
+event is listed)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,10 +17,13 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from console.model import HostEvent, HostView
-from console.ops.events import merge, run_dir_events
+from console.model import AuditEntry, HostEvent, HostView
+from console.ops.events import KILL_BEFORE_VANISH_S, NOT_BY_THIS_CONSOLE, merge, name_other_killers, run_dir_events
 from console.ui.format import clean, gpu_list, short
 from console.ui.widgets.footer import QuietFooter
+
+if TYPE_CHECKING:
+    from console.ui.app import MtpConsoleApp
 
 KINDS = ["all", "failures", "lifecycle", "foreign"]
 """``f`` cycles: every event; exits, OOM kills and failures; launches, READY, stops, acks; foreign servers."""
@@ -27,9 +34,15 @@ GROUPS = {
 }
 
 
-def host_events(view: HostView) -> list[HostEvent]:
-    """One host's events: what the console saw merged with what its run directories record."""
-    return merge(view.events, run_dir_events(view.snapshot))
+AUDIT_EVERY_S = 3.0
+"""While a foreign server's vanishing is not attributed, the shared audit log is read again this often."""
+
+
+def host_events(view: HostView, others: list[AuditEntry] | None = None) -> list[HostEvent]:
+    """One host's events: what the console saw (a foreign server's vanishing named after the other console
+    that killed it when ``others``, the audit entries of other consoles, show it) merged with what its run
+    directories record."""
+    return merge(name_other_killers(view.events, others or []), run_dir_events(view.snapshot))
 
 
 class EventsScreen(Screen):
@@ -53,6 +66,13 @@ class EventsScreen(Screen):
         self.views, self.clock = views, clock
         self.flt = "all"
         self.events: list[HostEvent] = []
+        self.others: list[AuditEntry] = []
+        """Kills other consoles on this machine sent (the shared audit log), for vanished foreign servers."""
+        self._audit_busy = False
+
+    @property
+    def capp(self) -> MtpConsoleApp:
+        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -65,10 +85,35 @@ class EventsScreen(Screen):
         self.query_one(DataTable).add_columns("TIME", "HOST", "GPU", "KIND", "WHAT", "SOURCE")
         self.refresh_rows()
         self.set_interval(1.0, self.refresh_rows)
+        self.set_interval(AUDIT_EVERY_S, self.read_others)
+        self.read_others()
         self.query_one(DataTable).focus()
 
+    def read_others(self) -> None:
+        """Read the other consoles' kills from the audit log (in the background), only while a listed foreign
+        server's vanishing is not attributed to a console."""
+        vanished = [e for v in self.views().values() for e in v.events
+                    if e.kind == "foreign_vanished" and NOT_BY_THIS_CONSOLE in e.text]
+        if not vanished or self._audit_busy:
+            return
+        fetch = self.capp.backend.others_audit
+        self._audit_busy = True
+        since = min(e.at for e in vanished) - KILL_BEFORE_VANISH_S
+
+        async def work() -> None:
+            try:
+                others = await fetch(since, ("kill",))
+            except Exception:  # the list stays as it is: unattributed is still true
+                return
+            finally:
+                self._audit_busy = False
+            if others != self.others:
+                self.others = others
+                self.refresh_rows()
+        self.run_worker(work(), group="events-audit", exclusive=True, exit_on_error=False)
+
     def collect(self) -> list[HostEvent]:
-        evs = [e for v in self.views().values() for e in host_events(v)]
+        evs = [e for v in self.views().values() for e in host_events(v, self.others)]
         if self.flt != "all":
             evs = [e for e in evs if e.kind in GROUPS[self.flt]]
         return sorted(evs, key=lambda e: e.at, reverse=True)

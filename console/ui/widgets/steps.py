@@ -1,16 +1,19 @@
 """The confirmation steps of the action in progress: ✓ / ✗ / spinner, elapsed time, evidence.
 
-The pane has a maximum height; when the steps do not fit, the first ones give way to a
-"↑ N more step(s) above" line so that the step that matters stays in view: the failing one,
-the running one, or the last.
+The pane has a maximum height and scrolls (Textual's own scrolling: the wheel, or the arrow and page
+keys once it has focus). The title and the outcome stay at its top; below them one line per step.
+It keeps the step that matters in view: the last one, or the failing or running one when steps come
+after it; scrolling back shows the earlier ones, and once the operator has scrolled away the pane
+stays where it was put until the next operation begins.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.content import Content
-from textual.widget import Widget
 from textual.widgets import Static
 
 from console.model import OperationResult, Step
@@ -21,19 +24,32 @@ _ICON = {"ok": ("✓", "$text-success"), "failed": ("✗", "$text-error"), "pend
          "skipped": ("–", "$text-muted"), "warning": ("⚠", "$text-warning")}
 
 
-class StepsView(Static):
+class StepsView(VerticalScroll):
     """Steps of one operation; hidden until the first operation starts."""
 
     def __init__(self, clock: Callable[[], float], **kw) -> None:
-        super().__init__("", classes="steps", **kw)
+        super().__init__(classes="steps", **kw)
         self.clock = clock
         self.title = ""
         self.steps: list[Step] = []
         self.result: OperationResult | None = None
         self.frame = 0
+        self.head = Static("", classes="steps-head")
+        """The title and the outcome (docked: they do not scroll away)."""
+        self.rows: list[Static] = []
+        """One line per step, in order."""
+        self._auto_y: float | None = None
+        """Where the pane last scrolled itself; the operator has scrolled away when it is elsewhere."""
+
+    def compose(self) -> ComposeResult:
+        yield self.head
+
+    def on_mount(self) -> None:
+        self._draw()
 
     def begin(self, title: str) -> None:
         self.title, self.steps, self.result = title, [], None
+        self._auto_y = None  # a new operation: its steps are followed again
         self.add_class("-active")
         self._draw()
 
@@ -49,17 +65,24 @@ class StepsView(Static):
 
     def tick(self) -> None:
         """Advance the spinner (not called when animations are off, so tests see one frame)."""
-        if self.result is None and any(s.state == "running" for s in self.steps):
+        running = [i for i, s in enumerate(self.steps) if s.state == "running" and i < len(self.rows)]
+        if self.result is None and running:
             self.frame = (self.frame + 1) % len(SPINNER)
-            self._draw()
+            width = max(len(s.name) for s in self.steps)
+            for i in running:  # only the running rows change (their spinner and elapsed time)
+                self.rows[i].update(self._line(self.steps[i], width))
 
-    def _room(self) -> int:
-        """Lines the pane can show: its maximum height (a share of the side column) in cells."""
-        parent = self.parent
-        mh = self.styles.max_height
-        if not isinstance(parent, Widget) or not parent.size.height or mh is None:
-            return 0
-        return max(4, int(mh.resolve(parent.size, self.app.size)) - 1)  # less the bottom border
+    @property
+    def text(self) -> str:
+        """What the pane says, all of it (scrolled out of view or not), as plain text."""
+        width = max((len(s.name) for s in self.steps), default=0)
+        return "\n".join([self._head().plain, *(self._line(s, width).plain for s in self.steps)])
+
+    def focus_index(self) -> int | None:
+        """The step that matters: the failing one, else the running one, else the last (None: no steps)."""
+        if not self.steps:
+            return None
+        return next((i for i, s in enumerate(self.steps) if s.state in ("failed", "running")), len(self.steps) - 1)
 
     def _elapsed(self, s: Step) -> str:
         if s.elapsed_s is not None:
@@ -68,9 +91,8 @@ class StepsView(Static):
             return f"{max(0.0, self.clock() - s.started_at):.1f} s"
         return ""
 
-    def _draw(self) -> None:
+    def _head(self) -> Content:
         parts = [Content.from_markup("[b]$t[/b]", t=self.title)]
-        # the outcome first: the pane has a maximum height and long evidence must not push it out
         r = self.result
         if r is not None:
             if r.ok:
@@ -82,20 +104,42 @@ class StepsView(Static):
                 for extra in (r.line, r.error, r.hint and f"hint: {r.hint}", *[f"left: {x}" for x in r.left]):
                     if extra:
                         parts.append(Content(short(clean(extra), 300)))
+        return Content("\n").join(parts)
+
+    def _line(self, s: Step, width: int) -> Content:
+        icon, style = _ICON.get(s.state, (SPINNER[self.frame], "$text-warning"))
+        return Content.from_markup(
+            f"[{style}]$icon[/] $name $el  [$text-muted]$ev[/]",
+            icon=icon, name=s.name.ljust(width), el=self._elapsed(s).rjust(7),
+            ev=short(clean(s.evidence or ""), 160),
+        )
+
+    def _draw_rows(self) -> None:
+        """One row per step: extra rows removed, missing ones mounted, every row's text set."""
+        for row in self.rows[len(self.steps):]:
+            row.remove()
+        del self.rows[len(self.steps):]
         width = max((len(s.name) for s in self.steps), default=0)
-        room = self._room() - len(parts)
-        shown = self.steps
-        if 0 < room < len(shown):  # does not fit: keep the step that matters (failing, running, else the last)
-            focus = next((i for i, s in enumerate(shown) if s.state in ("failed", "running")), len(shown) - 1)
-            end = max(room - 1, min(len(shown), focus + 1))
-            start = end - (room - 1)
-            parts.append(Content.styled(f"↑ {start} more step(s) above", "$text-muted"))
-            shown = shown[start:end]
-        for s in shown:
-            icon, style = _ICON.get(s.state, (SPINNER[self.frame], "$text-warning"))
-            parts.append(Content.from_markup(
-                f"[{style}]$icon[/] $name $el  [$text-muted]$ev[/]",
-                icon=icon, name=s.name.ljust(width), el=self._elapsed(s).rjust(7),
-                ev=short(clean(s.evidence or ""), 160),
-            ))
-        self.update(Content("\n").join(parts))
+        for row, s in zip(self.rows, self.steps):
+            row.update(self._line(s, width))
+        new = [Static(self._line(s, width), classes="steps-row") for s in self.steps[len(self.rows):]]
+        if new:
+            self.rows.extend(new)
+            self.mount(*new)
+
+    def _draw(self) -> None:
+        if not self.is_mounted:
+            return  # drawn when mounted
+        self.head.update(self._head())
+        self._draw_rows()
+        self.call_after_refresh(self._follow)
+
+    def _follow(self) -> None:
+        """Keep the last step, and the step that matters, in view, unless the operator has scrolled away."""
+        if self._auto_y is not None and self.scroll_y != self._auto_y and self.scroll_y < self.max_scroll_y:
+            return
+        i = self.focus_index()
+        self.scroll_end(animate=False, immediate=True)
+        if i is not None and i < len(self.rows) and self.rows[i].is_mounted:
+            self.scroll_to_widget(self.rows[i], animate=False, immediate=True)
+        self._auto_y = self.scroll_y
