@@ -27,7 +27,7 @@ plugins may register more). The one list: the planner, the flag form and the fla
 class Frozen(BaseModel):
     """Base for every boundary model: immutable, unknown keys ignored."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
 
 # ---------------------------------------------------------------- GPUs

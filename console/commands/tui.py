@@ -4,7 +4,9 @@ Start-up order (the first frame should already show each host's first sample): t
 staged (the demo's) and their links started *first*, then the UI (Textual and the app, the
 slowest imports) is imported in a worker thread while the event loop bootstraps the agents, so
 an agent's start and first sample overlap the console's own start instead of following it; the
-app applies what the links already have as it mounts (console/ui/app.py). The cyclic garbage
+app applies what the links already have as it mounts (console/ui/app.py); what only a key needs (the screens
+behind keys, the ``/metrics`` parser) is imported in the background once the first frames are drawn. The
+cyclic garbage
 collector is paused for the start (:data:`GC_PAUSE_S`). BENCHMARKS.md, "Start-up", has the figures.
 """
 
@@ -21,6 +23,12 @@ from console.errors import UserError
 
 UI_MODULES = ("console.ops.backend", "console.ui.app")
 """Imported off the event loop while the links start (a few hundred ms of imports)."""
+LATER_MODULES = ("console.ui.screens.sessions", "console.ui.screens.log_screen", "console.ui.screens.orphans",
+                 "console.ui.screens.events", "console.ui.operations", "prometheus_client.parser")
+"""Not needed for the first frame (the screens behind keys, the ``/metrics`` parser): imported off the event
+loop once the first frames are drawn (:data:`WARM_AFTER_S`), so a key pressed then does not wait for them."""
+WARM_AFTER_S = 1.5
+"""Seconds after the app starts before :data:`LATER_MODULES` are imported (its first frames come first)."""
 THEMES = ("dark", "light", "high-contrast")
 """``console.ui.themes.NAMES`` (a test keeps them equal): a wrong ``--theme`` is refused before Textual is
 imported, and the hosts start before that import."""
@@ -44,6 +52,11 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     finally:
         if collecting:
             gc.enable()
+
+
+def _import_later() -> None:
+    for name in LATER_MODULES:
+        importlib.import_module(name)
 
 
 def _import_ui() -> None:
@@ -74,6 +87,9 @@ async def _main(ctx: CliContext, *, resume_gc: bool = False) -> int:
             backend.prestart()  # the app's start shows what the links already have (their first sample)
             app = make_app(backend, theme=ctx.theme, read_only=ctx.read_only, interval=ctx.interval,
                            keymap=cfg.ui.keymap)
+            warm: list[asyncio.Future] = []
+            asyncio.get_running_loop().call_later(
+                WARM_AFTER_S, lambda: warm.append(asyncio.ensure_future(asyncio.to_thread(_import_later))))
             try:
                 await app.run_async()
             finally:

@@ -17,8 +17,6 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from console.model import Figure, ServeMetrics, ServingFigures
 
 # One name per figure; SGLang's prefix is ``sglang:`` (older exporters and some proxies
@@ -58,6 +56,10 @@ def _rank0(labels: dict[str, str]) -> bool:
 
 def parse_sglang_metrics(text: str, at: float) -> ServingFigures:
     """The figures in one ``/metrics`` response read at ``at`` (epoch seconds)."""
+    # Imported here: prometheus_client pulls in its HTTP exposition (~40 ms) that a console start without
+    # metrics to read never needs (see console/commands/tui.py's warm-up).
+    from prometheus_client.parser import text_string_to_metric_families
+
     if len(text) > MAX_METRICS_BYTES:
         raise MetricsParseError(f"metrics text of {len(text)} bytes is over the {MAX_METRICS_BYTES} byte cap")
     values: dict[str, list[float]] = defaultdict(list)

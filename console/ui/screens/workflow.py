@@ -10,16 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from console.model import HostView, KillTarget, SessionView
-from console.ops.orphans import Orphan
 from console.ui.format import clean, short
 from console.ui.main_screen import MainScreen
-from console.ui.screens.events import EventsScreen
-from console.ui.screens.log_screen import LogScreen
-from console.ui.screens.orphans import OrphanScreen
-from console.ui.screens.sessions import SessionsScreen
 
 if TYPE_CHECKING:
+    from console.ops.orphans import Orphan
     from console.ui.app import MtpConsoleApp
+
+# The screens are imported when first opened (and by the start's warm-up, console/commands/tui.py), not with
+# the app: the first frame does not wait for them.
 
 
 class Workflow:
@@ -43,25 +42,35 @@ class Workflow:
     # ---- screens
     def sessions(self) -> None:
         if self._top():
+            from console.ui.screens.sessions import SessionsScreen
+
             self.app.push_screen(SessionsScreen(self.views, on_open=self.open_session, on_ack=self.acknowledge,
                                                 clock=self.app.clock))
 
     def full_log(self) -> None:
         if self._top():
+            from console.ui.screens.log_screen import LogScreen
+
             self.app.push_screen(LogScreen())
 
     def orphans(self) -> None:
         if self._top():
+            from console.ui.screens.orphans import OrphanScreen
+
             self.app.push_screen(OrphanScreen(self.views, self.kill_orphan, read_only=self.app.read_only))
 
     def events(self) -> None:
         if self._top():
+            from console.ui.screens.events import EventsScreen
+
             self.app.push_screen(EventsScreen(self.views, clock=self.app.clock))
 
     # ---- what they ask for
     def open_session(self, s: SessionView) -> None:
         """Show ``s``'s log full screen (with its steps when this console ran them): through the log pane
         when it is its GPU's current session (the panel is selected), else followed by the screen itself."""
+        from console.ui.screens.log_screen import LogScreen
+
         app = self.app
         panel = next((p for p in app.panels() if p.host == s.host and p.session is not None
                       and p.session.session_id == s.session_id and s.session_id), None)
