@@ -47,6 +47,11 @@ class Failure:
     """What the start-up step the failure happened in points at (``patterns.PHASES``)."""
 
 
+FOLLOW_UP_SCORE = 13
+"""An exception that only reports another process's death (``EngineDeadError``, ``Engine core initialization
+failed. See root cause above``): below a cut traceback (15/16), above a bare native crash line (12)."""
+
+
 def causes_of(body: str, exception: bool) -> tuple[Cause, ...]:
     low = body.lower()
     if not any(k in low for k in KEYWORDS):
@@ -75,6 +80,8 @@ class Episode:
     first_exc: tuple[str, str, str] | None = None
     last_exc: tuple[str, str, str] | None = None
     """(raw, body, exception name)."""
+    exc_tag: str | None = None
+    """The process tag of the last exception line (``lines.Line.tag``)."""
     stop_only: bool = True
     """Every exception so far is a stop (KeyboardInterrupt) or ignorable."""
     where: str | None = None
@@ -115,7 +122,8 @@ class Episode:
         if body.startswith("raise ") and self.last_exc is None:
             self.consider(raw, body, seq, False, weak=True)  # a cut traceback: the raise statement names the error
 
-    def exception(self, raw: str, body: str, name: str, seq: int) -> None:
+    def exception(self, raw: str, body: str, name: str, seq: int, tag: str | None = None) -> None:
+        self.exc_tag = tag
         short = name.rsplit(".", 1)[-1].split("(", 1)[0]
         if short not in STOP_EXCEPTIONS and short not in IGNORED_EXCEPTIONS:
             self.stop_only = False
@@ -161,6 +169,9 @@ class Episode:
             else:
                 cause = "other"
                 score = 20 if self.last_exc is not None else (16 if self.header else 15)
+                if self.last_exc is not None and follow_up(self.last_exc[1]) and (
+                        self.first_exc is None or follow_up(self.first_exc[1])):
+                    score = FOLLOW_UP_SCORE  # "see the root cause above": the earlier, even cut, traceback says more
         terminal = (ann is not None and ann[0].terminal) or "engine" in self.flags
         crash = rule_crash or terminal or cause == "cuda_graph"
         if "request" in self.flags and "engine" not in self.flags and not rule_crash:
@@ -171,12 +182,22 @@ class Episode:
     def _line(self) -> tuple[str, str]:
         if self.last_exc is not None:
             raw, body, name = self.last_exc
+            if self.first_exc is not None and follow_up(body) and not follow_up(self.first_exc[1]):
+                raw, body, name = self.first_exc  # a chain ending in "see the root cause above": the root says more
             if body == name and self.last_src and self.last_src.lstrip().startswith(("assert ", "raise ")):
                 return self.last_src, self.last_src  # a bare ``AssertionError``: its ``assert`` line says more
             return raw, body
         if self.announce is not None:
             return self.announce[1], self.announce[2]
         return self.header or "Traceback (most recent call last):", ""
+
+
+def follow_up(body: str) -> bool:
+    """The exception only reports another failure (``EngineDeadError``, ``See root cause above``)."""
+    return any(c.follow_up and c.rx.search(body) for c in FOLLOW_UPS)
+
+
+FOLLOW_UPS = tuple(c for c in CAUSES if c.follow_up)
 
 
 def _bare(body: str) -> bool:

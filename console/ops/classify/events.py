@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from console.model import FailureCause
-from console.ops.classify.episode import Episode, Failure, announce_into, best_of, causes_of
+from console.ops.classify.episode import Episode, Failure, announce_into, best_of, causes_of, follow_up
 from console.ops.classify.lines import QUIET_LEVELS, Line, read_line
 from console.ops.classify.patterns import (
     ARGPARSE_ERROR,
@@ -27,6 +27,7 @@ from console.ops.classify.patterns import (
     CONFIG_DUMP,
     EXCEPTION,
     EXIT_CODE,
+    FAULTHANDLER_THREAD,
     FRAME_LINE,
     HTTP,
     IGNORED_EXCEPTIONS,
@@ -43,10 +44,14 @@ from console.ops.classify.patterns import (
     STOP_ANY,
     STOP_EXCEPTIONS,
     STOP_GATE,
+    SYMPTOMS,
     TRACEBACK,
     USAGE_START,
     VLLM,
 )
+
+FATAL_DUMP_RULES = ("native_crash", "signal_crash")
+"""Causes whose ``Fatal Python error`` line opens an event: faulthandler's thread dump follows it."""
 
 MAX_CONTINUATION = 12
 """Message lines after an exception that still belong to it."""
@@ -75,6 +80,10 @@ class Reader:
         self.spec_step = False
         """The last start-up step was on the speculative path (loading the draft model ...)."""
         self.phase: FailureCause | None = None
+        self.symptom: FailureCause | None = None
+        """A durable warning seen so far (``SYMPTOMS``): what a cut failure at any later step points at."""
+        self.fired_up = False
+        """SGLang said it is ready (after its warmup): uvicorn's lines after that start no warmup."""
         self.spec_seen = False
         """Some line so far shows the server runs speculative decoding (``SPEC_CONTEXT``)."""
         """What the last start-up step points at should it fail (``PHASES``)."""
@@ -82,7 +91,7 @@ class Reader:
     def copy(self) -> Reader:
         r = Reader()
         r.seq, r.usage, r.spec_step, r.phase = self.seq, self.usage, self.spec_step, self.phase
-        r.spec_seen = self.spec_seen
+        r.spec_seen, r.fired_up, r.symptom = self.spec_seen, self.fired_up, self.symptom
         if self.ep is not None:
             r.ep = replace(self.ep, flags=set(self.ep.flags))
         return r
@@ -153,14 +162,14 @@ class Reader:
             if ln.indented or FRAME_LINE.match(body):
                 ep.frame(ln.raw, body, seq)
                 return True
-            if body.startswith(CHAIN):
+            if body.startswith(CHAIN) or FAULTHANDLER_THREAD.match(body):
                 return True
             if body.startswith(TRACEBACK):
                 ep.header = ep.header or ln.raw
                 return True
             m = EXCEPTION.match(body)
             if m:
-                ep.exception(ln.raw, body, m.group(1), seq)
+                ep.exception(ln.raw, body, m.group(1), seq, ln.tag)
                 return True
             if ep.after_frame and not self._is_event(body) and not _announces(body):
                 ep.frame(ln.raw, body, seq)  # the frame's source line, pasted without its indentation
@@ -174,12 +183,15 @@ class Reader:
             ep.collecting = True
             ep.frame(ln.raw, body, seq)
             return True
-        if body.startswith(TRACEBACK) and ep.continuation <= 2:
+        if body.startswith(TRACEBACK) and ep.continuation <= 2 and not (
+                ln.tag != ep.exc_tag and ep.last_exc is not None and follow_up(ep.last_exc[1])):
+            # a chain pasted without its "During handling ..." line; not the traceback of the process that
+            # a follow-up ("EngineDeadError: ... see above") points at, which another process prints
             ep.collecting = True
             return True
         m = EXCEPTION.match(body)
         if m and ln.level not in QUIET_LEVELS:
-            ep.exception(ln.raw, body, m.group(1), seq)
+            ep.exception(ln.raw, body, m.group(1), seq, ln.tag)
             return True
         if ep.continuation < MAX_CONTINUATION and not self._is_event(body) and not _announces(body):
             ep.continuation += 1
@@ -203,7 +215,7 @@ class Reader:
         one (``rules`` decides whether that counts)."""
         if self.spec_step and f.cause == "other" and f.rule not in ("child_exit", "sigquit", "killed"):
             return replace(f, cause="spec_decode_error", score=max(f.score, 60))
-        phase = self.phase or ("spec_decode_error" if self.spec_seen else None)
+        phase = self.symptom or self.phase or ("spec_decode_error" if self.spec_seen else None)
         if phase is not None:
             return replace(f, phase=phase)
         return f
@@ -236,11 +248,12 @@ class Reader:
                 self.close(sink)
                 self.spec_step = False
                 self.phase = None
+                self.fired_up = True
                 sink.ready(ln.raw, True)
                 return True
             if VLLM.ready.search(body):
                 self.close(sink)
-                if SGLANG.progress.search(body) and sink.is_sglang():
+                if SGLANG.progress.search(body) and sink.is_sglang() and not self.fired_up:
                     self.phase = SGLANG_WARMUP_PHASE
                     sink.progress()  # SGLang: uvicorn is up, its warmup is still to come
                 else:
@@ -297,12 +310,12 @@ class Reader:
                 return
             self.close(sink)
             ep = Episode(seq=seq)
-            ep.exception(ln.raw, body, name, seq)
+            ep.exception(ln.raw, body, name, seq, ln.tag)
             self.ep = ep
             return
         crash = CHILD_CRASH.search(body) or RANK_DIED.search(body) or EXIT_CODE.match(body)
         if crash is not None:
-            code = int(crash.group(2))
+            code = int(crash.group(crash.lastindex or 0))
             if code < 0:
                 f = Failure("signal_killed", 30, seq, ln.raw, "child_signal", terminal=True, stop_induced=True,
                             detail=str(code))
@@ -312,10 +325,16 @@ class Reader:
             return
         causes = causes_of(body, False)
         if not causes:
+            if "[c10d]" in body or "capability" in body:
+                for cause, durable, rx in SYMPTOMS:
+                    if rx.search(body):
+                        self.phase = cause
+                        self.symptom = cause if durable else self.symptom
+                        break
             return
         best = best_of(causes)
         assert best is not None
-        if any(c.announce for c in causes):
+        if any(c.announce for c in causes) or (best.name in FATAL_DUMP_RULES and body.startswith("Fatal Python error")):
             self.close(sink)
             ep = Episode(seq=seq)
             announce_into(ep, ln.raw, body, causes)

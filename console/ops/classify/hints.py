@@ -14,6 +14,8 @@ _FLAG = re.compile(r"(--[\w-]+)")
 _PORT = re.compile(r"\(\s*'[^']*',\s*(\d+)\s*\)|[Pp]ort[ =:]+(\d+)|:(\d{2,5})\b")
 _MODULE = re.compile(r"No module named '([^']+)'|cannot import name '([^']+)'|undefined symbol: (\S+)")
 _AMBIG = re.compile(r"ambiguous option: (--[\w-]+) could match (.*)")
+_GPU_COUNT = re.compile(r"available GPUs|visible devices|world_size|World size")
+_ARCH = re.compile(r"kernel image|NoKernelImage|invalid device function|code object|NoBinaryForGpu")
 _MEM_FRACTION = re.compile(r"mem_fraction_static=([\d.]+)")
 _ORPHANS = "check for orphaned sglang:: processes still holding GPU memory from an earlier server"
 
@@ -67,6 +69,10 @@ def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *
         return ("the server got SIGKILL ('Killed') with nothing else in the log: most likely the host's OOM "
                 "killer - check dmesg / journalctl -k for 'Out of memory: Killed process'; lower host RAM use "
                 "(--hicache-size, fewer servers per host, a container memory limit that fits)")
+    if cause == "host_oom_killed" and rule in ("enomem", "host_mem") and (exit is None or exit.oom_kill_after is None):
+        return ("host RAM ran out inside the server (it could not allocate CPU memory): lower host memory use - "
+                "fewer servers or Ray tasks per host, a smaller --hicache-size / --cpu-offload-gb / --swap-space, "
+                "a larger container memory limit; check free -g and dmesg")
     if cause == "host_oom_killed":
         counts = ""
         if exit is not None and exit.oom_kill_before is not None and exit.oom_kill_after is not None:
@@ -88,8 +94,12 @@ def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *
         return ("multi-GPU communication failed: check CUDA_VISIBLE_DEVICES and --tp-size, stale processes "
                 "on those GPUs, /dev/shm size in containers; retry with NCCL_DEBUG=INFO or NCCL_P2P_DISABLE=1")
     if cause == "bad_flags":
-        return _flags_hint(body)
+        return _flags_hint(body) if rule in ("argparse", None) else _value_hint(body)
     if cause == "cuda_driver":
+        if _ARCH.search(body):
+            return ("the installed kernels were not built for this GPU's architecture (no kernel image / invalid "
+                    "device function): install a torch / sglang / vllm build for this GPU (ROCm for AMD, the CUDA "
+                    "arch list for older NVIDIA GPUs) or pick a supported --attention-backend")
         if rule == "cuda_error":
             return ("a CUDA error stopped the server: check nvidia-smi and dmesg (Xid), the driver vs the torch "
                     "CUDA build; for illegal memory access retry with --disable-cuda-graph or another "
@@ -142,6 +152,30 @@ def _oom_hint(rule: str | None, body: str, vllm: bool) -> str:
             f"{_ORPHANS}")
 
 
+def _value_hint(body: str) -> str:
+    """A start-up check refused a flag's value or a combination (not argparse)."""
+    if "[Errno 99]" in body:
+        return ("the HTTP server cannot bind to that address (it is not one of this machine's): set --host to "
+                "0.0.0.0, 127.0.0.1 or an address the host really has")
+    if _GPU_COUNT.search(body):
+        return ("more GPUs were asked for than this host shows: lower --tensor-parallel-size / "
+                "--pipeline-parallel-size / --data-parallel-size (SGLang: --tp / --pp / --dp), or check "
+                "CUDA_VISIBLE_DEVICES and that every GPU is visible in the container")
+    if "divisible" in body:
+        return ("the parallel sizes do not divide the model's sizes (attention heads, layers, experts, quantization "
+                "blocks): pick a --tensor-parallel-size / --pipeline-parallel-size (SGLang: --tp / --pp) that divides "
+                "them, e.g. a power of two")
+    if "compute capability" in body or "current GPU" in body:
+        return ("this GPU is too old for that setting (bfloat16 and FP8 need a newer compute capability): use "
+                "--dtype float16, another --quantization, or a newer GPU")
+    if "max_model_len" in body or "context_length" in body or "context length" in body:
+        return ("the context length does not fit this model or this memory: lower --max-model-len "
+                "(SGLang: --context-length) or raise --max-num-batched-tokens to match it")
+    flag = _first(_FLAG, body)
+    return (f"the server refused {flag or 'a flag value or combination'}: this version, model or GPU does not "
+            "support it - change the value or drop the flag; check the host's own flags (mtpconsole flags)")
+
+
 def _flags_hint(body: str) -> str:
     m = _AMBIG.search(body)
     if m:
@@ -156,8 +190,11 @@ def _flags_hint(body: str) -> str:
 
 def _signal_hint(c: Failure | None, exit: ExitRecord | None) -> str:
     sig = None
+    proc = re.search(r"': -(\d+)", c.detail or "") if c is not None and c.rule == "engine_signal" else None
     if c is not None and c.rule == "child_signal" and c.detail and c.detail.lstrip("-").isdigit():
         sig = abs(int(c.detail))  # the scheduler's own signal, not the launcher's exit
+    elif proc is not None:
+        sig = int(proc.group(1))  # vLLM's engine core, as its API server reports it
     elif exit is not None:
         sig = signal_of(exit)
     what = signame(sig) if sig else "a signal"

@@ -30,7 +30,9 @@ _JOURNALD = re.compile(
     r" [\w.\-]{1,64} [\w.\-/@]{1,64}\[\d{1,10}\]: ")
 _SYSLOG_TAG = re.compile(r"[A-Za-z][\w.\-/@]{0,63}\[\d{1,10}\]: ")
 _KUBECTL = re.compile(r"\[pod/[\w.\-]{1,253}/[\w.\-]{1,63}\] ")
-_PROC_TAG = re.compile(r"_?\(?[A-Za-z_][\w.\-]{0,63}(?: [\w.\-]+=[\w.\-:]+,?){1,4}\) ?")
+_PROC_TAG = re.compile(r"_?\(?[A-Za-z_][\w.\-:]{0,127}(?: [\w.\-]+=[\w.\-:]+,?){1,4}\) ?")
+"""A process tag: ``(EngineCore_DP0 pid=1)``, Ray's ``(RayWorkerWrapper pid=1, ip=...)``, Ray Serve's
+``(ServeReplica:app:Deployment pid=1, ip=...)``."""
 _RANK = re.compile(r"\[rank\d+\]: ?|\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?")
 _RAY_PID = re.compile(r"\((?:pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?|raylet|gcs_server|autoscaler)\) ")
 _SRUN = re.compile(r"\d{1,5}: ")
@@ -39,6 +41,8 @@ SGLANG_PREFIX = re.compile(
 _VLLM_LEVEL = re.compile(
     r"(INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]]{0,200}\]|[\w.\-]{1,80}:\d+\]) ?")
 _UVICORN_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):(?: +|$)")
+_PYLOG_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):[A-Za-z_][\w.]{0,120}:")
+"""Python logging's default format, ``WARNING:sglang.srt.models.registry:message`` (an in-process engine)."""
 _CARET_C = "^C"
 
 QUIET_LEVELS = frozenset(("INFO", "WARNING", "DEBUG"))
@@ -62,6 +66,8 @@ class Line:
     """A vLLM level prefix or a vLLM process tag (``(APIServer pid=..)``, ``(EngineCore ..)``) was present."""
     interrupt: bool
     """The line starts with a terminal's ``^C``."""
+    tag: str | None = None
+    """The process tag the line carried (``(EngineCore pid=104)``): lines of one process share it."""
 
 
 def read_line(raw: str) -> Line:
@@ -77,8 +83,12 @@ def read_line(raw: str) -> Line:
         s = s[2:]
     sglang = vllm = False
     level: str | None = None
+    tag: str | None = None
     for i in range(8):  # every wrapper at most once or twice; bounded
         first = i == 0
+        while s.startswith(_CARET_C):  # a terminal's ^C, also behind a wrapper (``sglang-1  | ^C...``)
+            interrupt = True
+            s = s[2:]
         start = s
         c = s[:1]
         if c.isdigit():
@@ -96,7 +106,8 @@ def read_line(raw: str) -> Line:
         elif c == "(" or c == "_":
             m = _PROC_TAG.match(s) or _RAY_PID.match(s)
             if m:  # a Ray/multiprocessing tag: either server (SGLangEngine, EngineCore ...)
-                vllm = vllm or m.group(0).startswith(("(APIServer", "(EngineCore", "(VllmWorker", "(Worker_"))
+                vllm = vllm or m.group(0).startswith(("(APIServer", "(ApiServer", "(EngineCore", "(VllmWorker", "(Worker_"))
+                tag = m.group(0).strip()  # the innermost tag is the process's own
                 s = s[m.end():]
         elif c == "[":
             m = _RANK.match(s) or _KUBECTL.match(s) or _BRACKET_ISO.match(s)
@@ -113,7 +124,7 @@ def read_line(raw: str) -> Line:
                 level, vllm = m.group(1), True
                 s = s[m.end():]
             else:
-                m = _UVICORN_LEVEL.match(s)
+                m = _UVICORN_LEVEL.match(s) or _PYLOG_LEVEL.match(s)
                 if m:
                     level = m.group(1)
                     s = s[m.end():]
@@ -126,7 +137,7 @@ def read_line(raw: str) -> Line:
     body = s.strip()
     indented = s[:1] in (" ", "\t") and bool(body)
     return Line(raw=raw, body=body, level=level, indented=indented, sglang=sglang, vllm=vllm,
-                interrupt=interrupt)
+                interrupt=interrupt, tag=tag)
 
 
 def clean(line: str, limit: int) -> str:

@@ -5,9 +5,9 @@ Each :class:`Framework` lists the lines that mean *ready*, *serving*, *startup p
 dies. :data:`CAUSES` maps failure messages (CUDA, NCCL, Hugging Face, argparse ... shared by
 both servers) to a cause with a specificity score. For a traceback cut before its exception
 line, :data:`CUT_WHERE` (the deepest frame), :data:`STEP_CAUSES` (the step a launcher names),
-:data:`PHASES` (the last start-up step) and :data:`SPEC_CONTEXT` say, in that order, what most
-likely failed. Nothing here decides a state: that is
-``rules.py``; nothing here reads a line: that is ``events.py``.
+:data:`PHASES` (the last start-up step, or a :data:`SYMPTOMS` warning after it) and
+:data:`SPEC_CONTEXT` say, in that order, what most likely failed. Nothing here decides a state:
+that is ``rules.py``; nothing here reads a line: that is ``events.py``.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ VLLM = Framework(
         r"non-default args:", r"Waiting for output from MQLLMEngine", r"Starting (?:Startup|Engine) Loop",
         r"Supported_?tasks", r"vLLM API server version", r"Automatically detected platform",
         r"Using \w+ (?:attention )?backend", r"world size \d+ is assigned as",
-        r"cache_config_info with initialization", r"Loading drafter model",
+        r"cache_config_info with initialization", r"Loading drafter model", r"EAGLE head(?:'s)? ",
         r"Starting vLLM (?:API )?server", r"Available routes are", r"^Route: /",
     ),
     metrics_line=_rx(r"throughput: ", r"Mean acceptance length"),
@@ -107,7 +107,7 @@ VLLM = Framework(
     ),
     stop=_rx(r"received signal=SIG(?:TERM|INT)", r"Received SIG(?:TERM|INT)\b", r"\[shutdown\]",
              r"^Shutting down$", r"Waiting for application shutdown", r"Application shutdown complete",
-             r"Finished server process", r"terminated by shutdown signal"),
+             r"Finished server process", r"terminated by shutdown signal", r"Shutting down FastAPI HTTP server"),
 )
 
 FRAMEWORKS = (SGLANG, VLLM)
@@ -133,7 +133,10 @@ FRAME_LINE = re.compile(r'File "[^"\n]{1,1000}", line \d+, in \S')
 """A traceback frame, also when a paste lost its indentation."""
 CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 EXCEPTION = re.compile(
-    r"((?:[A-Za-z_]\w{0,80}\.){0,8}(?:[A-Za-z_]\w{0,80}?)?(?:Error|Exception|Exit|Interrupt|Failure))"
+    r"((?:[A-Za-z_]\w{0,80}\.){0,8}(?:[A-Za-z_]\w{0,80}?)?(?:Error|Exception|Exit|Interrupt|Failure)"
+    # a class of an errors/exceptions module, whatever its name (``triton.runtime.errors.OutOfResources``,
+    # ``torch._dynamo.exc.BackendCompilerFailed``)
+    r"|(?:[A-Za-z_]\w{0,80}\.){1,8}(?:errors?|exceptions?|exc)\.[A-Z]\w{0,80})"
     r"(?:\(\w{1,80}\))?(?::|$)")
 IGNORED_EXCEPTIONS = ("SystemExit", "CancelledError", "GeneratorExit")
 STOP_EXCEPTIONS = ("KeyboardInterrupt",)
@@ -172,7 +175,7 @@ CUT_WHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
 # The step a launcher names when it reports a worker's failure (vLLM: ``Exception in worker ...
 # while processing method init_device``): for a failure cut before its exception line, the step
 # says what failed much as the deepest frame would.
-ANNOUNCED_STEP = re.compile(r"while processing method (\w+)")
+ANNOUNCED_STEP = re.compile(r"(?:while processing|Error executing) method (\w+)")
 STEP_CAUSES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
     # init_device builds the worker's process group (NCCL) once its GPU is set.
     ("nccl_error", _rx(r"^init_device$", r"distributed")),
@@ -232,6 +235,9 @@ class Cause:
     """Counts only on an exception line (``SomeError: ...``)."""
     announce: bool = False
     """Introduces a traceback (its exception, on the following lines, is more specific)."""
+    follow_up: bool = False
+    """Points at a root cause reported elsewhere (``See root cause above``): as an exception line it ranks below
+    even a bare, cut traceback of the process that died first."""
 
 
 CAUSES: tuple[Cause, ...] = (
@@ -240,9 +246,10 @@ CAUSES: tuple[Cause, ...] = (
         r"Not enough memory\. Please try to increase --mem-fraction-static",
         r"Loaded weights leave no GPU memory for the KV cache")),
     Cause("cuda_oom", "gpu_oom", 90, _rx(
-        r"CUDA out of memory", r"OutOfMemoryError", r"CUDA (?:driver )?error: out of memory",
+        r"CUDA out of memory", r"(?:NPU|XPU|MUSA|MPS backend) out of memory", r"OutOfMemoryError", r"(?:CUDA|HIP) (?:driver )?error: out of memory", r"hipErrorOutOfMemory", r"Cuda failure '?out of memory",
         r"cudaErrorMemoryAllocation", r"CUBLAS_STATUS_ALLOC_FAILED", r"CUDA_ERROR_OUT_OF_MEMORY",
-        r"HIP out of memory", r"cudaMalloc\w* .{0,60}out of memory"), crash=True),
+        r"HIP out of memory", r"cudaMalloc\w* .{0,60}out of memory", r"Triton Error \[(?:CUDA|HIP)\]: out of memory"),
+        crash=True),
     Cause("runtime_oom", "gpu_oom", 90, _rx(
         r"(?:Prefill|Decode) out of memory\. Try to lower", r"\bOut of memory\. Try to lower your batch size",
         r"Not enough space for mamba", r"alloc_req_slots runs out of memory"), crash=True),
@@ -257,29 +264,52 @@ CAUSES: tuple[Cause, ...] = (
         r"Capture (?:cuda|CUDA) graph failed", r"operation not permitted when stream is capturing",
         r"cudaErrorStreamCaptureUnsupported", r"stream is capturing"), crash=True),
     Cause("enomem", "host_oom_killed", 84, _rx(r"\[Errno 12\] Cannot allocate memory", r"\bENOMEM\b")),
+    # Host RAM, said in words that also match the GPU patterns above (Ray's ``OutOfMemoryError``): wins by score.
+    Cause("host_mem", "host_oom_killed", 93, _rx(
+        r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)", r"node running low on memory",
+        r"ray\.exceptions\.OutOfMemoryError", r"Memory cgroup out of memory", r"Out of memory: Kill(?:ed)? process"),
+        crash=True),
     # ports
     # A failed bind ends the server (uvicorn exits even after "Application startup complete").
     Cause("port_bind", "port_in_use", 85, _rx(
-        r"[Aa]ddress already in use", r"EADDRINUSE", r"\[Errno 98\]", r"error while attempting to bind on address"),
+        r"[Aa]ddress already in use", r"EADDRINUSE", r"\[Errno 98\]", r"error while attempting to bind on address",
+        r"\[WinError 10048\]", r"Only one usage of each socket address"),
         crash=True, terminal=True),
+    # The same bind failing because the address is not this machine's (``--host``): a bad value, not a taken port.
+    Cause("bind_addr", "bad_flags", 86, _rx(r"\[Errno 99\] error while attempting to bind on address"),
+          crash=True, terminal=True),
     Cause("port", "port_in_use", 85, _rx(r"\b[Pp]ort \d+ is (?:already )?in use", r"\b[Pp]ort \d+ is not available")),
     # model
     Cause("model", "model_not_found", 85, _rx(
-        r"does not appear to have a file named", r"Repository Not Found", r"RepositoryNotFoundError",
+        r"does not appear to have (?:a file|files) named", r"Repository Not Found", r"RepositoryNotFoundError",
         r"HFValidationError", r"is not a local folder and is not a valid model identifier",
         r"GatedRepoError", r"Cannot access gated repo", r"You are trying to access a gated repo",
         r"LocalEntryNotFoundError", r"Revision Not Found", r"RevisionNotFoundError",
         r"Incorrect path_or_model_id", r"Can't load (?:the )?(?:tokenizer|config|configuration|model) for",
         r"Invalid repository ID or local directory", r"Repo id must be",
         r"couldn't connect to 'https://huggingface\.co'", r"outgoing traffic has been disabled",
-        r"Cannot find any model weights with", r"host='huggingface\.co'.{0,80}Max retries exceeded")),
+        r"Cannot find any model weights with", r"host='huggingface\.co'.{0,80}Max retries exceeded",
+        r"No supported config format found in", r"config file at '[^']{1,500}' is not a valid JSON file",
+        # a checkpoint file cut short or corrupted (an interrupted download)
+        r"Error while deserializing header: (?:MetadataIncompleteBuffer|HeaderTooLarge|InvalidHeaderDeserialization)",
+        r"enable access to public gated repositories", r"Access to model \S+ is restricted",
+        r"is gated\. You must be authenticated")),
+    # The Hub client's raw refusals: what transformers or the Hub chains after them (``RepositoryNotFoundError``,
+    # ``OSError: ... does not appear to have a file named config.json``) names the problem better.
+    Cause("model_http", "model_not_found", 83, _rx(
+        r"(?:401|403|404) Client Error.{0,40}? for url: https://huggingface\.co", r"Invalid credentials in Authorization header",
+        r"(?<!Local)EntryNotFoundError", r"OfflineModeIsEnabled")),
     Cause("model_file", "model_not_found", 80, _rx(
         r"(?:FileNotFoundError|No such file or directory).{0,500}?(?:config\.json|tokenizer|\.safetensors)"),
         exception_only=True),
     # drivers and CUDA
     Cause("driver", "cuda_driver", 82, _rx(
         r"CUDA driver version is insufficient", r"no CUDA-capable device is detected", r"Found no NVIDIA driver",
-        r"NVIDIA driver on your system is too old", r"No CUDA GPUs are available", r"Torch not compiled with CUDA",
+        r"NVIDIA driver on your system is too old", r"No (?:CUDA|HIP|ROCm|XPU) GPUs are available",
+        r"Torch not compiled with CUDA", r"Unexpected error from cudaGetDeviceCount", r"GPU has fallen off the bus",
+        r"NVRM: Xid", r"hipErrorNoBinaryForGpu", r"cudaErrorNoKernelImageForDevice", r"Unable to find code object for all current devices",
+        r"(?:CUDA|HIP) error: invalid device function", r"device kernel image is invalid",
+        r"the provided PTX was compiled with an unsupported toolchain",
         r"cudaErrorNoDevice", r"cudaErrorInsufficientDriver", r"CUDA_ERROR_NO_DEVICE", r"CUDA_ERROR_NOT_INITIALIZED",
         r"forward compatibility was attempted on non supported HW", r"libcuda\.so\S*: cannot open shared object",
         r"CUDA unknown error", r"unsupported display driver / cuda driver combination",
@@ -290,16 +320,19 @@ CAUSES: tuple[Cause, ...] = (
         r"CUDA error: ", r"cudaError\w+", r"CUDA_ERROR_\w+", r"device-side assert triggered",
         r"an illegal memory access was encountered", r"illegal instruction was encountered",
         r"Failed to encode tensor map", r"\.cu:\d+: .{0,300}Assertion .{0,300} failed", r"HIP error: ",
-        r"hipError\w+", r"HSA_STATUS_ERROR", r"Memory access fault by GPU", r"CUBLAS_STATUS_(?!ALLOC)\w+",
-        r"CUDNN_STATUS_\w+", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED", r"unspecified launch failure"),
+        r"hipError\w+", r"HSA_STATUS_ERROR", r"Triton Error \[(?:CUDA|HIP)\]: ", r"Memory access fault by GPU", r"CUBLAS_STATUS_(?!ALLOC)\w+",
+        r"CUDNN_STATUS_\w+", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED", r"unspecified launch failure",
+        r"FATAL ERROR :: MODULE:\w+"),
         crash=True),
     # distributed
     Cause("nccl", "nccl_error", 76, _rx(
-        r"NCCL error", r"nccl(?:Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error",
+        r"NCCL [Ee]rror", r"nccl(?:Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error",
         r"DistBackendError", r"Watchdog caught collective operation timeout", r"NCCL communicator was aborted",
         r"ProcessGroupNCCL.{0,300}?(?:[Tt]imeout|[Ee]rror)", r"DistNetworkError", r"DistStoreError",
         r"ProcessGroupGloo.{0,300}?(?:errors?|[Tt]imeout)", r"Connection closed by peer",
-        r"setting up NCCL communicator and retrieving ncclUniqueId", r"DeepEP error: .{0,60}timeout"),
+        r"setting up NCCL communicator and retrieving ncclUniqueId", r"DeepEP error: .{0,60}timeout",
+        r"Gloo connectFullMesh failed", r"Timeout at NCCL work", r"Some NCCL operations have failed or timed out",
+        r"gloo/transport/\w+/\w+\.cc:\d+\] (?:Read|Write|Connect\w*|Timed out|Connection)"),
         crash=True),
     Cause("nccl_warn", "nccl_error", 40, _rx(r"NCCL WARN")),
     # SGLang's hard watchdog (``Watchdog timeout (self.watchdog_timeout=300)``, newer: ``Scheduler watchdog
@@ -315,7 +348,8 @@ CAUSES: tuple[Cause, ...] = (
         r"undefined symbol: ", r"Could not load any \w+ library", r"cannot open shared object file", r"version `GLIBC\w*_[\d.]+' not found",
         r"No module named '", r"cannot import name '")),
     Cause("build", "import_error", 65, _rx(
-        r"ninja: build stopped", r"nvcc fatal", r"error: command '\S*nvcc' failed", r"JIT compil\w+ failed")),
+        r"ninja: build stopped", r"nvcc fatal", r"error: command '\S*nvcc' failed", r"JIT compil\w+ failed",
+        r"Error building extension '", r"Python\.h: No such file or directory", r"Failed to find C compiler")),
     # command line
     Cause("argparse", "bad_flags", 95, _rx(
         r"^[\w.\-/ ]{1,100}: error: (?:unrecognized arguments|ambiguous option|argument |invalid choice"
@@ -328,7 +362,26 @@ CAUSES: tuple[Cause, ...] = (
         r"must be divisible by (?:the )?(?:tensor|pipeline) parallel size", r"divisible by (?:tp_size|tensor parallel)",
         r"[Bb]float16 is only supported on GPUs with compute capability", r"is not supported for the current GPU",
         r"[Ii]nvalid (?:value|choice) for --[\w-]+", r"is greater than the derived max_model_len",
-        r"[Uu]nknown quantization method")),
+        r"[Ii]nvalid attention backend", r"[Ii]nvalid quantization method",
+        r"is not divisible by weight quantization block",
+        r"[Uu]nknown quantization method",
+        # more GPUs asked for (tensor x pipeline x data parallel) than the host shows
+        r"World size \(\d+\) is larger than the number of available GPUs",
+        r"number of required GPUs exceeds the total number of available GPUs",
+        r"ensure that world_size \(\d+\) is less than", r"local_world_size must be less than or equal to the number of visible",
+        r"is smaller than max_model_len", r"[Ii]nvalid (?:tool call|tool|reasoning) parser: ", r"(?:Async)?(?:EngineArgs|ServerArgs)\.__init__\(\) got an unexpected keyword")),
+    # A startup check naming the values it accepts (``Only EAGLE and DSPARK speculative algorithms are supported
+    # for ...``), and vLLM's pydantic config validation refusing a combination (``Value error, Model Runner V2 does
+    # not yet support: ...`` under ``ValidationError: 1 validation error for VllmConfig``): the flags ask for it.
+    Cause("refused", "bad_flags", 72, _rx(
+        r"\b[Oo]nly [\w\-/, ]{1,80} (?:algorithms?|backends?|methods?|modes?|values?|dtypes?) (?:are|is) supported",
+        r"^(?:[\w.]+\.)?Argument(?:Type)?Error\b"), exception_only=True),
+    Cause("config_refused", "bad_flags", 72, _rx(
+        r"^Value error, .{0,300}?(?:does(?: not|n't)(?: yet)? support|(?:is|are) not (?:yet )?supported|[Uu]nsupported"
+        r"|must be|cannot be|can't be|[Ii]nvalid)")),
+    # vLLM's and SGLang's ``divide()`` check: a size (heads, layers, experts) the parallel sizes do not divide
+    Cause("divisible", "bad_flags", 68, _rx(r"^(?:\w+\.)*AssertionError: \d+ is not divisible by \d+"),
+          exception_only=True),
     # speculative decoding
     Cause("spec", "spec_decode_error", 70, _rx(
         r"[Ss]peculative", r"[Dd]raft[ _]?model", r"\bdraft", r"EAGLE", r"[Ee]agle", r"NEXTN", r"[Nn]ext[Nn]\b",
@@ -348,15 +401,23 @@ CAUSES: tuple[Cause, ...] = (
     Cause("engine_dead", "other", 12, _rx(
         r"Engine core initialization failed", r"EngineDeadError", r"Engine loop is not running",
         r"Engine process failed to start", r"AsyncEngineDeadError", r"EngineCore exiting",
-        r"Rank \d+ scheduler is dead"), terminal=True),
+        r"Rank \d+ scheduler is dead", r"[Ss]ee (?:the )?(?:stack trace|root cause) \(?above\)?",
+        r"check the stack trace above for the root cause"), terminal=True,
+        follow_up=True),
     # A worker's death as its executor reports it: the first death, worth more than a bare traceback after it.
     Cause("worker_died", "other", 18, _rx(
-        r"Worker proc \S+ died unexpectedly", r"got fatal signal from worker processes"), crash=True, terminal=True),
+        r"Worker proc \S+ died unexpectedly", r"got fatal signal from worker processes",
+        r"Engine core proc \S+ died unexpectedly"), crash=True, terminal=True),
     # A process ended by a signal, as its own crash handler reports it: no cause of its own.
+    # ``Fatal Python error: ...`` is followed by faulthandler's dump of every thread's stack
+    # (``Thread 0x... (most recent call first):``): the dump belongs to that line, whose frames only say where.
     Cause("signal_crash", "signal_killed", 30, _rx(
         r"Fatal Python error: (?:Segmentation fault|Bus error|Floating point exception|Illegal instruction)",
-        r"\*\*\* SIG(?:SEGV|BUS|FPE|ILL|KILL) received at time=", r"^Segmentation fault\b", r"^Bus error\b"),
+        r"\*\*\* SIG(?:SEGV|BUS|FPE|ILL|KILL) received at time=", r"^Segmentation fault\b", r"^Bus error\b",
+        r"!!+ Segfault encountered !!+"),
         terminal=True),
+    # vLLM's API server names the engine core that died and its exit code; a negative one is a signal.
+    Cause("engine_signal", "signal_killed", 30, _rx(r"Failed core proc\(s\): \{'[^']{1,80}': -\d+"), terminal=True),
     # Ray's word for it: the worker is gone, the signal may be in its own lines (which then decide).
     Cause("ray_worker_died", "signal_killed", 28, _rx(
         r"A worker died or was killed while executing a task by an unexpected system error",
@@ -372,9 +433,24 @@ CAUSES: tuple[Cause, ...] = (
 )
 CAUSES_BY_NAME = {c.name: c for c in CAUSES}
 
-CHILD_CRASH = re.compile(r"Subprocess (\S+) \(pid=\d+\) crashed with exit code (-?\d+)")
+CHILD_CRASH = re.compile(r"(?:Subprocess \S+ \(pid=\d+\) crashed with exit code|Worker \S+ pid \d+ died, exit code:"
+                         r"|Child process unexpectedly failed with exitcode=) ?(-?\d+)")
+"""A launcher reports a child's exit code (SGLang's ``Subprocess ... crashed``, ``Child process unexpectedly failed
+with exitcode=-9``, vLLM v0's ``Worker VllmWorkerProcess pid 123 died, exit code: -9``); group 1 is the code."""
 EXIT_CODE = re.compile(r"^(Exit) code: (-?\d+)$")
 """SGLang diffusion's launcher after a rank died (``Exit code: -9``)."""
+SYMPTOMS: tuple[tuple[FailureCause, bool, re.Pattern[str]], ...] = (
+    # torch's c10d store sockets timing out between ranks (a warning, the failure comes next)
+    ("nccl_error", False, _rx(r"\[c10d\].{0,300}(?:timed out after \d+|has timed out)",
+                              r"\[c10d\] .{0,200}Socket Timeout")),
+    # torch warns that its build has no kernels for this GPU: the first kernel launch fails, whatever the step
+    ("cuda_driver", True, _rx(r"with CUDA capability sm_\d+ is not compatible with the current PyTorch installation")),
+)
+"""Warnings that are no failure yet but say what is going wrong: a failure cut before its exception line
+after one takes that cause - right after it (as ``PHASES`` does for start-up steps), or, for a *durable*
+symptom (True), at any later step."""
+FAULTHANDLER_THREAD = re.compile(r"^(?:Current )?[Tt]hread 0x[0-9a-fA-F]+ \(most recent call first\):")
+"""A thread's header in faulthandler's dump after ``Fatal Python error``."""
 SPEC_PROGRESS = re.compile(r"[Dd]rafter|[Dd]raft model|[Ss]peculative|EAGLE|[Ee]agle|MTP|NEXTN")
 """A start-up step of the speculative path: a generic failure right after it is a speculative failure."""
 RANK_DIED = re.compile(r"Rank (\d+) scheduler died during initialization \(exit code: (-?\d+)\)")
@@ -391,6 +467,8 @@ KEYWORDS = (
     "jit", "compute capability", "infer device", "hip", "hsa_", "cublas", "cudnn", "nvml", "cannot import",
     "sigsegv", "sigbus", "sigill", "sigfpe", "sigkill", "bus error", "illegal instruction", "floating point",
     "could not load", "cannot find any", "max_model_len", "quantization", "deepep", "ncclunique",
+    "segfault", "gpus", "world_size", "unexpected keyword", "client error", "credentials", "config format",
+    "socket address", "triton error", "divisible", "python.h", "compiler", "ptx", "json", "fatal error ::", "deserializing", "xid", "code object", "kernel image", "low on memory",
 )
 """A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
 
