@@ -16,10 +16,12 @@ from console.ops.classify.patterns import (
     ANNOUNCED_STEP,
     CAUSES,
     CAUSES_BY_NAME,
+    CONNECTION_EXCEPTIONS,
     CUT_WHERE,
     FRAME_FLAGS,
     IGNORED_EXCEPTIONS,
     KEYWORDS,
+    REQUEST_REFUSED,
     STEP_CAUSES,
     STOP_EXCEPTIONS,
     Cause,
@@ -45,6 +47,8 @@ class Failure:
     """The body of the decisive line (the hint reads a flag, a port, a module from it)."""
     phase: FailureCause | None = None
     """What the start-up step the failure happened in points at (``patterns.PHASES``)."""
+    request: bool = False
+    """A request handler's error (its frames are the HTTP server's, not the engine's): the server was serving."""
 
 
 FOLLOW_UP_SCORE = 13
@@ -52,11 +56,28 @@ FOLLOW_UP_SCORE = 13
 failed. See root cause above``): below a cut traceback (15/16), above a bare native crash line (12)."""
 
 
+_SEEN: dict[tuple[str, bool], tuple[Cause, ...]] = {}
+"""Causes of recent short lines: logs repeat the same failure line on every rank and every retry."""
+_SEEN_MAX = 1024
+_SEEN_LINE = 512
+
+
 def causes_of(body: str, exception: bool) -> tuple[Cause, ...]:
+    """The cause families whose pattern the line matches (``exception``: it is an exception line)."""
     low = body.lower()
     if not any(k in low for k in KEYWORDS):
         return ()
-    return tuple(c for c in CAUSES if (exception or not c.exception_only) and c.rx.search(body))
+    short = len(body) <= _SEEN_LINE
+    if short:
+        hit = _SEEN.get((body, exception))
+        if hit is not None:
+            return hit
+    found = tuple(c for c in CAUSES if (exception or not c.exception_only) and c.rx.search(body))
+    if short:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()  # bounded: a log of ever-new lines only loses the shortcut
+        _SEEN[(body, exception)] = found
+    return found
 
 
 def best_of(causes: tuple[Cause, ...]) -> Cause | None:
@@ -93,6 +114,10 @@ class Episode:
     collecting: bool = True
     """Inside frames (True) or after an exception line, reading its message (False)."""
     continuation: int = 0
+    tag: str | None = None
+    """The process tag of the announcing line (``(Worker_TP0 pid=1)``), when it had one."""
+    message: tuple[str, str] | None = None
+    """(raw, body) of the message line under a generic header exception (pydantic's ``Value error, ...``)."""
 
     def consider(self, raw: str, body: str, seq: int, exception: bool, *, weak: bool = False) -> None:
         c = best_of(causes_of(body, exception))
@@ -162,28 +187,42 @@ class Episode:
                 cause, score = "warmup_failed", 70  # the server's own warmup request failed
             elif "kv_check" in self.flags:
                 cause, score = "gpu_oom", 60  # cut inside the KV-cache size check, which raises only that
+            elif "dist" in self.flags and self.last_exc is not None and \
+                    self.last_exc[2].rsplit(".", 1)[-1] in CONNECTION_EXCEPTIONS:
+                cause, score = "nccl_error", 60  # a socket between ranks (c10d store, gloo) dropped
             elif self.last_exc is None and self.where is not None:
                 cause, score = self.where, 55  # type: ignore[assignment]  # cut where that step failed
             elif self.last_exc is None and self.step is not None:
                 cause, score = self.step, 55  # cut in the step the launcher named
             else:
                 cause = "other"
-                score = 20 if self.last_exc is not None else (16 if self.header else 15)
+                # a traceback header adds to a bare cut, not to a process's announcing line: of several processes
+                # announcing the same failure (their lines interleaved), the first decides
+                headed = self.header is not None and (ann is None or self.tag is None)
+                score = 20 if self.last_exc is not None else (16 if headed else 15)
                 if self.last_exc is not None and follow_up(self.last_exc[1]) and (
                         self.first_exc is None or follow_up(self.first_exc[1])):
                     score = FOLLOW_UP_SCORE  # "see the root cause above": the earlier, even cut, traceback says more
+                if best is not None and best[0].names_line:
+                    line, detail = best[1], best[2]  # no table cause, but this line names what failed
         terminal = (ann is not None and ann[0].terminal) or "engine" in self.flags
         crash = rule_crash or terminal or cause == "cuda_graph"
-        if "request" in self.flags and "engine" not in self.flags and not rule_crash:
+        refused = self.last_exc is not None and REQUEST_REFUSED.search(self.last_exc[1]) is not None
+        request = ("request" in self.flags or refused) and "engine" not in self.flags and not rule_crash
+        if request:
             crash = terminal = False
+        # a request handler's error that reports no going down (``EngineDeadError``) shows a serving server
+        served = request and not (best is not None and best[0].terminal)
         return Failure(cause=cause, score=score, seq=self.seq, line=line, rule=name, crash=crash,
-                       terminal=terminal, detail=detail)
+                       terminal=terminal, detail=detail, request=served)
 
     def _line(self) -> tuple[str, str]:
         if self.last_exc is not None:
             raw, body, name = self.last_exc
             if self.first_exc is not None and follow_up(body) and not follow_up(self.first_exc[1]):
                 raw, body, name = self.first_exc  # a chain ending in "see the root cause above": the root says more
+            if self.message is not None and body == self.last_exc[1]:
+                return self.message  # the header's message line says what is wrong
             if body == name and self.last_src and self.last_src.lstrip().startswith(("assert ", "raise ")):
                 return self.last_src, self.last_src  # a bare ``AssertionError``: its ``assert`` line says more
             return raw, body

@@ -47,6 +47,8 @@ from console.ops.classify.patterns import (
     SYMPTOMS,
     TRACEBACK,
     USAGE_START,
+    VALIDATION_HEADER,
+    VALIDATION_MESSAGE,
     VLLM,
 )
 
@@ -64,6 +66,7 @@ class Sink(Protocol):
     def is_sglang(self) -> bool: ...
     def ready(self, raw: str, explicit: bool) -> None: ...
     def serving(self, raw: str) -> None: ...
+    def probe(self, raw: str) -> None: ...
     def progress(self) -> None: ...
     def stop(self, raw: str, seq: int, sigterm: bool) -> None: ...
     def failure(self, f: Failure) -> None: ...
@@ -165,7 +168,8 @@ class Reader:
             if body.startswith(CHAIN) or FAULTHANDLER_THREAD.match(body):
                 return True
             if body.startswith(TRACEBACK):
-                ep.header = ep.header or ln.raw
+                if ep.tag is None or ln.tag is None or ln.tag == ep.tag:
+                    ep.header = ep.header or ln.raw  # not another process's header, interleaved with this one's
                 return True
             m = EXCEPTION.match(body)
             if m:
@@ -195,6 +199,9 @@ class Reader:
             return True
         if ep.continuation < MAX_CONTINUATION and not self._is_event(body) and not _announces(body):
             ep.continuation += 1
+            if ep.message is None and VALIDATION_MESSAGE.match(body) and ep.last_exc is not None and \
+                    VALIDATION_HEADER.search(ep.last_exc[1]):
+                ep.message = (ln.raw, body)  # pydantic's header, then the message that says what is wrong
             if ln.level not in QUIET_LEVELS:
                 ep.consider(ln.raw, body, seq, False)
             return True
@@ -238,10 +245,14 @@ class Reader:
         if "HTTP/" in body:
             m = HTTP.search(body)
             if m is not None:
-                if m.group(3) == "200" and (m.group(1) == "POST" or m.group(2).startswith(("/health", "/ready"))):
+                if m.group(3) == "200" and m.group(1) == "POST":
                     self.close(sink)
                     self.phase = None
                     sink.serving(ln.raw)
+                elif m.group(3) == "200" and m.group(2).startswith(("/health", "/ready")):
+                    self.close(sink)
+                    self.phase = None
+                    sink.probe(ln.raw)
                 return True
         if any(g in body for g in READY_GATE):
             if SGLANG.ready.search(body):
@@ -338,6 +349,7 @@ class Reader:
             self.close(sink)
             ep = Episode(seq=seq)
             announce_into(ep, ln.raw, body, causes)
+            ep.tag = ln.tag
             self.ep = ep
             return
         self._emit(sink, Failure(best.cause, best.score, seq, ln.raw, best.name,

@@ -12,11 +12,57 @@ from console.ops.flags.renames import RENAMES
 _RENAMED = {r.old: r.replacement for r in RENAMES}
 _FLAG = re.compile(r"(--[\w-]+)")
 _PORT = re.compile(r"\(\s*'[^']*',\s*(\d+)\s*\)|[Pp]ort[ =:]+(\d+)|:(\d{2,5})\b")
-_MODULE = re.compile(r"No module named '([^']+)'|cannot import name '([^']+)'|undefined symbol: (\S+)")
+_MODULE = re.compile(r"No module named '([^']+)'|cannot import name '([^']+)'|undefined symbol: (\S+)"
+                     r"|requires? ([\w\-.]+) to be installed|([\w\-.]+) (?:is|are) not installed")
 _AMBIG = re.compile(r"ambiguous option: (--[\w-]+) could match (.*)")
 _GPU_COUNT = re.compile(r"available GPUs|visible devices|world_size|World size")
 _ARCH = re.compile(r"kernel image|NoKernelImage|invalid device function|code object|NoBinaryForGpu")
 _MEM_FRACTION = re.compile(r"mem_fraction_static=([\d.]+)")
+_BUILD = re.compile(r"ninja: build stopped|Ninja build failed|nvcc fatal|ptxas fatal|nvcc' failed|JIT compil|Error building extension"
+                    r"|Python\.h|C compiler|fatal error: \S+\.h|CalledProcessError: Command|jit/kernel_runtime")
+_JIT_HINT = ("a JIT kernel build failed (flashinfer / deep_gemm / triton / torch extensions): install a CUDA "
+             "toolkit whose nvcc matches torch's CUDA and knows this GPU, set CUDA_HOME, install ninja and the Python "
+             "headers, clear the JIT caches (~/.cache/flashinfer, ~/.cache/deep_gemm), or use a prebuilt wheel")
+_OTHER_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_BUILD, _JIT_HINT),
+    (re.compile(r"OutOfResources|out of resource: shared memory"),
+     "a Triton kernel needs more shared memory than this GPU has (its block sizes are tuned for a bigger GPU): try "
+     "another --attention-backend / MoE or sampling backend, a smaller --cuda-graph-max-bs / chunked prefill, or a "
+     "release with configs for this GPU"),
+    (re.compile(r"triton\.compiler\.errors|CompilationError|triton\.runtime\.errors"),
+     "a Triton kernel failed to compile for this GPU: align the triton version with torch, clear ~/.triton/cache, "
+     "or pick another --attention-backend / kernel backend"),
+    (re.compile(r"Too many open files|\[Errno 24\]"),
+     "the process ran out of file descriptors: raise the open-files limit (ulimit -n 65535, docker --ulimit "
+     "nofile=65535:65535) before starting the server"),
+    (re.compile(r"BackendCompilerFailed|InductorError|torch\._dynamo|torch\._inductor"),
+     "torch.compile (dynamo/inductor) failed to compile the model: drop --enable-torch-compile (SGLang) or run "
+     "vLLM with --enforce-eager / -O0, clear the torch compile cache (~/.cache/vllm/torch_compile_cache, "
+     "/tmp/torchinductor_*), and check that the C compiler and Triton match torch"),
+    (re.compile(r"chat.?template|jinja2?|TemplateSyntaxError|TemplateError"),
+     "the chat template is missing or broken: pass --chat-template with a template file (base models have none), or "
+     "fix the tokenizer_config.json's chat_template"),
+    (re.compile(r"(?<![A-Za-z])[Tt]okenizer(?![Mm]anager|_manager)|sentencepiece|tiktoken"),
+     "the tokenizer cannot be loaded: check --tokenizer / the model directory's tokenizer files, install "
+     "sentencepiece / tiktoken if the model needs them, and align transformers with the model"),
+    (re.compile(r"xgrammar|outlines|llguidance|[Gg]rammar"),
+     "the structured-output grammar backend failed: try another --grammar-backend (SGLang) / "
+     "--guided-decoding-backend (vLLM: xgrammar, outlines, guidance) or align its version with the server"),
+    (re.compile(r"[Mm]ooncake|NIXL|[Nn]ixl|UCX|TransferEngine|transfer engine|[Dd]isaggregation"),
+     "the PD (prefill/decode) KV transfer engine failed to set up: check --disaggregation-ib-device (the RDMA NICs), "
+     "the mooncake/nixl installation and its protocol (tcp when there is no RDMA), and that both sides can reach "
+     "each other"),
+    (re.compile(r"(?<![A-Za-z])(?:LoRA|[Ll]ora)(?![a-z])"),
+     "a LoRA adapter failed to load: check the adapter path and format (--lora-paths / --lora-modules), its rank "
+     "against --max-lora-rank and its target modules against the base model"),
+    (re.compile(r"No space left on device|\[Errno 28\]"),
+     "a disk is full: free space where the model cache, compile caches and /tmp live (HF_HOME, "
+     "~/.cache, /tmp), or in a container raise /dev/shm (docker --shm-size)"),
+    (re.compile(r"PermissionError|Permission denied|\[Errno 13\]"),
+     "permission denied: run the server as a user that can read the model and write the caches (HF_HOME, "
+     "~/.cache, TRITON_CACHE_DIR), or point those variables at writable directories"),
+)
+"""A generic failure (``other``) whose line names what failed: the fix for that family."""
 _ORPHANS = "check for orphaned sglang:: processes still holding GPU memory from an earlier server"
 
 
@@ -84,9 +130,26 @@ def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *
         return (f"port{' ' + port if port else ''} is already taken (another server or an orphaned "
                 "sglang::/VLLM:: process): stop it or choose another --port")
     if cause == "model_not_found":
+        if "Permission denied" in body:
+            return ("the model or its cache cannot be read (permission denied): run the server as a user that can read "
+                    "the model directory and write HF_HOME / the HF cache, or fix their ownership")
+        if "adapter" in body or "LoRA" in body or "lora" in body:
+            return ("the LoRA adapter was not found: check the path given to --lora-paths / --lora-modules (a directory "
+                    "with adapter_config.json and the adapter weights) or the adapter's repo id")
+        if "429 Client Error" in body or "Server Error" in body:
+            return ("the Hugging Face Hub refused or failed the download (rate limit or server error): retry later, set "
+                    "HF_TOKEN (higher limits), or download the model once and point --model-path at the directory")
+        if "Safetensor" in body or "deserializing header" in body:
+            return ("a checkpoint file is cut short or corrupted (an interrupted download): delete it from the HF cache "
+                    "or the model directory and download it again; check free disk space")
         return ("the model was not found: check --model-path (a local directory needs config.json), the "
                 "repo id's spelling, HF_TOKEN for gated repos, HF_HUB_OFFLINE and the HF cache")
     if cause == "import_error":
+        if _BUILD.search(body):
+            return _JIT_HINT
+        if "untagged enum" in body:
+            return ("the installed tokenizers library cannot read this model's tokenizer.json (it is too old): upgrade "
+                    "transformers and tokenizers in the server's environment")
         mod = _first(_MODULE, body)
         return (f"the server's Python environment is broken{f' ({mod})' if mod else ''}: install the missing "
                 "package in that environment or align sglang / sgl-kernel / flashinfer / vllm / torch versions")
@@ -130,6 +193,12 @@ def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *
         code = re.search(r"exit code:? (-?\d+)", c.detail)
         return (f"a server subprocess exited{f' with code {code.group(1)}' if code else ''}: "
                 "read the lines above it in the log")
+    if ".target sm_" in body:
+        return ("a kernel (Marlin, AWQ, FP8 ...) needs a newer GPU than this one (its build asks for a higher "
+                "sm_ target): pick a --quantization / kernel this GPU supports, or use a GPU of that generation")
+    for rx, text in _OTHER_HINTS:
+        if body and rx.search(body):
+            return text
     return "the server failed: read the decisive line and the log around it"
 
 
@@ -165,7 +234,13 @@ def _value_hint(body: str) -> str:
         return ("the parallel sizes do not divide the model's sizes (attention heads, layers, experts, quantization "
                 "blocks): pick a --tensor-parallel-size / --pipeline-parallel-size (SGLang: --tp / --pp) that divides "
                 "them, e.g. a power of two")
-    if "compute capability" in body or "current GPU" in body:
+    if "chat template" in body:
+        return ("the --chat-template file does not exist (a path that is not a file is read as a template string): "
+                "give an existing .jinja file or drop the flag to use the tokenizer's own template")
+    if "max_lora_rank" in body:
+        return ("the LoRA adapter's rank is larger than the server was sized for: raise --max-lora-rank (SGLang: "
+                "--max-lora-rank as well) to at least the adapter's rank")
+    if "compute capability" in body or "current GPU" in body or " not supported on " in body or "or newer" in body:
         return ("this GPU is too old for that setting (bfloat16 and FP8 need a newer compute capability): use "
                 "--dtype float16, another --quantization, or a newer GPU")
     if "max_model_len" in body or "context_length" in body or "context length" in body:

@@ -44,6 +44,7 @@ _UVICORN_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):(?: +|$)")
 _PYLOG_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):[A-Za-z_][\w.]{0,120}:")
 """Python logging's default format, ``WARNING:sglang.srt.models.registry:message`` (an in-process engine)."""
 _CARET_C = "^C"
+_RANKED = re.compile(r" (?:TP|DP|PP|EP)\d{1,5}\]")
 
 QUIET_LEVELS = frozenset(("INFO", "WARNING", "DEBUG"))
 
@@ -68,6 +69,8 @@ class Line:
     """The line starts with a terminal's ``^C``."""
     tag: str | None = None
     """The process tag the line carried (``(EngineCore pid=104)``): lines of one process share it."""
+    sglang_rank: bool = False
+    """The SGLang prefix named a rank (``[... TP0]``, ``[... DP1 TP4]``): only SGLang prints that."""
 
 
 def read_line(raw: str) -> Line:
@@ -81,7 +84,7 @@ def read_line(raw: str) -> Line:
     if s.startswith(_CARET_C):
         interrupt = True
         s = s[2:]
-    sglang = vllm = False
+    sglang = vllm = ranked = False
     level: str | None = None
     tag: str | None = None
     for i in range(8):  # every wrapper at most once or twice; bounded
@@ -117,6 +120,7 @@ def read_line(raw: str) -> Line:
                 m = SGLANG_PREFIX.match(s)
                 if m:
                     sglang = True
+                    ranked = ranked or _RANKED.search(m.group(0)) is not None
                     s = s[m.end():]
         elif c in "IWEDC" and level is None:
             m = _VLLM_LEVEL.match(s)
@@ -137,7 +141,7 @@ def read_line(raw: str) -> Line:
     body = s.strip()
     indented = s[:1] in (" ", "\t") and bool(body)
     return Line(raw=raw, body=body, level=level, indented=indented, sglang=sglang, vllm=vllm,
-                interrupt=interrupt, tag=tag)
+                interrupt=interrupt, tag=tag, sglang_rank=ranked)
 
 
 def clean(line: str, limit: int) -> str:

@@ -138,6 +138,18 @@ EXCEPTION = re.compile(
     # ``torch._dynamo.exc.BackendCompilerFailed``)
     r"|(?:[A-Za-z_]\w{0,80}\.){1,8}(?:errors?|exceptions?|exc)\.[A-Z]\w{0,80})"
     r"(?:\(\w{1,80}\))?(?::|$)")
+VALIDATION_HEADER = re.compile(r"\d+ validation errors? for \w+")
+"""pydantic's exception line: a header, the message is on the lines after it."""
+VALIDATION_MESSAGE = re.compile(r"^(?:Value error|Assertion failed), ")
+"""pydantic's message line for a validator that raised (``Value error, Expecting value: line 1 ...``)."""
+REQUEST_REFUSED = _rx(
+    r"This model's maximum context length is \d+ tokens", r"is longer than the maximum model length of \d+",
+    r"is longer than the model's context length", r"exceeds the model's maximum context length",
+    r"[Pp]lease reduce the length of the (?:messages|input|prompt)")
+"""One request refused for its length (answered 400; the server keeps serving): a traceback of it, outside the
+engine's loop, is a handled request error - and evidence that the server was serving."""
+CONNECTION_EXCEPTIONS = ("ConnectionResetError", "BrokenPipeError", "ConnectionAbortedError")
+"""A socket dropped by its peer: between ranks when raised in torch.distributed's frames (``FRAME_FLAGS`` dist)."""
 IGNORED_EXCEPTIONS = ("SystemExit", "CancelledError", "GeneratorExit")
 STOP_EXCEPTIONS = ("KeyboardInterrupt",)
 
@@ -145,13 +157,16 @@ STOP_EXCEPTIONS = ("KeyboardInterrupt",)
 FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("spec", _rx(r"speculative|eagle|draft|spec_decode|mtp_|nextn|medusa|proposer")),
     ("graph", _rx(r"cuda_graph_runner|capture_one_batch|def capture|in capture\b|graph_capture|cudagraph",
-                  r"in init_cuda_graphs?\b|init_cuda_graphs?\(")),
+                  r"in init_(?:cuda|device)_graphs?\b|init_(?:cuda|device)_graphs?\(", r"piecewise_cuda_graph")),
     ("engine", _rx(r"multiprocessing/process\.py|event_loop|run_busy_loop|run_engine_core|worker_busy_loop",
                    r"run_scheduler_process|run_detokenizer|_run_worker_process|EngineCoreProc|launch_server",
                    r"api_server\.py|entrypoints/cli|<module>|run_server|from_engine_args|_bootstrap")),
     ("warmup", _rx(r"_wait_and_warmup|_execute_server_warmup|def warmup|in warmup\b")),
     ("kv_check", _rx(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory|determine_num_available_blocks")),
+    # torch.distributed's own code (the c10d store, gloo, process groups): a dropped socket here is between ranks
+    ("dist", _rx(r"torch/distributed/|distributed_c10d|/c10d/|rendezvous|in (?:barrier|all_reduce|broadcast_object)\b")),
     ("request", _rx(r"serving_chat|serving_completion|starlette|fastapi|uvicorn/protocols|h11_impl",
+                    r"entrypoints/openai/(?:\w+/)?serving\w*\.py.{0,80}in (?:render_|create_|_preprocess|preprocess)",
                     r"chat_completion_stream_generator|handle_generate_request")),
 )
 
@@ -170,6 +185,10 @@ CUT_WHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
                     r"|determine_num_available_blocks|_initialize_kv_caches|initialize_cache)\b")),
     # The deepest frame is fetching the checkpoint from the Hub: the model cannot be obtained.
     ("model_not_found", _rx(r"huggingface_hub/|in (?:snapshot_download|hf_hub_download|cached_file)\b")),
+    # The deepest line calls into CUDA-graph set-up or capture (SGLang's init_cuda_graphs / init_device_graphs,
+    # vLLM's capture_model): a failure cut there is the capture's (memory only when said).
+    ("cuda_graph", _rx(r"init_(?:cuda|device|piecewise_cuda)_graphs?\(", r"\bcapture_model\(",
+                       r"in init_(?:cuda|device)_graphs?\b")),
 )
 
 # The step a launcher names when it reports a worker's failure (vLLM: ``Exception in worker ...
@@ -209,7 +228,7 @@ weakest evidence, used only for a cut failure that neither its frames nor its st
 the speculative path is then the one part of this server's start-up that plain servers lack."""
 CONFIG_DUMP = re.compile(r"server_args=|ServerArgs\(|non-default args:|with config: ")
 """A dump of the whole configuration: it names the speculative settings but is no speculative step."""
-SPEC_CONTEXT_OFF = re.compile(r"\w*(?:speculative|draft)\w*[=:] ?'?None\b", re.IGNORECASE)
+SPEC_CONTEXT_OFF = re.compile(r"(?<!\w)\w{0,80}?(?:speculative|draft)\w{0,80}?[=:] ?'?None\b", re.IGNORECASE)
 """The same words in a config dump that says speculative decoding is off (``speculative_config=None``)."""
 SGLANG_WARMUP_PHASE: FailureCause = "warmup_failed"
 """SGLang's HTTP server is up and its own warmup request comes next: a crash now is the warmup."""
@@ -235,6 +254,8 @@ class Cause:
     """Counts only on an exception line (``SomeError: ...``)."""
     announce: bool = False
     """Introduces a traceback (its exception, on the following lines, is more specific)."""
+    names_line: bool = False
+    """A family with no table cause (``other``) whose line is still the most specific one of its failure."""
     follow_up: bool = False
     """Points at a root cause reported elsewhere (``See root cause above``): as an exception line it ranks below
     even a bare, cut traceback of the process that died first."""
@@ -293,12 +314,20 @@ CAUSES: tuple[Cause, ...] = (
         # a checkpoint file cut short or corrupted (an interrupted download)
         r"Error while deserializing header: (?:MetadataIncompleteBuffer|HeaderTooLarge|InvalidHeaderDeserialization)",
         r"enable access to public gated repositories", r"Access to model \S+ is restricted",
+        # a LoRA adapter path that holds no adapter (vLLM: ``Loading lora ... failed: No adapter found for /p``)
+        r"No adapter found for ", r"LoRA adapter (?:path )?'?[^']{0,300}'? (?:does not exist|not found)",
+        # the checkpoint or the HF cache cannot be read or written by this user
+        r"\[Errno 13\] Permission denied: '[^']{0,500}(?:huggingface|/hub/|modelscope|\.safetensors|config\.json"
+        r"|tokenizer|/models?/|/checkpoints?/)",
         r"is gated\. You must be authenticated")),
     # The Hub client's raw refusals: what transformers or the Hub chains after them (``RepositoryNotFoundError``,
     # ``OSError: ... does not appear to have a file named config.json``) names the problem better.
     Cause("model_http", "model_not_found", 83, _rx(
-        r"(?:401|403|404) Client Error.{0,40}? for url: https://huggingface\.co", r"Invalid credentials in Authorization header",
+        r"(?:401|403|404|429) Client Error.{0,40}? for url: https://huggingface\.co",
+        r"5\d\d Server Error.{0,40}? for url: https://huggingface\.co", r"Invalid credentials in Authorization header",
         r"(?<!Local)EntryNotFoundError", r"OfflineModeIsEnabled")),
+    # safetensors cannot read a checkpoint file (cut short, corrupted, not a safetensors file): re-download it
+    Cause("safetensors", "model_not_found", 80, _rx(r"^(?:[\w.]+\.)?SafetensorError\b"), exception_only=True),
     Cause("model_file", "model_not_found", 80, _rx(
         r"(?:FileNotFoundError|No such file or directory).{0,500}?(?:config\.json|tokenizer|\.safetensors)"),
         exception_only=True),
@@ -347,9 +376,26 @@ CAUSES: tuple[Cause, ...] = (
     Cause("native_lib", "import_error", 80, _rx(
         r"undefined symbol: ", r"Could not load any \w+ library", r"cannot open shared object file", r"version `GLIBC\w*_[\d.]+' not found",
         r"No module named '", r"cannot import name '")),
-    Cause("build", "import_error", 65, _rx(
-        r"ninja: build stopped", r"nvcc fatal", r"error: command '\S*nvcc' failed", r"JIT compil\w+ failed",
-        r"Error building extension '", r"Python\.h: No such file or directory", r"Failed to find C compiler")),
+    # A JIT kernel build (flashinfer, deep_gemm, Triton's helpers, torch extensions) fails: the compiler's own
+    # complaint names the problem better than ninja's summary or the wrapping exception.
+    # A build that lacks a tool or a header of the environment (a missing package).
+    Cause("build", "import_error", 66, _rx(
+        r"Error building extension '", r"Python\.h: No such file or directory", r"Failed to find C compiler",
+        r"fatal error: [\w/.\-]{1,200}\.h(?:pp)?: No such file or directory")),
+    # A JIT kernel build (flashinfer, deep_gemm, Triton's helpers, Marlin) that fails to compile: no table cause
+    # (``other``), but the compiler's own complaint is the line that names it, over ninja's summary or the wrapper.
+    Cause("jit_build", "other", 25, _rx(
+        r"nvcc fatal", r"ptxas fatal", r"requires \.target sm_\d+ or higher", r"error: command '\S{0,300}nvcc' failed",
+        r"JIT compil\w+ failed",
+        r"CalledProcessError: Command '\[?'?\S{0,300}/(?:gcc|g\+\+|cc|c\+\+|clang|nvcc|ninja)'"), names_line=True),
+    Cause("jit_summary", "other", 22, _rx(r"ninja: build stopped", r"Ninja build failed"), names_line=True),
+    # A kernel package or library the chosen path needs is absent (``... requires DeepGEMM to be installed``), or
+    # the installed ``tokenizers`` cannot read this model's tokenizer.json (too old).
+    Cause("missing_pkg", "import_error", 78, _rx(
+        r"\brequires? [\w\-. ]{1,60} to be installed", r"\b(?:is|are) not installed\b"), exception_only=True),
+    Cause("pkg_format", "import_error", 80, _rx(
+        r"data did not match any variant of untagged enum (?:ModelWrapper|PyPreTokenizerTypeWrapper|PyDecoderWrapper"
+        r"|PyNormalizerTypeWrapper)")),
     # command line
     Cause("argparse", "bad_flags", 95, _rx(
         r"^[\w.\-/ ]{1,100}: error: (?:unrecognized arguments|ambiguous option|argument |invalid choice"
@@ -365,6 +411,15 @@ CAUSES: tuple[Cause, ...] = (
         r"[Ii]nvalid attention backend", r"[Ii]nvalid quantization method",
         r"is not divisible by weight quantization block",
         r"[Uu]nknown quantization method",
+        # a LoRA adapter bigger than the server was sized for (``--max-lora-rank``)
+        r"LoRA rank \d+ is greater than max_lora_rank",
+        # ``--chat-template`` names a file that is not there
+        r"chat template string \(.{0,300}\) appears path-like, but doesn't exist",
+        # a quantization scheme or kernel this GPU generation lacks (the flags ask for it)
+        r"\b(?:[Ff][Pp]8|FP4|NVFP4|MXFP4|[Mm]arlin|AWQ|GPTQ|W8A8|INT8)\b[^.\n]{0,80}\bnot supported on (?:this|the current"
+        r"|your) (?:GPU|device|platform|hardware)",
+        r"only supports? (?:Ampere|Hopper|Turing|Blackwell) GPUs? or newer",
+        r"is only supported on (?:CUDA )?devices with compute capability", r"requires (?:a )?(?:GPU|device)s? with compute capability",
         # more GPUs asked for (tensor x pipeline x data parallel) than the host shows
         r"World size \(\d+\) is larger than the number of available GPUs",
         r"number of required GPUs exceeds the total number of available GPUs",
@@ -396,13 +451,14 @@ CAUSES: tuple[Cause, ...] = (
     Cause("hit_exception", "other", 15, _rx(
         r"hit an exception", r"Exception in worker \S+ while processing method", r"Error executing method",
         r"EngineCore failed to start", r"WorkerProc failed to start", r"Error in inspecting model architecture",
-        r"EngineCore encountered an issue", r"WorkerProc hit an exception", r"^Exception in [\w.]+:$"),
+        r"EngineCore encountered an issue", r"WorkerProc hit an exception", r"^Exception in [\w.]+:$",
+        r"EngineCore encountered a fatal error"),
         terminal=True, announce=True),
     Cause("engine_dead", "other", 12, _rx(
         r"Engine core initialization failed", r"EngineDeadError", r"Engine loop is not running",
         r"Engine process failed to start", r"AsyncEngineDeadError", r"EngineCore exiting",
         r"Rank \d+ scheduler is dead", r"[Ss]ee (?:the )?(?:stack trace|root cause) \(?above\)?",
-        r"check the stack trace above for the root cause"), terminal=True,
+        r"check the stack trace above for the root cause", r"AsyncLLM output_handler failed"), terminal=True,
         follow_up=True),
     # A worker's death as its executor reports it: the first death, worth more than a bare traceback after it.
     Cause("worker_died", "other", 18, _rx(
@@ -468,7 +524,8 @@ KEYWORDS = (
     "sigsegv", "sigbus", "sigill", "sigfpe", "sigkill", "bus error", "illegal instruction", "floating point",
     "could not load", "cannot find any", "max_model_len", "quantization", "deepep", "ncclunique",
     "segfault", "gpus", "world_size", "unexpected keyword", "client error", "credentials", "config format",
-    "socket address", "triton error", "divisible", "python.h", "compiler", "ptx", "json", "fatal error ::", "deserializing", "xid", "code object", "kernel image", "low on memory",
+    "socket address", "triton error", "adapter", "safetensor", "permission denied", "lora rank", "ampere",
+    "hopper", "turing", "blackwell", "output_handler", "ptxas", ".target sm_", "path-like", "installed", "untagged enum", "calledprocesserror", "divisible", "python.h", "compiler", "ptx", "json", "fatal error ::", "deserializing", "xid", "code object", "kernel image", "low on memory",
 )
 """A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
 

@@ -14,6 +14,9 @@ a state, a cause and the decisive line.
 * The exit record outranks the log: a server that ended on its own failed, whatever its log says.
 * The first death decides: a worker killed by a signal before its launcher noticed is the cause,
   not the launcher's follow-up line.
+* A health probe answered (``GET /health 200``) shows the HTTP front end alive: a server up when
+  nothing crashed, but no revival of one whose worker crashed. A handled request error (a request
+  handler's traceback, a request refused for its length) shows a serving server.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ class State:
     sglang: bool = False
     vllm: bool = False
     ready_line: str | None = None
+    sglang_rank: bool = False
+    """An SGLang prefix with a rank (``[... TP0]``) was seen: only SGLang prints that."""
     ready_explicit: bool = False
     fresh: dict[str, Failure] = field(default_factory=dict)
     demoted: dict[str, Failure] = field(default_factory=dict)
@@ -78,7 +83,7 @@ class State:
     metrics: dict[str, float | int] = field(default_factory=dict)
 
     def copy(self) -> State:
-        return State(self.sglang, self.vllm, self.ready_line, self.ready_explicit, dict(self.fresh),
+        return State(self.sglang, self.vllm, self.ready_line, self.sglang_rank, self.ready_explicit, dict(self.fresh),
                      dict(self.demoted), self.stop_line, self.stop_seq, self.sigterm_line, self.last_line,
                      dict(self.metrics))
 
@@ -88,11 +93,14 @@ class State:
         self.last_line = line.raw
         if line.sglang:
             self.sglang = True
+            self.sglang_rank = self.sglang_rank or line.sglang_rank
         if line.vllm:
             self.vllm = True
 
     def is_sglang(self) -> bool:
-        return self.sglang and not self.vllm
+        """SGLang's log: its prefix and no vLLM line, or its rank-tagged prefix, which only SGLang prints (old
+        SGLang logs lines of vLLM modules it uses, e.g. custom all-reduce, in vLLM's format)."""
+        return self.sglang and (not self.vllm or self.sglang_rank)
 
     def ready(self, raw: str, explicit: bool) -> None:
         if explicit and not self.ready_explicit:
@@ -111,6 +119,13 @@ class State:
         else:
             self.progress()
 
+    def probe(self, raw: str) -> None:
+        """A health probe was answered: the HTTP front end lives. That shows a server up when nothing crashed,
+        but revives none whose scheduler or worker crashed (a front end outlives its workers)."""
+        if any(c.crash or c.terminal for c in self.fresh.values()):
+            return
+        self.serving(raw)
+
     def progress(self) -> None:
         for cause, c in self.fresh.items():
             if _better(self.demoted.get(cause), c):
@@ -125,6 +140,8 @@ class State:
 
     def failure(self, f: Failure) -> None:
         f = infer_cut(f)
+        if f.request and self.ready_line is None and f.phase != "warmup_failed":
+            self.serving(f.line)  # a handled request error: the server was serving requests (the excerpt began later)
         if _better(self.fresh.get(f.cause), f):
             self.fresh[f.cause] = f
 
@@ -167,7 +184,18 @@ class State:
                 eff = c.score + bonus
                 if eff > best_eff or (eff == best_eff and best is not None and c.seq < best.seq):
                     best, best_eff = c, eff
-        return best
+        return self._with_shown_exception(best)
+
+    def _with_shown_exception(self, c: Failure | None) -> Failure | None:
+        """A traceback cut before its exception line whose cause was read from where it stopped: an earlier
+        rank's traceback of the same failure (no progress between) that shows its exception line, with no cause
+        of its own, gives the line - the most specific line of that failure - while the cut one keeps the cause."""
+        if c is None or c.rule not in CUT_RULES or c.cause == "other":
+            return c
+        shown = self.fresh.get("other")
+        if shown is None or shown.rule != "exception" or shown.seq >= c.seq:
+            return c
+        return replace(c, line=shown.line)
 
     def fatal(self, *, before: int | None = None, real_only: bool = False) -> bool:
         """The log ends in a failure (after ready: in a crash)."""
