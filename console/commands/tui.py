@@ -6,8 +6,8 @@ slowest imports) is imported in a worker thread while the event loop bootstraps 
 an agent's start and first sample overlap the console's own start instead of following it; the
 app applies what the links already have as it mounts (console/ui/app.py); what only a key needs (the screens
 behind keys, the ``/metrics`` parser) is imported in the background once the first frames are drawn. The
-cyclic garbage
-collector is paused for the start (:data:`GC_PAUSE_S`). BENCHMARKS.md, "Start-up", has the figures.
+cyclic garbage collector is paused for the start (:data:`GC_PAUSE_S`). BENCHMARKS.md, "Start-up", has the
+figures.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
 
 
 def _import_later() -> None:
+    """Import :data:`LATER_MODULES` (in a worker thread, after the first frames)."""
     for name in LATER_MODULES:
         importlib.import_module(name)
 
@@ -87,12 +88,13 @@ async def _main(ctx: CliContext, *, resume_gc: bool = False) -> int:
             backend.prestart()  # the app's start shows what the links already have (their first sample)
             app = make_app(backend, theme=ctx.theme, read_only=ctx.read_only, interval=ctx.interval,
                            keymap=cfg.ui.keymap)
-            warm: list[asyncio.Future] = []
-            asyncio.get_running_loop().call_later(
+            warm: list[asyncio.Future] = []  # holds the warm-up's future until the app ends
+            warm_timer = asyncio.get_running_loop().call_later(
                 WARM_AFTER_S, lambda: warm.append(asyncio.ensure_future(asyncio.to_thread(_import_later))))
             try:
                 await app.run_async()
             finally:
+                warm_timer.cancel()  # a quit within WARM_AFTER_S does not start imports on the way out
                 for link in links:  # run_async returned without the backend's stop (an error): close here
                     if link.running:
                         await link.close()
