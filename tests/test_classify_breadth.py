@@ -56,7 +56,7 @@ CASES = {
     "triton.compiler.errors.CompilationError: at 12:8: def _fwd_kernel(": ("other", "~/.triton/cache"),
     "huggingface_hub.errors.HfHubHTTPError: 429 Client Error: Too Many Requests for url: "
     "https://huggingface.co/api/models/Qwen/Qwen3-8B/revision/main": ("model_not_found", "rate limit"),
-    "PermissionError: [Errno 13] Permission denied: '/root/.cache/huggingface/hub/models--Qwen--Qwen3-8B'":
+    "PermissionError: [Errno 13] Permission denied: '/data/hf-cache/hub/models--Qwen--Qwen3-8B'":
         ("model_not_found", "permission denied"),
     "PermissionError: [Errno 13] Permission denied: '/tmp/torchinductor_root'": ("other", "writable"),
     "RuntimeError: Ninja build failed. Ninja output:": ("other", "nvcc"),

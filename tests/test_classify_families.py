@@ -78,7 +78,7 @@ def test_ray_serve_replica_tag_is_peeled():
     tag = "(ServeReplica:llama3-app:LLMDeployment pid=12249, ip=10.0.155.99) "
     text = "".join(tag + line + "\n" for line in (
         "Traceback (most recent call last):",
-        '  File "/home/ray/lib/python3.11/site-packages/transformers/utils/hub.py", line 543, in cached_files',
+        '  File "/opt/ray/lib/python3.11/site-packages/transformers/utils/hub.py", line 543, in cached_files',
         "    raise OSError(",
         "OSError: You are trying to access a gated repo.",
         "Make sure to have access to it at https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct.",

@@ -158,7 +158,7 @@ CASES = {
     "!!!!!!! Segfault encountered !!!!!!!": "signal_killed",
     "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Read error [10.0.0.2]:35012: "
     "Connection timed out": "nccl_error",
-    "OSError: It looks like the config file at '/root/.cache/huggingface/hub/models--org--m/snapshots/abc/config.json' "
+    "OSError: It looks like the config file at '/data/hf-cache/hub/models--org--m/snapshots/abc/config.json' "
     "is not a valid JSON file.": "model_not_found",
     "RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_LAZY Error, ValidateSyncInputTensors tensor_data is empty.":
         "cuda_driver",
