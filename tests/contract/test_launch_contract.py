@@ -65,7 +65,8 @@ def mtp(world, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def launch_json(world, *flags: str, extra: tuple[str, ...] = ()) -> dict:
     env = [a for k, v in OFFLINE.items() for a in ("--env", f"{k}={v}")]
-    r = mtp(world, "launch", "--wait", "--timeout", "240", "--json", *env, *extra, "--", *flags)
+    port = [] if "--port" in flags else ["--port", str(free_port())]  # not SGLang's default 30000: may be taken
+    r = mtp(world, "launch", "--wait", "--timeout", "240", "--json", *env, *extra, "--", *flags, *port)
     assert r.stdout.strip(), r.stderr[-3000:]
     return json.loads(r.stdout)
 
