@@ -173,6 +173,10 @@ def run(ctx, sec) -> None:
                      "`bench/results/startup-16-core-host.md` (recorded output) — the demo's first frame with data "
                      "at 589 ms median with bytecode cached, 674 ms without (p95 ≤ 832 ms): met there. On this "
                      "machine the start is CPU-bound (see the CPU column), so its core speed decides.")
+    sec.notes.append("Core speed differs between instances of this 2-core VM type, so read the rows against the "
+                     "bare `python -c pass` row of the same run: on 2026-12-01 05:57 UTC an instance where it took "
+                     "115 ms measured the demo's first frame with data at 1125 ms (bytecode cached) / 1366 ms "
+                     "(without): missed there.")
     if not demo:
         sec.notes.append("`--demo` is not in this build (no console/sim/demo.py): only the FakeBackend app was timed.")
     sec.notes.append("Processes left behind after `q`: " + ("none" if not leftovers else

@@ -23,9 +23,9 @@ from console.errors import UserError
 
 UI_MODULES = ("console.ops.backend", "console.ui.app")
 """Imported off the event loop while the links start (a few hundred ms of imports)."""
-LATER_MODULES = ("console.ui.screens.sessions", "console.ui.screens.log_screen", "console.ui.screens.orphans",
+LATER_MODULES = ("console.ops.classify", "console.ui.screens.sessions", "console.ui.screens.log_screen", "console.ui.screens.orphans",
                  "console.ui.screens.events", "console.ui.operations", "prometheus_client.parser")
-"""Not needed for the first frame (the screens behind keys, the ``/metrics`` parser): imported off the event
+"""Not needed for the first frame (the log classifier, the screens behind keys, the ``/metrics`` parser): imported off the event
 loop once the first frames are drawn (:data:`WARM_AFTER_S`), so a key pressed then does not wait for them."""
 WARM_AFTER_S = 1.5
 """Seconds after the app starts before :data:`LATER_MODULES` are imported (its first frames come first)."""

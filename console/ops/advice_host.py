@@ -26,7 +26,6 @@ from console.model import (
     SessionView,
 )
 from console.ops.advisor import HostContext, ServerContext, Validator, advise
-from console.ops.classify import classify
 from console.ops.flags.launcher import split_launch_command
 from console.ops.foreign_log import NoOutput, read_foreign_output
 from console.ops.metrics import (
@@ -210,6 +209,8 @@ async def read_foreign_logs(link: HostLink, view: HostView, *, tail_bytes: int =
             continue
         key = view_key(s)
         tails[key], read_at[key] = lines[-LOG_TAIL_LINES:], clock()
+        from console.ops.classify import classify  # not before the first frame (tui.LATER_MODULES)
+
         m = classify("\n".join(lines)).metrics
         if m is not None:
             metrics[key] = m
@@ -231,6 +232,8 @@ async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float
         except (RequestError, LinkDown, TimeoutError):  # unreadable: the session stays unclassified
             continue
         text = str(r.get("data", ""))
+        from console.ops.classify import classify
+
         classes[info.session_id] = classify(text, info.exit)
         tails[info.session_id] = text.splitlines()[-LOG_TAIL_LINES:]
     view = HostView(snapshot=snap, sessions=derive_views(snap, classes, now, interval=1e9))

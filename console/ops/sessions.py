@@ -15,7 +15,6 @@ import secrets
 from typing import Iterable
 
 from console.model import Classification, HostSnapshot, ServerProc, SessionInfo, SessionView
-from console.ops.classify import apply_first_death
 from console.ops.flags.argv import flag_text, resolve_cmdline
 
 STALE_FACTOR = 3.0
@@ -125,6 +124,8 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
     ``health`` maps session id -> last /health verdict (a READY badge needs it True when
     given); ``launching`` maps session id -> steps confirmed so far by a launch in progress.
     """
+    if snap.sessions:  # the classifier is not imported before the first frame (tui.LATER_MODULES)
+        from console.ops.classify import apply_first_death
     health = health or {}
     launching = launching or {}
     by_session: dict[str, list[ServerProc]] = {}

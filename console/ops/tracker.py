@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Collection
 from functools import lru_cache
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from console.model import (
     Advice,
@@ -41,13 +41,15 @@ from console.ops.advice_host import (
     view_key,
 )
 from console.ops.advisor import Validator
-from console.ops.classify import LogClassifier, classify
 from console.ops.current import CurrentState
 from console.ops.flags import FlagSchema
 from console.ops.flags.sources import bundled_schema
 from console.ops.model_config import ModelShape
 from console.ops.sessions import derive_views
 from console.remote.link import HostLink, LinkDown, RequestError
+
+if TYPE_CHECKING:
+    from console.ops.classify import LogClassifier
 
 TAIL_BYTES = 256 * 1024
 RING_LINES = 5000
@@ -269,6 +271,8 @@ class HostTracker:
 
     async def _start_follow(self, sid: str) -> None:
         r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
+        from console.ops.classify import LogClassifier  # not before the first frame (tui.LATER_MODULES)
+
         c = LogClassifier()
         self.classifiers[sid] = c
         self.rings[sid] = deque(maxlen=RING_LINES)
@@ -282,6 +286,8 @@ class HostTracker:
 
     async def _classify_ended(self, sid: str, ex: ExitRecord) -> None:
         r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
+        from console.ops.classify import classify
+
         self.classes[sid] = classify(r["data"], ex)
         self.rings[sid] = deque(r["data"].splitlines(), maxlen=RING_LINES)
         self.emit()
