@@ -329,3 +329,93 @@ def test_torch_arch_warning_alone_is_no_failure():
     text = ("NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch "
             "installation.\n[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=30.00 GB\n")
     assert classify(text).state == "loading"
+
+
+def test_usage_dump_cut_before_its_error_line_is_an_argparse_refusal():
+    """argparse prints the usage, then ``error:``, then exits: a log that stops inside the usage was refused."""
+    first = "usage: launch_server.py [-h] --model-path MODEL_PATH [--host HOST] [--port PORT]"
+    text = (
+        "INFO 03-06 10:05:08 __init__.py:190] Automatically detected platform cuda.\n"
+        + first + "\n"
+        "                        [--tokenizer-mode {auto,slow}] [--trust-remote-code]\n"
+        "                        [--dtype {auto,half,float16,bfloat16}]\n"
+    )
+    got = classify(text)
+    assert (got.state, got.cause, got.line) == ("failed", "bad_flags", first)
+    assert "argparse" in (got.hint or "")
+    # a continuation pasted without its indentation is still the usage
+    assert classify(first + "\n[--dtype {auto,half}] [--kv-cache-dtype {auto,fp8}]\n").cause == "bad_flags"
+    # with its error line, the error line decides
+    err = "launch_server.py: error: unrecognized arguments: --enable-foo"
+    got = classify(text + err + "\n")
+    assert (got.cause, got.line) == ("bad_flags", err)
+
+
+def test_help_output_after_the_usage_is_no_failure():
+    """``--help`` goes on from the usage to its sections: nothing was refused."""
+    text = (
+        "usage: launch_server.py [-h] --model-path MODEL_PATH [--host HOST]\n"
+        "                        [--port PORT]\n"
+        "\n"
+        "options:\n"
+        "  -h, --help            show this help message and exit\n"
+        "  --model-path MODEL_PATH\n"
+    )
+    assert classify(text).state == "loading"
+    # a line that only starts like a usage (no program and options after it) is no argparse dump
+    assert classify("[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=30.00 GB\nusage: 12% of the pool\n"
+                    ).state == "loading"
+
+
+def test_early_sglang_gpu_id_prefix_makes_uvicorn_lines_loading():
+    """Early SGLang tagged its ranks ``[gpu_id=N]``: uvicorn's start before the warmup is still loading."""
+    text = (
+        "[gpu_id=0] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=15.61 GB\n"
+        "[gpu_id=1] Memory pool end. avail mem=6.46 GB\n"
+        "[gpu_id=0] max_total_num_tokens=328021, max_prefill_tokens=16384, max_running_requests=5124\n"
+        "INFO:     Started server process [1802867]\n"
+        "INFO:     Waiting for application startup.\n"
+        "INFO:     Application startup complete.\n"
+    )
+    assert classify(text).state == "loading"
+    assert classify(text + "The server is fired up and ready to roll!\n").state == "ready"
+
+
+def test_kv_cache_sized_with_no_room_explains_a_cut_failure():
+    """vLLM found no blocks (or negative memory) for the KV cache, then a traceback cut before its exception."""
+    v0 = (
+        "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256\n"
+        "Traceback (most recent call last):\n"
+    )
+    assert (classify(v0).state, classify(v0).cause) == ("failed", "gpu_oom")
+    tag = "(EngineCore_DP0 pid=5) "
+    announce = tag + "ERROR 12-23 23:34:23 [core.py:708] EngineCore failed to start."
+    v1 = (
+        tag + "INFO 12-23 23:34:23 [gpu_worker.py:298] Available KV cache memory: -1.25 GiB\n"
+        + announce + "\n"
+        + tag + "ERROR 12-23 23:34:23 [core.py:708] Traceback (most recent call last):\n"
+        + tag + 'ERROR 12-23 23:34:23 [core.py:708]   File "/x/vllm/v1/engine/core.py", line 699, in run_engine_core\n'
+    )
+    got = classify(v1)
+    assert (got.state, got.cause, got.line) == ("failed", "gpu_oom", announce)
+    # blocks found: the same cut failure names nothing
+    fine = v0.replace("# GPU blocks: 0,", "# GPU blocks: 2048,")
+    assert classify(fine).cause == "other"
+
+
+def test_vllm_workers_terminated_during_loading_is_a_stop():
+    """A V1 worker reports the SIGTERM/SIGINT it got; with no crash before it the server was stopped."""
+    text = (
+        "(Worker_DP0_TP0 pid=11) WARNING 04-03 16:05:24 [multiproc_executor.py:866] WorkerProc was terminated\n"
+        "Loading safetensors checkpoint shards:  29% Completed | 2/7 [00:05<00:14,  2.96s/it]\n"
+        "(Worker_DP1_TP2 pid=12) WARNING 04-03 16:05:24 [multiproc_executor.py:866] WorkerProc was terminated\n"
+    )
+    assert classify(text).state == "stopped"
+    crash = (
+        "(Worker_TP1 pid=12) ERROR 04-03 16:05:20 [multiproc_executor.py:1] WorkerProc failed to start.\n"
+        "(Worker_TP1 pid=12) ERROR 04-03 16:05:20 [multiproc_executor.py:1] torch.OutOfMemoryError: CUDA out of "
+        "memory. Tried to allocate 2.00 GiB.\n"
+        "(Worker_TP0 pid=11) WARNING 04-03 16:05:24 [multiproc_executor.py:866] WorkerProc was terminated\n"
+    )
+    got = classify(crash)
+    assert (got.state, got.cause) == ("failed", "gpu_oom")  # the other workers' ends follow a real crash

@@ -46,6 +46,8 @@ from console.ops.classify.patterns import (
     STOP_GATE,
     SYMPTOMS,
     TRACEBACK,
+    USAGE_CONTINUED,
+    USAGE_SHAPE,
     USAGE_START,
     VALIDATION_HEADER,
     VALIDATION_MESSAGE,
@@ -54,6 +56,9 @@ from console.ops.classify.patterns import (
 
 FATAL_DUMP_RULES = ("native_crash", "signal_crash")
 """Causes whose ``Fatal Python error`` line opens an event: faulthandler's thread dump follows it."""
+
+USAGE_SCORE = 80
+"""A usage dump cut before its ``error:`` line: argparse's refusal, though the flag it names is not shown."""
 
 MAX_CONTINUATION = 12
 """Message lines after an exception that still belong to it."""
@@ -79,7 +84,9 @@ class Reader:
     def __init__(self) -> None:
         self.seq = 0
         self.ep: Episode | None = None
-        self.usage = False
+        self.usage: tuple[str, int, bool] | None = None
+        """(raw line, seq, argparse's shape) of a ``usage:`` line whose dump is still being read (its ``error:``
+        comes last)."""
         self.spec_step = False
         """The last start-up step was on the speculative path (loading the draft model ...)."""
         self.phase: FailureCause | None = None
@@ -111,6 +118,12 @@ class Reader:
                 sink.failure(self._where(f))
             elif ep.last_exc is not None and ep.last_exc[2].rsplit(".", 1)[-1] in STOP_EXCEPTIONS:
                 sink.stop(ep.last_exc[0], ep.seq, False)
+        if self.usage is not None and self.usage[2]:
+            # The text stops inside an argparse usage dump: argparse prints it, then its ``error:`` line, then exits
+            # (``--help`` goes on to help sections, which end the dump): the command line was refused.
+            raw, seq, _ = self.usage
+            sink.failure(Failure("bad_flags", USAGE_SCORE, seq, raw, "usage", terminal=True, detail=raw))
+        self.usage = None
 
     # ------------------------------------------------------------ one line
 
@@ -127,14 +140,17 @@ class Reader:
         ep = self.ep
         if ep is not None and self._continues(ep, ln, body, seq):
             return
-        if self.usage:
+        if self.usage is not None:
             if ARGPARSE_ERROR.match(body):
-                self.usage = False
+                self.usage = None
                 self._emit(sink, Failure("bad_flags", 95, seq, ln.raw, "argparse", terminal=True, detail=body))
-            return
+                return
+            if ln.indented or USAGE_CONTINUED.match(body):
+                return  # the usage text goes on
+            self.usage = None  # the dump ended with no error (``--help``'s sections, other output): read the line
         if USAGE_START.match(body):
             self.close(sink)
-            self.usage = True
+            self.usage = (ln.raw, seq, USAGE_SHAPE.match(body) is not None)
             return
         if ln.interrupt:
             self.close(sink)

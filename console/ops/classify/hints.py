@@ -157,6 +157,10 @@ def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *
         return ("multi-GPU communication failed: check CUDA_VISIBLE_DEVICES and --tp-size, stale processes "
                 "on those GPUs, /dev/shm size in containers; retry with NCCL_DEBUG=INFO or NCCL_P2P_DISABLE=1")
     if cause == "bad_flags":
+        if rule == "usage":
+            return ("argparse printed its usage and refused the command line (its error line, naming the flag, is "
+                    "not in the log): a flag is unknown or misspelt (underscores for dashes, a renamed flag) - check "
+                    "the host's own flags (mtpconsole flags / mtpconsole check)")
         return _flags_hint(body) if rule in ("argparse", None) else _value_hint(body)
     if cause == "cuda_driver":
         if _ARCH.search(body):

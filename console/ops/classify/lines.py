@@ -5,8 +5,8 @@ Real logs arrive wrapped: Docker/compose (``vllm-1  | ``), Kubernetes/containerd
 journald (``Dec 01 02:00:00 host python3[123]: ``) and a bare syslog tag (``sglang[123]: ``),
 Python logging's ``2025-07-25 07:53:08,123 `` timestamps, CI (``  | [2025-03-10T15:07:20Z] ``), RFC 3339
 timestamps, Ray/vLLM process tags (``(EngineCore_DP0 pid=17374) ``, nested), torch's
-``[rank0]: ``, Ray's ``(pid=123) ``, OpenMPI's ``[1,0]<stdout>:``, ``srun -l``'s ``0: ``, SGLang's ``[2025-10-22 10:29:28 DP1 TP4] `` and vLLM's
-``ERROR 09-28 15:47:24 [core.py:718] ``. :func:`read_line` peels them in that order and keeps the
+``[rank0]: ``, Ray's ``(pid=123) ``, OpenMPI's ``[1,0]<stdout>:``, ``srun -l``'s ``0: ``, SGLang's ``[2025-10-22 10:29:28 DP1 TP4] ``
+(early SGLang: ``[gpu_id=0] ``) and vLLM's ``ERROR 09-28 15:47:24 [core.py:718] ``. :func:`read_line` peels them in that order and keeps the
 body's own indentation, so a traceback frame stays a frame whatever wraps it.
 """
 
@@ -38,6 +38,8 @@ _RAY_PID = re.compile(r"\((?:pid=\d{1,10}(?:, ip=[\w.:\-]{1,64})?|raylet|gcs_ser
 _SRUN = re.compile(r"\d{1,5}: ")
 SGLANG_PREFIX = re.compile(
     r"\[(?:\d{4}-\d\d-\d\d |\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]{1,4}\d+){0,6}\] ?")
+SGLANG_GPU_ID = re.compile(r"\[gpu_id=\d{1,5}\] ?")
+"""Early SGLang's rank tag (0.1/0.2: ``[gpu_id=0] Load weight begin.``), before it printed timestamps."""
 _VLLM_LEVEL = re.compile(
     r"(INFO|WARNING|ERROR|DEBUG|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[[^\]]{0,200}\]|[\w.\-]{1,80}:\d+\]) ?")
 _UVICORN_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):(?: +|$)")
@@ -122,6 +124,11 @@ def read_line(raw: str) -> Line:
                     sglang = True
                     ranked = ranked or _RANKED.search(m.group(0)) is not None
                     s = s[m.end():]
+                elif s.startswith("[gpu_id="):
+                    m = SGLANG_GPU_ID.match(s)
+                    if m:
+                        sglang = ranked = True
+                        s = s[m.end():]
         elif c in "IWEDC" and level is None:
             m = _VLLM_LEVEL.match(s)
             if m:

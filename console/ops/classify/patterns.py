@@ -107,13 +107,16 @@ VLLM = Framework(
     ),
     stop=_rx(r"received signal=SIG(?:TERM|INT)", r"Received SIG(?:TERM|INT)\b", r"\[shutdown\]",
              r"^Shutting down$", r"Waiting for application shutdown", r"Application shutdown complete",
-             r"Finished server process", r"terminated by shutdown signal", r"Shutting down FastAPI HTTP server"),
+             r"Finished server process", r"terminated by shutdown signal", r"Shutting down FastAPI HTTP server",
+             # a V1 worker's own report of the SIGTERM/SIGINT it got (older wording of ``terminated by shutdown signal``)
+             r"WorkerProc was terminated"),
 )
 
 FRAMEWORKS = (SGLANG, VLLM)
 PROGRESS_ANY = re.compile(SGLANG.progress.pattern + "|" + VLLM.progress.pattern)
 STOP_ANY = re.compile(SGLANG.stop.pattern + "|" + VLLM.stop.pattern)
-STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down", "Finished server", "Gracefully")
+STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down", "Finished server", "Gracefully",
+             "was terminated")
 READY_GATE = ("ready to roll", "startup complete", "Uvicorn running", "Started server process")
 SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ")
 
@@ -126,6 +129,10 @@ BENIGN = _rx(
 """Warnings that look like failures and are not (python warnings, SGLang's optional imports)."""
 
 USAGE_START = re.compile(r"^usage: \S")
+USAGE_SHAPE = re.compile(r"^usage: [\w.\-/]{1,200}(?: [\w.\-/]{1,200}){0,3} [\[{<-]")
+"""argparse's own usage line: the program (and sub-command), then its options (``usage: vllm serve [model_tag] ...``)."""
+USAGE_CONTINUED = re.compile(r"^\[?-{1,2}\w|^\{[\w-]+,")
+"""A usage line's continuation that lost its indentation in a paste (``[--port PORT] [--host HOST]``)."""
 ARGPARSE_ERROR = re.compile(r"^[\w.\-/ ]{1,100}: error: ")
 HTTP = re.compile(r'"(POST|GET|PUT) (\S{1,300}) HTTP/[\d.]+" (\d{3})')
 TRACEBACK = "Traceback (most recent call last)"
@@ -218,7 +225,9 @@ PHASES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
     # weights the loader cannot map (quantisation, unknown tensor names), so it stays ``other``.
     # Weights are in: the next step profiles the memory left and sizes the KV cache from it, and
     # what fails there is the memory (a pool too small for the weights' leftover, the profile run).
-    ("gpu_oom", _rx(r"Load weight end", r"Model loading took", r"Loading weights took")),
+    ("gpu_oom", _rx(r"Load weight end", r"Model loading took", r"Loading weights took",
+                    # the KV cache was sized and found no room: no blocks, or negative memory left for it
+                    r"# GPU blocks: 0\b", r"Available KV cache memory: (?:-\d|0(?:\.0+)? ?GiB)")),
     # Capturing CUDA graphs: a failure inside capture is a capture failure (memory only when said).
     ("cuda_graph", _rx(r"Capture (?:cuda|\w+ \w+ CUDA) graph begin", r"Capturing CUDA graphs")),
 )
