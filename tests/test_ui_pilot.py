@@ -314,7 +314,8 @@ async def test_log_switching_filter_and_follow():
 
         await focus_gpu(app, pilot, 3)  # a foreign server has no session log
         assert app.following is None and len(pane.lines) == 0
-        assert "foreign server (pid 5150)" in str(pane.query_one(".banner", Static).render())
+        banner = str(pane.query_one(".banner", Static).render())
+        assert "foreign server (pid 5150)" in banner and "z shows its output" in banner  # where to read it
 
 
 async def test_view_coalescing_and_theme_cycle():

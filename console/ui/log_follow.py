@@ -81,7 +81,7 @@ class LogFollower:
         s = panel.session
         if s is None or not s.session_id:
             self._show_none(f"foreign server (pid {s.launcher_pid or 'N/A'}) on GPU {panel.index}: "
-                            "no mtpconsole session log" if s else f"no server on {panel.host} GPU {panel.index}")
+                            "z shows its output (no session log)" if s else f"no server on {panel.host} GPU {panel.index}")
             return
         key = (panel.host, s.session_id)
         if key != self.key:
