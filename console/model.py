@@ -85,6 +85,9 @@ class ServerProc(Frozen):
     sid: int | None = None
     start_ticks: int
     """Field 22 of /proc/<pid>/stat: with pid, the process identity."""
+    started_at: float | None = None
+    """When the process started (host clock, epoch seconds: boot time + start ticks), None when unknown: a
+    hand-started server's uptime."""
     state: str = "?"
     """/proc state letter (R, S, D, Z, ...). Z is dead."""
     user: str | None = None
@@ -465,7 +468,10 @@ class SessionView(Frozen):
     step: int | None = None
     """While LAUNCHING: confirmation steps passed so far (of 6)."""
     started_at: float | None = None
+    """When this console launched the session (host clock); None for a foreign server."""
     ended_at: float | None = None
+    process_started_at: float | None = None
+    """A foreign server's (or orphaned worker's) own process start (host clock, from /proc), when known."""
     log_path: str | None = None
     replaces: str | None = None
     """The session this one relaunches (from its launch spec), if any."""
@@ -477,6 +483,11 @@ class SessionView(Frozen):
     """When the acknowledgement was recorded in the run directory (any console), if it was."""
     pending: bool = False
     """A launch request sent by this console whose run directory the host has not reported yet."""
+
+    @property
+    def up_since(self) -> float | None:
+        """The start an age is counted from: the launch, else (a foreign server) its process start."""
+        return self.started_at if self.started_at is not None else self.process_started_at
 
 
 class GpuCurrent(Frozen):

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def kill_tree(pids):
 
 def test_unmanaged_workers_are_seen_from_spawn_to_retitle(tmp_path):
     go = tmp_path / "go"
+    spawned = time.time()
     launcher = subprocess.Popen([sys.executable, str(RETITLE), "launcher", str(go), "60",
                                  "sglang::scheduler_TP0", "sglang::scheduler_TP1"], stdout=subprocess.PIPE, text=True)
     agent = AgentProc({"interval": 0.1, "runs_dir": str(tmp_path / "runs"), "gpu_source": "none"})
@@ -59,6 +61,8 @@ def test_unmanaged_workers_are_seen_from_spawn_to_retitle(tmp_path):
         msg, _ = agent.read_until(lambda m: m.get("type") == "sample" and len(procs_of(m, kids)) == 3)
         seen = procs_of(msg, kids + [launcher.pid])
         assert seen[launcher.pid]["role"] == "launcher" and seen[launcher.pid]["framework"] == "sglang"
+        # its own start (boot time + start ticks): a hand-started server's uptime
+        assert abs(seen[launcher.pid]["started_at"] - spawned) < 2.0
         assert seen[tracker]["role"] == "other" and seen[tracker]["framework"] == "sglang"
         for w in workers:
             assert seen[w]["role"] == "worker" and seen[w]["framework"] == "sglang"

@@ -13,7 +13,7 @@ from console.ui.screens.events import EventsScreen
 from console.ui.screens.log_screen import LogScreen
 from console.ui.screens.orphans import OrphanScreen
 from console.ui.screens.sessions import SessionsScreen
-from tests.ui_fakes import FakeBackend, frozen_app, gpu, proc, snapshot, view_a
+from tests.ui_fakes import NOW, FakeBackend, frozen_app, gpu, proc, snapshot, view_a
 
 SIZE = (160, 50)
 
@@ -219,6 +219,21 @@ async def test_kill_dialog_names_port_model_uptime_traffic_and_memory():
                      "12 running · 0 queued · 412 tok/s", "118,000 MiB on GPU 0", "118,000 MiB on GPU 1"):
             assert want in body, (want, body)
         assert app.focused is not None and app.focused.id == "cancel"
+
+
+def test_kill_dialog_counts_a_hand_started_servers_uptime_from_its_process_start():
+    from console.model import SessionView
+    from console.ops.sessions import derive_views
+    from console.ui.screens.impact import impact_lines
+
+    now = NOW
+    launcher = proc(4242, ["python3", "-m", "sglang.launch_server", "--port", "30000"], None, {0: 80_000})
+    snap = snapshot(gpus=[gpu(0)], servers=[launcher.model_copy(update={"started_at": now - 3 * 3600})])
+    (view,) = [v for v in derive_views(snap, {}, now) if v.state == "foreign"]
+    assert view.process_started_at == now - 3 * 3600 and view.started_at is None  # no launch of ours
+    assert "uptime:   3 h (started by hand: since its process started)" in impact_lines(view, snap, now)
+    unknown = SessionView(host="h", state="foreign", launcher_pid=4242)
+    assert "uptime:   N/A (started by hand: its process start is unknown)" in impact_lines(unknown, None, now)
 
 
 def test_snapshot_like_idle_host_has_no_orphans():

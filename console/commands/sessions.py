@@ -82,5 +82,5 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         extra = f" {v.cause}: {v.line}" if v.state == "failed" and v.cause else ""
         ack = "✓" if v.acknowledged else "-"
         print(f"{what:<36} {v.state.upper():<10} GPU {','.join(map(str, v.gpus)) or '-':<5} "
-              f"port {v.port or '-':<6} {age(v.started_at, now):<5} {ack:<3} {term(v.flags_summary + extra)}")
+              f"port {v.port or '-':<6} {age(v.up_since, now):<5} {ack:<3} {term(v.flags_summary + extra)}")
     return 0

@@ -189,13 +189,14 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
         views.append(SessionView(
             host=snap.name, session_id=None, state="foreign", gpus=_gpus_of(members),
             port=server_port(p.argv), pids=sorted(m.pid for m in members), launcher_pid=p.pid,
-            launcher_start_ticks=p.start_ticks, argv=p.argv, flags_summary=flags_summary(p.argv)))
+            launcher_start_ticks=p.start_ticks, argv=p.argv, flags_summary=flags_summary(p.argv),
+            process_started_at=p.started_at))
     orphans = [p for p in snap.servers if p.role == "worker" and p.pid not in claimed
                and (not p.session_id or p.session_id not in live_ids) and p.alive]
     for p in orphans:
         views.append(SessionView(
             host=snap.name, session_id=None, state="foreign", gpus=_gpus_of([p]), pids=[p.pid],
-            launcher_pid=p.pid, launcher_start_ticks=p.start_ticks, argv=p.argv,
+            launcher_pid=p.pid, launcher_start_ticks=p.start_ticks, argv=p.argv, process_started_at=p.started_at,
             flags_summary="orphaned worker" + (f" of session {p.session_id}" if p.session_id else ""),
             hint="its launcher is gone; it may hold GPU memory: kill it by pid"))
     age = snap.age_s(now)

@@ -11,7 +11,7 @@ import pwd
 import re
 import socket
 import time
-from typing import Dict
+from typing import Dict, List, Optional
 
 AGENT_VERSION = 2
 """Bumped when the wire protocol or the shipped module set changes incompatibly."""
@@ -181,6 +181,30 @@ def read_oom_kill():
     except (OSError, ValueError):
         return None
     return None
+
+
+_boot_time: List[Optional[float]] = []
+
+
+def boot_time():
+    """When the host booted (epoch seconds, ``btime`` of /proc/stat; read once), or None when unreadable."""
+    if not _boot_time:
+        value = None
+        try:
+            for line in read_text("/proc/stat").splitlines():
+                if line.startswith("btime "):
+                    value = float(line.split()[1])
+                    break
+        except (OSError, ValueError, IndexError):
+            value = None
+        _boot_time.append(value)
+    return _boot_time[0]
+
+
+def process_started_at(start_ticks):
+    """A process's start (epoch seconds, host clock) from its start ticks, or None when the boot time is unknown."""
+    bt = boot_time()
+    return None if bt is None or start_ticks is None else round(bt + float(start_ticks) / CLK_TCK, 2)
 
 
 def boot_id():

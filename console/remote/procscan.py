@@ -20,6 +20,7 @@ from .hostlib import (
     proc_environ,
     proc_stat,
     proc_uid,
+    process_started_at,
     user_name,
 )
 
@@ -162,7 +163,8 @@ class ProcScanner(object):
             dp, tp = title_ranks(info["argv"])
             out.append({
                 "pid": pid, "ppid": st["ppid"], "pgid": st["pgid"], "sid": st["sid"],
-                "start_ticks": info["start"], "state": st["state"], "uid": info["uid"],
+                "start_ticks": info["start"], "started_at": process_started_at(info["start"]),
+                "state": st["state"], "uid": info["uid"],
                 "user": user_name(info["uid"]), "argv": info["argv"], "role": role or "other", "framework": fw,
                 "cuda_visible_devices": envd.get("CUDA_VISIBLE_DEVICES"),
                 "session_id": envd.get(SESSION_ENV) or under.get(pid),

@@ -68,8 +68,14 @@ def impact_lines(s: SessionView, snap: HostSnapshot | None, now: float) -> list[
     """The dialog lines that name exactly what is hit (one fact per line)."""
     held = held_mib(s, snap)
     model = flag_value(s.argv, "--model-path", "--model") if s.argv else None
-    up = age_text(now - s.started_at) if s.started_at and not s.ended_at else (
-        "N/A (started by hand: its start time is not recorded)" if not s.session_id else NA)
+    if s.ended_at:
+        up = NA
+    elif s.started_at:
+        up = age_text(now - s.started_at)
+    elif s.process_started_at:
+        up = f"{age_text(now - s.process_started_at)} (started by hand: since its process started)"
+    else:
+        up = "N/A (started by hand: its process start is unknown)" if not s.session_id else NA
     lines = [
         f"host:     {clean(s.host, 80)}",
         f"session:  {clean(s.session_id or 'foreign (not launched by mtpconsole)', 80)} · {s.state.upper()}",

@@ -129,7 +129,7 @@ class SessionsScreen(Screen):
 
     @staticmethod
     def age(s: SessionView, now: float) -> str:
-        return age_text(now - s.started_at) if s.started_at else NA
+        return age_text(now - s.up_since) if s.up_since else NA
 
     def cells(self, s: SessionView, now: float) -> list[str]:
         who = clean(s.session_id, 80) if s.session_id else f"pid {s.launcher_pid or NA}"
