@@ -221,6 +221,25 @@ async def test_kill_dialog_names_port_model_uptime_traffic_and_memory():
         assert app.focused is not None and app.focused.id == "cancel"
 
 
+@pytest.mark.parametrize("size,side_kept", [((80, 24), False), ((200, 50), True)])
+async def test_key_help_on_a_small_terminal_keeps_every_gpu_panel_on_screen(size, side_kept):
+    from console.ui.widgets.gpu_panel import GpuPanel
+
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert app.screen.query("HelpPanel")
+        hosts = app.screen.query_one("#hosts")
+        assert hosts.region.right <= size[0]  # squeezed under its minimum width it was laid out off screen
+        assert all(p.region.x == hosts.region.x for p in app.query(GpuPanel))  # one column, none off to the right
+        assert app.screen.query_one("#side").display is side_kept
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert not app.screen.query("HelpPanel") and app.screen.query_one("#side").display
+
+
 def test_kill_dialog_counts_a_hand_started_servers_uptime_from_its_process_start():
     from console.model import SessionView
     from console.ops.sessions import derive_views

@@ -297,6 +297,7 @@ class MtpConsoleApp(App):
 
     def on_resize(self, event: events.Resize) -> None:
         self.workflow.fit(event.size.width, event.size.height)
+        self.fit_help()
 
     def action_compact(self) -> None:
         """Compact mode: short panels in a grid, as many columns as the width allows."""
@@ -339,6 +340,25 @@ class MtpConsoleApp(App):
             self.action_hide_help_panel()
         else:
             self.action_show_help_panel()
+
+    def action_show_help_panel(self) -> None:
+        super().action_show_help_panel()
+        self.fit_help()
+
+    def action_hide_help_panel(self) -> None:
+        super().action_hide_help_panel()
+        self.fit_help(helping=False)  # the panel leaves the DOM after this call
+
+    def fit_help(self, helping: bool | None = None) -> None:
+        """While the key help is open beside too narrow a main view (80x24), the log pane steps aside for it:
+        squeezed below their minimum widths the GPU panels would be laid out off screen."""
+        screen = self.screen
+        if not isinstance(screen, MainScreen):
+            return
+        helping = bool(screen.query("HelpPanel")) if helping is None else helping
+        need = sum(int(w.styles.min_width.value) if w.styles.min_width else 0 for w in screen.query("#hosts, #side"))
+        help_w = min(60, max(30, self.size.width // 3))  # Textual's HelpPanel: 33 %, at least 30, at most 60
+        screen.set_class(helping and self.size.width - help_w < need, "-help-narrow")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Each command once: the console's own key actions, then Textual's that they do not cover
