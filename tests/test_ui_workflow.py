@@ -240,6 +240,18 @@ async def test_key_help_on_a_small_terminal_keeps_every_gpu_panel_on_screen(size
         assert not app.screen.query("HelpPanel") and app.screen.query_one("#side").display
 
 
+async def test_edit_form_on_a_short_terminal_shows_the_field_being_typed_in():
+    app = frozen_app(FakeBackend())
+    async with app.run_test(size=(80, 20)) as pilot:
+        await select_gpu(pilot, app, 0)  # a READY session: the form lists what launching stops
+        await pilot.press("e")
+        await settle(pilot)
+        fields, focused = app.screen.query_one(".fields"), app.focused
+        assert focused is not None and focused.id == "f-model_path"
+        assert fields.query(".impact")  # what it stops scrolls with the fields, not above them
+        assert fields.region.contains_region(focused.region)
+
+
 def test_kill_dialog_counts_a_hand_started_servers_uptime_from_its_process_start():
     from console.model import SessionView
     from console.ops.sessions import derive_views

@@ -105,16 +105,16 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         """Carries what the form does not edit (env values, profile name) into the request."""
         self.armed: list[str] | None = None
         self.impact = impact
+        """What launching stops (the running server: pids, port, model, traffic, GPU memory), when it does."""
         self.profiles = dict(profiles or {})
         """Launch profiles the operator may start from (name -> request): the picker fills the fields."""
-        """What launching stops (the running server: pids, port, model, traffic, GPU memory), when it does."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog form"):
             yield Static(Content.from_markup("[b]$t[/b]", t=self.title_text), classes="dialog-title")
-            if self.impact:
-                yield Static(Content("launching stops:\n" + "\n".join(self.impact)), classes="impact")
-            with VerticalScroll(classes="fields"):
+            with VerticalScroll(classes="fields"):  # on a short terminal what it stops scrolls with the fields
+                if self.impact:
+                    yield Static(Content("launching stops:\n" + "\n".join(self.impact)), classes="impact")
                 if self.profiles:
                     with Horizontal(classes="field"):
                         yield Label("profile", classes="field-label")
