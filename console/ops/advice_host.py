@@ -197,6 +197,8 @@ async def read_foreign_logs(link: HostLink, view: HostView, *, tail_bytes: int =
     Its last lines and its last ``Decode batch`` figures, keyed by :func:`view_key` and dated by
     ``clock`` when read. A server whose output is a pipe or a terminal, or that is gone, is left
     out (it has no log figures). The one reader of these figures, for ``status`` and the TUI."""
+    from console.ops.classify import classify  # not before the first frame (tui.LATER_MODULES)
+
     tails: dict[str, list[str]] = {}
     metrics: dict[str, ServeMetrics] = {}
     read_at: dict[str, float] = {}
@@ -209,8 +211,6 @@ async def read_foreign_logs(link: HostLink, view: HostView, *, tail_bytes: int =
             continue
         key = view_key(s)
         tails[key], read_at[key] = lines[-LOG_TAIL_LINES:], clock()
-        from console.ops.classify import classify  # not before the first frame (tui.LATER_MODULES)
-
         m = classify("\n".join(lines)).metrics
         if m is not None:
             metrics[key] = m
