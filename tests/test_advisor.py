@@ -116,6 +116,8 @@ def test_underused_gpu_without_speculation_gets_a_checked_eagle_suggestion():
     assert s is not None and "--speculative-algorithm" in s.flags and s.valid is True
     assert s.planner.startswith("planner:")
     assert any("300 W of 600 W" in e for e in a[0].evidence)
+    # the title names the measure (power), not "underused": NVML's utilisation may read 96 % meanwhile
+    assert a[0].message.startswith("GPU at 50% of its power limit with 8 queued; consider EAGLE/MTP (planner:")
 
 
 def test_underused_rule_needs_a_queue_and_low_power():

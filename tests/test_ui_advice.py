@@ -57,7 +57,7 @@ SUGGESTED = ["--model-path", "/models/other", "--port", "30003", "--speculative-
 def advised_view() -> HostView:
     """host-a (view_a) with the advisor's finding on the hand-started server of GPU 3."""
     a = Advice(host="host-a", gpu=3, pid=5150, kind="gpu_underused",
-               message="GPU underused; consider EAGLE/MTP (planner: fits with 12.0 GiB to spare)",
+               message="GPU at 43% of its power limit with 8 queued; consider EAGLE/MTP (planner: fits with 12.0 GiB to spare)",
                evidence=["power 300 W of 700 W (43% < 75%)", "8 request(s) queued", "speculative decoding off"],
                suggestion=Suggestion(flags=SUGGESTED, change="--speculative-algorithm EAGLE (steps 3, topk 1, 4 draft)",
                                      valid=True, planner="fits: 12.0 GiB to spare"))
@@ -82,7 +82,7 @@ async def test_panel_shows_the_first_advice_in_one_line():
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         body = panel(app, 3).body.plain.splitlines()
-        assert body[-1].startswith("⚑ GPU underused; consider EAGLE/MTP"), body
+        assert body[-1].startswith("⚑ GPU at 43% of its power limit with 8 queued; consider EAGLE/MTP"), body
         assert not any("⚑" in line for line in panel(app, 0).body.plain.splitlines())  # not on other GPUs
         app.action_compact()
         await settle(pilot)
@@ -234,7 +234,7 @@ async def test_demo_tui_shows_the_advice_on_the_hand_started_servers_panel(monke
         app.animation_level = "none"
         async with app.run_test(size=SIZE) as pilot:
             def advised():
-                return next((p for p in app.query(GpuPanel) if "⚑ GPU underused" in p.body.plain), None)
+                return next((p for p in app.query(GpuPanel) if "of its power limit with" in p.body.plain), None)
             p = await await_until(advised, 60)
             p.focus()
             await settle(pilot)

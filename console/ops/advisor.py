@@ -153,13 +153,15 @@ def underused_without_speculation(ctx: ServerContext, chk: Checker) -> Advice | 
     tput = _value(ctx.figures.gen_throughput)
     if tput is not None:
         evidence.append(f"{tput:.0f} tok/s")
+    # Power, not NVML's utilisation (busy even when one small kernel runs), is what says the GPU has room.
+    headroom = f"GPU at {frac:.0%} of its power limit with {queue:.0f} queued"
     if ctx.shape is None:
         return Advice(host=ctx.host, gpu=g.index, session_id=ctx.session_id, pid=ctx.pid, kind="gpu_underused",
-                      message="GPU underused; speculative decoding could help, but the model's config is unknown "
+                      message=f"{headroom}; speculative decoding could help, but the model's config is unknown "
                               "(no draft model or MTP head known to the planner)", evidence=evidence)
     if ctx.shape.mtp_layers <= 0:
         return Advice(host=ctx.host, gpu=g.index, session_id=ctx.session_id, pid=ctx.pid, kind="gpu_underused",
-                      message="GPU underused; the model has no MTP head known to the planner (a separate draft "
+                      message=f"{headroom}; the model has no MTP head known to the planner (a separate draft "
                               "model would be needed for EAGLE)", evidence=evidence)
     argv = list(ctx.flags_argv)
     for k, v in zip(DEFAULT_SPEC_FLAGS[::2], DEFAULT_SPEC_FLAGS[1::2]):
@@ -168,7 +170,7 @@ def underused_without_speculation(ctx: ServerContext, chk: Checker) -> Advice | 
                                "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4})
     sug = chk.check(ctx, argv, "add EAGLE/MTP (steps 3, topk 1, 4 draft tokens)", flags)
     return Advice(host=ctx.host, gpu=g.index, session_id=ctx.session_id, pid=ctx.pid, kind="gpu_underused",
-                  message=f"GPU underused; consider EAGLE/MTP ({sug.planner})", evidence=evidence, suggestion=sug)
+                  message=f"{headroom}; consider EAGLE/MTP ({sug.planner})", evidence=evidence, suggestion=sug)
 
 
 def speculation_costs_more(ctx: ServerContext, chk: Checker) -> Advice | None:

@@ -166,7 +166,7 @@ def gpu_advice(advice: list[Advice], index: int, s: SessionView | None) -> list[
 
 
 def advice_line(a: Advice | None) -> Content:
-    """``⚑ GPU underused; consider EAGLE/MTP …`` (one line: the panel's CSS cuts it at its width)."""
+    """``⚑ GPU at 67% of its power limit with 8 queued; consider EAGLE/MTP …`` (one line: the panel's CSS cuts it at its width)."""
     if a is None:
         return Content("")
     return Content.from_markup("[$text-warning]⚑ $msg[/] [$text-muted](i)[/]",
