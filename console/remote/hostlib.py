@@ -11,7 +11,8 @@ import pwd
 import re
 import socket
 import time
-from typing import Dict, List, Optional
+from functools import lru_cache
+from typing import Dict
 
 AGENT_VERSION = 2
 """Bumped when the wire protocol or the shipped module set changes incompatibly."""
@@ -183,22 +184,16 @@ def read_oom_kill():
     return None
 
 
-_boot_time: List[Optional[float]] = []
-
-
+@lru_cache(maxsize=1)
 def boot_time():
     """When the host booted (epoch seconds, ``btime`` of /proc/stat; read once), or None when unreadable."""
-    if not _boot_time:
-        value = None
-        try:
-            for line in read_text("/proc/stat").splitlines():
-                if line.startswith("btime "):
-                    value = float(line.split()[1])
-                    break
-        except (OSError, ValueError, IndexError):
-            value = None
-        _boot_time.append(value)
-    return _boot_time[0]
+    try:
+        for line in read_text("/proc/stat").splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def process_started_at(start_ticks):
