@@ -97,6 +97,9 @@ class ServerProc(Frozen):
     framework: Framework = "unknown"
     cuda_visible_devices: str | None = None
     """From /proc/<pid>/environ where readable; None if unreadable or unset."""
+    env_inherited: bool = False
+    """``cuda_visible_devices`` and ``session_id`` are the nearest ancestor's: this process's own environ was
+    overwritten by its retitle before the agent first read it (a spawned worker inherits its parent's)."""
     session_id: str | None = None
     """MTPCONSOLE_SESSION from the environment: set for processes we launched."""
     gpu_mem_mib: dict[int, int] = Field(default_factory=dict)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from console.model import ServerProc
+from console.remote.hostlib import proc_cmdline, proc_environ
 from console.remote.procscan import classify_title, title_ranks
 from tests.helpers.agent_proc import AgentProc
 
@@ -115,3 +116,36 @@ def test_session_launcher_children_are_session_workers_from_the_start(tmp_path):
                           session_id=sid)
             agent.read_until(lambda m: m.get("kind") == "session_ended", timeout=10)
         agent.close()
+
+
+def test_workers_first_seen_after_their_retitle_take_the_launchers_devices(tmp_path):
+    """A retitle (setproctitle) writes over the environ area; a worker the agent first sees afterwards (a slow
+    tick on a busy host) still shows its GPUs: those of its launcher, which it inherited when spawned."""
+    go = tmp_path / "go"
+    go.write_text("")  # retitle at once, before the agent starts
+    launcher = subprocess.Popen([sys.executable, str(RETITLE), "launcher", str(go), "0",
+                                 "sglang::scheduler_TP0", "sglang::detokenizer"], stdout=subprocess.PIPE, text=True,
+                                env=dict(os.environ, CUDA_VISIBLE_DEVICES="2,3"))
+    kids: list[int] = []
+    agent = None
+    try:
+        assert launcher.stdout is not None
+        _tracker, *workers = kids = [int(x) for x in launcher.stdout.readline().split()[1:]]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(
+                (proc_cmdline(w) or [""])[0].startswith("sglang::") for w in workers):
+            time.sleep(0.02)
+        assert proc_environ(workers[0], ("CUDA_VISIBLE_DEVICES",)) is None  # overwritten, as real ones are
+        agent = AgentProc({"interval": 0.1, "runs_dir": str(tmp_path / "runs"), "gpu_source": "none"})
+        agent.read_until(lambda m: m.get("type") == "ready")
+        msg, _ = agent.read_until(lambda m: m.get("type") == "sample" and len(procs_of(m, workers)) == 2)
+        seen = procs_of(msg, workers + [launcher.pid])
+        assert seen[launcher.pid]["cuda_visible_devices"] == "2,3" and not seen[launcher.pid]["env_inherited"]
+        for w in workers:
+            assert seen[w]["role"] == "worker"
+            assert seen[w]["cuda_visible_devices"] == "2,3" and seen[w]["env_inherited"]
+    finally:
+        kill_tree(kids + [launcher.pid])
+        launcher.wait()
+        if agent is not None:
+            agent.close()

@@ -153,20 +153,24 @@ async def test_v_lists_ready_seen_by_this_console_without_a_second_toast(tmp_pat
         await settle(pilot)
         toasts = len(app._notifications)
         _push(backend, session("ready", "s-new", [3], port=30001))
+        # conditions, not a fixed number of frames: a busy CI machine takes longer to apply a push
+        await wait_until(lambda: [e.kind for e in app.views["host-a"].events] == ["ready"], 10)
         await settle(pilot)
         assert [e.kind for e in app.views["host-a"].events] == ["ready"]
         assert len(app._notifications) == toasts  # the launch's own result says READY; no second toast
         await pilot.press("v")
-        await settle(pilot)
+        assert await wait_until(lambda: isinstance(app.screen, EventsScreen)
+                                and any(e.kind == "ready" for e in app.screen.events), 10)
         screen = app.screen
         assert isinstance(screen, EventsScreen)
         (ready,) = [e for e in screen.events if e.kind == "ready"]
         assert ready.session_id == "s-new" and "READY on GPUs 3" in ready.text
         table = screen.query_one("#events")
-        assert any("ready" in [str(c) for c in table.get_row_at(i)] for i in range(table.row_count))
+        assert await wait_until(lambda: any("ready" in [str(c) for c in table.get_row_at(i)]
+                                            for i in range(table.row_count)), 10)
         await pilot.press("f", "f")  # lifecycle
-        await settle(pilot)
-        assert screen.flt == "lifecycle" and any(e.kind == "ready" for e in screen.events)
+        assert await wait_until(lambda: screen.flt == "lifecycle", 10)
+        assert any(e.kind == "ready" for e in screen.events)
 
 
 async def test_v_names_the_other_console_that_killed_a_foreign_server(tmp_path):

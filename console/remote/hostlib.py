@@ -134,11 +134,18 @@ def proc_comm(pid):
 
 
 def proc_environ(pid, names):
-    """Selected variables from /proc/<pid>/environ; None when unreadable."""
+    """Selected variables from /proc/<pid>/environ; None when unreadable or overwritten.
+
+    A title longer than the original argv (Python's setproctitle, as SGLang's workers use it) is written over
+    the environ area: the file then holds only NUL bytes, and so does a process caught in exec. Both read as
+    None (unknown), never as an empty environment.
+    """
     try:
         with open("/proc/%d/environ" % pid, "rb") as f:
             raw = f.read(1 << 20)
     except OSError:
+        return None
+    if b"=" not in raw:
         return None
     out = {}
     for item in raw.split(b"\0"):

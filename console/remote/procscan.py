@@ -5,6 +5,11 @@ Stdlib only, Python >= 3.8; shipped with the agent. A process is classified from
 SGLang workers start as ``python -c from multiprocessing.spawn import spawn_main ...
 --multiprocessing-fork`` and retitle to ``sglang::scheduler[_DP<d>][_TP<n>]`` seconds later.
 The classification is cached by (pid, start time, title hash), never by pid alone.
+
+A process's environment (CUDA_VISIBLE_DEVICES, the launch session) is read once and kept: a worker's
+retitle writes over its environ area. A worker first seen after its retitle (a slow tick on a busy host)
+takes the environment of its nearest ancestor whose own is readable, as a spawned child inherits it,
+and is reported with ``env_inherited``.
 """
 
 import hashlib
@@ -39,6 +44,9 @@ SPAWN_CHILD = re.compile(r"multiprocessing\.spawn|--multiprocessing-fork")
 
 RESOURCE_TRACKER = re.compile(r"multiprocessing\.resource_tracker")
 """multiprocessing's resource tracker, a child of every launcher that uses 'spawn': shown as 'other'."""
+
+ENV_ANCESTORS = 8
+"""How far up the tree a process whose own environ is unreadable takes its environment from."""
 
 TP_RANK = re.compile(r"_TP(\d+)(?!\d)")
 DP_RANK = re.compile(r"_DP(\d+)(?!\d)")
@@ -127,6 +135,20 @@ class ProcScanner(object):
                 stack.extend(children.get(p, []))
             return out
 
+        def env_of(pid):
+            """(environment, inherited): the process's own, else its nearest ancestor's (see module doc)."""
+            p = pid
+            for depth in range(ENV_ANCESTORS + 1):
+                info = cache.get(p)
+                if info is None:
+                    break
+                if info["env"] is None:
+                    info["env"] = proc_environ(p, ENV_NAMES)
+                if info["env"] is not None:
+                    return info["env"], depth > 0
+                p = stats[p]["ppid"]
+            return {}, False
+
         under: Dict[int, str] = {}  # pid -> session id, for every descendant of a live session's supervisor
         launchers = set(pid for pid, info in cache.items() if info["role"] == "launcher")
         for s in sessions.values():
@@ -155,9 +177,7 @@ class ProcScanner(object):
                     role = "worker" if SPAWN_CHILD.search(line) else "other" if RESOURCE_TRACKER.search(line) else None
             if role is None and pid not in under and pid not in gpu_mem:
                 continue
-            if info["env"] is None:
-                info["env"] = proc_environ(pid, ENV_NAMES)
-            envd = info["env"] or {}
+            envd, inherited = env_of(pid)
             if self.sim_scope and role != "supervisor" and envd.get(SIM_DIR_ENV) != self.sim_scope:
                 continue  # a simulated host sees only the processes of its own simulation
             dp, tp = title_ranks(info["argv"])
@@ -169,7 +189,7 @@ class ProcScanner(object):
                 "cuda_visible_devices": envd.get("CUDA_VISIBLE_DEVICES"),
                 "session_id": envd.get(SESSION_ENV) or under.get(pid),
                 "gpu_mem_mib": dict((str(k), v) for k, v in gpu_mem.get(pid, {}).items()),
-                "rss_kib": st["rss_kib"], "tp_rank": tp, "dp_rank": dp,
+                "rss_kib": st["rss_kib"], "tp_rank": tp, "dp_rank": dp, "env_inherited": inherited,
             })
         self.cache = cache
         self.hot = set(p["pid"] for p in out)

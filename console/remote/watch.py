@@ -236,17 +236,30 @@ class MemberWatch(object):
         self.next_refresh = 0.0
         self.oom_seen = read_oom_kill()
 
-    def _meta(self, pid, argv, launcher):
+    def _meta(self, pid, argv, launcher, cvd):
         fw, role = classify_title(argv)
         line = " ".join(argv)
         if role is None:
             role = "launcher" if pid == self.server else "worker" if (launcher and SPAWN_CHILD.search(line)) \
                 else "other" if RESOURCE_TRACKER.search(line) else None
-        env = proc_environ(pid, ("CUDA_VISIBLE_DEVICES",)) or {}
         dp, tp = title_ranks(argv)
-        proc = {"role": role, "tp_rank": tp, "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")}
+        proc = {"role": role, "tp_rank": tp, "cuda_visible_devices": cvd}
         return {"role": role or "other", "title": (argv or [""])[0][:200], "gpus": process_gpus(proc),
                 "tp_rank": tp, "dp_rank": dp}
+
+    def _devices(self, pid, ppid, prev):
+        """CUDA_VISIBLE_DEVICES of a member: its own environ's, read before a retitle overwrites it (kept from
+        ``prev``), else its parent's, as a spawned child inherits it."""
+        env = proc_environ(pid, ("CUDA_VISIBLE_DEVICES",))
+        if env is not None:
+            return env.get("CUDA_VISIBLE_DEVICES")
+        if prev is not None:
+            return prev["cvd"]
+        parent = self.members.get(ppid)
+        if parent is not None:
+            return parent["cvd"]
+        env = proc_environ(ppid, ("CUDA_VISIBLE_DEVICES",)) or {}
+        return env.get("CUDA_VISIBLE_DEVICES")
 
     def refresh(self):
         """Re-list the members (descendants of the supervisor) and their titles."""
@@ -276,8 +289,9 @@ class MemberWatch(object):
             if argv is None:
                 continue
             if m is None or m["argv"] != argv:
-                meta = self._meta(pid, argv, under_launcher)
-                self.members[pid] = {"start": st["start_ticks"], "argv": argv, "meta": meta}
+                cvd = self._devices(pid, st["ppid"], m)
+                meta = self._meta(pid, argv, under_launcher, cvd)
+                self.members[pid] = {"start": st["start_ticks"], "argv": argv, "meta": meta, "cvd": cvd}
                 if self.log is not None:
                     self.log("member %d: %s %s (gpus %s)" % (pid, meta["role"], meta["title"][:80],
                                                              ",".join(map(str, meta["gpus"])) or "-"))

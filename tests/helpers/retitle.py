@@ -28,16 +28,24 @@ PR_SET_NAME = 15
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def set_title(title: str) -> None:
-    """Overwrite the argv area with ``title`` + NULs (the kernel then reports the padding as empty args)."""
+def set_title(title: str, clobber_env: bool = True) -> None:
+    """Overwrite the argv area with ``title`` + NULs (the kernel then reports the padding as empty args).
+
+    Like setproctitle, which takes the environ area (just after argv) for room: with ``clobber_env``
+    /proc/<pid>/environ reads as NULs afterwards (the process's own os.environ is a copy and survives).
+    """
     with open("/proc/self/stat", "rb") as f:
         fields = f.read().rsplit(b")", 1)[1].split()
     arg_start, arg_end = int(fields[45]), int(fields[46])  # fields 48 and 49 of stat(5)
+    env_start, env_end = int(fields[47]), int(fields[48])  # fields 50 and 51
     room = arg_end - arg_start
     data = title.encode()[: room - 1]
     with open("/proc/self/mem", "r+b", buffering=0) as mem:
         mem.seek(arg_start)
         mem.write(data + b"\0" * (room - len(data)))
+        if clobber_env and env_end > env_start:
+            mem.seek(env_start)
+            mem.write(b"\0" * (env_end - env_start))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
 
@@ -56,7 +64,9 @@ TRACKER_CODE = "from multiprocessing.resource_tracker import main; import time; 
 
 
 def launcher(title_file: str, delay: float, titles: list[str]) -> None:
-    set_title("python3 -m sglang.launch_server --model-path /models/tiny --tp %d --port 0" % len(titles))
+    # a real launcher is not retitled: its environ stays readable
+    set_title("python3 -m sglang.launch_server --model-path /models/tiny --tp %d --port 0" % len(titles),
+              clobber_env=False)
     kids = [subprocess.Popen([sys.executable, "-B", "-c", TRACKER_CODE])]
     for t in titles:
         # argv padded like a real spawn child, so the retitle has room (real ones carry their fds here)
