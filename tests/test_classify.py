@@ -19,6 +19,7 @@ from console.ops.classify import (
     classify_file,
     failure_tail,
 )
+from console.ops.classify.hints import CUT_GUESS
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 
@@ -698,23 +699,39 @@ _GENERIC_FRAMES = ('  File "/x/sglang/srt/managers/scheduler.py", line 9, in run
                    "    self.tp_worker = TpWorkerClass(\n")
 
 
-@pytest.mark.parametrize(("progress", "cause"), [
-    ("[2026-11-30 10:00:00 TP0] Init torch distributed begin.", "nccl_error"),
+GUESS_WORDS = {"nccl_error": "communication", "gpu_oom": "memory", "model_not_found": "model",
+               "spec_decode_error": "speculative"}
+
+
+def _guessed(c, cause: str) -> bool:
+    """The file does not show the cause: ``other``, and the hint names the usual cause at that step as a guess."""
+    return (c.state, c.cause) == ("failed", "other") and c.hint is not None and c.hint.startswith(CUT_GUESS) \
+        and GUESS_WORDS[cause] in c.hint
+
+
+@pytest.mark.parametrize(("progress", "cause", "shown"), [
+    ("[2026-11-30 10:00:00 TP0] Init torch distributed begin.", "nccl_error", False),
     ("[2026-11-30 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=9.1 GB",
-     "cuda_graph"),
-    ("[2026-11-30 10:00:00 TP0] Load weight begin. avail mem=78.61 GB", "other"),  # no phase: too many reasons
+     "cuda_graph", True),
+    ("[2026-11-30 10:00:00 TP0] Load weight begin. avail mem=78.61 GB", "other", True),  # no phase: too many reasons
     ("[2026-11-30 10:00:00 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=1.2 GB",
-     "gpu_oom"),  # the KV pool is sized next
+     "gpu_oom", False),  # the KV pool is sized next: usually memory, but not shown
 ])
-def test_cut_traceback_takes_the_cause_of_the_startup_step(progress, cause):
+def test_cut_traceback_takes_the_cause_of_the_startup_step_only_when_shown(progress, cause, shown):
+    """A failure during CUDA-graph capture is the capture's (README of the corpus: the file decides); a step where
+    failures are only *usually* of one kind (NCCL set-up, sizing the KV pool) leaves the cause ``other`` and puts
+    the usual cause in the hint, marked as a guess."""
     c = classify(progress + "\n" + _HIT + _GENERIC_FRAMES)
-    assert (c.state, c.cause) == ("failed", cause)
     assert c.line == _HIT.rstrip("\n")  # the decisive line stays the traceback's announcing header
-    # The hint says the cause is inferred, not read.
-    assert c.hint is not None and c.hint.startswith("the log stops before the exception line") == (cause != "other")
+    if shown:
+        assert (c.state, c.cause) == ("failed", cause)
+        # The hint says the cause is inferred, not read.
+        assert c.hint is not None and c.hint.startswith("the log stops before the exception line") == (cause != "other")
+    else:
+        assert _guessed(c, cause), c
 
 
-def test_cut_vllm_worker_exception_during_nccl_setup_is_nccl_error():
+def test_cut_vllm_worker_exception_during_nccl_setup_guesses_nccl():
     pre = "(VllmWorkerProcess pid=409) "
     text = (f"{pre}INFO 11-19 06:08:46 utils.py:961] Found nccl from library libnccl.so.2\n"
             f"{pre}INFO 11-19 06:08:46 pynccl.py:69] vLLM is using nccl==2.21.5\n"
@@ -722,7 +739,7 @@ def test_cut_vllm_worker_exception_during_nccl_setup_is_nccl_error():
             "while processing method init_device.\n"
             f"{pre}ERROR 11-19 06:08:46 multiproc_worker_utils.py:229] Traceback (most recent call last):\n")
     c = classify(text)
-    assert (c.state, c.cause) == ("failed", "nccl_error")
+    assert _guessed(c, "nccl_error"), c
     assert "while processing method init_device" in c.line
 
 
@@ -736,20 +753,20 @@ def test_sglang_cut_traceback_after_uvicorn_is_the_warmup():
 
 
 def test_phase_is_only_a_fallback():
-    dist = "[2026-11-30 10:00:00 TP0] Init torch distributed begin.\n"
+    cap = "[2026-11-30 10:00:00 TP0] Capture cuda graph begin. avail mem=9.1 GB\n"
     # A later start-up step that names nothing clears the phase.
-    c = classify(dist + "[2026-11-30 10:00:01 TP0] Init torch distributed ends. mem usage=0.1 GB\n" + _HIT + _GENERIC_FRAMES)
+    c = classify(cap + "[2026-11-30 10:00:01 TP0] Capture cuda graph end. mem usage=0.1 GB\n" + _HIT + _GENERIC_FRAMES)
     assert (c.state, c.cause) == ("failed", "other")
     # An exception line of its own decides, whatever the step.
-    c = classify(dist + _HIT + _GENERIC_FRAMES + "ValueError: unsupported architecture Foo\n")
+    c = classify(cap + _HIT + _GENERIC_FRAMES + "ValueError: unsupported architecture Foo\n")
     assert (c.cause, c.line) == ("other", "ValueError: unsupported architecture Foo")
     # A telling frame beats the step.
-    c = classify(dist + _HIT + '  File "/x/model_runner.py", line 3, in init_memory_pool\n    self.alloc()\n')
-    assert c.cause == "gpu_oom"
+    c = classify(cap + _HIT + '  File "/x/model_loader.py", line 3, in <module>\n    from foo import bar\n')
+    assert c.cause == "import_error"
     # After ready, the start-up step is over.
     ready = "[2026-11-30 10:00:30] The server is fired up and ready to roll!\n"
-    c = classify("[2026-11-30 10:00:00 TP0] Capture cuda graph begin. avail mem=9.1 GB\n" + ready + _HIT + _GENERIC_FRAMES)
-    assert c.cause == "other"
+    c = classify(cap + ready + _HIT + _GENERIC_FRAMES)
+    assert c.cause == "other" and not (c.hint or "").startswith(CUT_GUESS)
 
 
 @pytest.mark.parametrize(("frame", "cause"), [
@@ -760,38 +777,44 @@ def test_phase_is_only_a_fallback():
     ('  File "/x/huggingface_hub/_snapshot_download.py", line 5, in snapshot_download\n    repo_info = api.repo_info()\n',
      "model_not_found"),
 ])
-def test_cut_traceback_deepest_frame_names_the_cause(frame, cause):
+def test_cut_traceback_deepest_frame_suggests_the_cause(frame, cause):
+    """Frames where failures are usually of one kind (sizing the KV pool, fetching from the Hub) are a guess."""
     c = classify(_HIT + _GENERIC_FRAMES + frame)
-    assert (c.state, c.cause) == ("failed", cause)
+    assert _guessed(c, cause), c
     assert c.line == _HIT.rstrip("\n")
 
 
-def test_cut_traceback_of_a_speculative_server_is_spec_decode_error():
+def test_cut_traceback_of_a_speculative_server_guesses_spec_decode_error():
     spec = ("[2026-11-30 10:00:00] server_args=ServerArgs(model_path='m', speculative_algorithm='EAGLE3', "
             "speculative_draft_model_path='d')\n")
     c = classify(spec + _HIT + _GENERIC_FRAMES)
-    assert (c.state, c.cause) == ("failed", "spec_decode_error") and c.line == _HIT.rstrip("\n")
+    assert _guessed(c, "spec_decode_error") and c.line == _HIT.rstrip("\n")
     # A config dump that says speculative decoding is off is no evidence.
     off = "INFO 11-19 06:08:40 llm_engine.py:237] Initializing an LLM engine with config: model='m', speculative_config=None\n"
-    assert classify(off + _HIT + _GENERIC_FRAMES).cause == "other"
+    c = classify(off + _HIT + _GENERIC_FRAMES)
+    assert c.cause == "other" and not (c.hint or "").startswith(CUT_GUESS)
     # The start-up step, a telling frame and an exception line of its own all outrank it.
-    assert classify(spec + "[2026-11-30 10:00:01 TP0] Init torch distributed begin.\n" + _HIT
-                    + _GENERIC_FRAMES).cause == "nccl_error"
+    assert _guessed(classify(spec + "[2026-11-30 10:00:01 TP0] Init torch distributed begin.\n" + _HIT
+                             + _GENERIC_FRAMES), "nccl_error")
     assert classify(spec + _HIT + _GENERIC_FRAMES + "ValueError: bad rope scaling\n").cause == "other"
+    # A frame on the speculative path shows it.
+    c = classify(spec + _HIT + _GENERIC_FRAMES + '  File "/x/sglang/srt/speculative/eagle_worker.py", line 3, in '
+                 "__init__\n    self.draft = load()\n")
+    assert c.cause == "spec_decode_error"
 
 
-@pytest.mark.parametrize(("method", "cause"), [
-    ("init_device", "nccl_error"),
-    ("determine_num_available_blocks", "gpu_oom"),
-    ("capture_model", "cuda_graph"),
-    ("load_model", "other"),
+@pytest.mark.parametrize(("method", "cause", "shown"), [
+    ("init_device", "nccl_error", False),
+    ("determine_num_available_blocks", "gpu_oom", False),
+    ("capture_model", "cuda_graph", True),
+    ("load_model", "other", True),
 ])
-def test_cut_vllm_worker_failure_takes_the_cause_of_the_named_step(method, cause):
+def test_cut_vllm_worker_failure_and_the_named_step(method, cause, shown):
     pre = "(VllmWorkerProcess pid=7) ERROR 11-19 06:08:46 multiproc_worker_utils.py:229] "
     text = (f"{pre}Exception in worker VllmWorkerProcess while processing method {method}.\n"
             f"{pre}Traceback (most recent call last):\n"
             f'{pre}  File "/x/vllm/worker/worker_base.py", line 5, in execute_method\n'
             f"{pre}    return executor(*args, **kwargs)\n")
     c = classify(text)
-    assert (c.state, c.cause) == ("failed", cause)
+    assert (c.state, c.cause) == ("failed", cause) if shown else _guessed(c, cause), c
     assert f"while processing method {method}" in c.line

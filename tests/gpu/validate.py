@@ -196,7 +196,7 @@ class NvmlTrace:
                                           for p in nv.nvmlDeviceGetComputeRunningProcesses(h)])):
             try:
                 row[key] = fn()
-            except Exception as e:  # noqa: record, never die
+            except Exception as e:  # record, never die
                 row[key] = "error: %s" % e
         if self.watch_pid:
             row["proc"] = self.proc_state(self.watch_pid)

@@ -19,6 +19,7 @@ from console.ops.classify.patterns import (
     CONNECTION_EXCEPTIONS,
     CUT_WHERE,
     FRAME_FLAGS,
+    GUESSED_FROM_FRAMES,
     IGNORED_EXCEPTIONS,
     KEYWORDS,
     REQUEST_REFUSED,
@@ -46,7 +47,10 @@ class Failure:
     detail: str | None = None
     """The body of the decisive line (the hint reads a flag, a port, a module from it)."""
     phase: FailureCause | None = None
-    """What the start-up step the failure happened in points at (``patterns.PHASES``)."""
+    """What the start-up step the failure happened in shows (``patterns.PHASES``, not a guess)."""
+    guess: FailureCause | None = None
+    """For a failure cut before its exception line: what failures where it stopped usually are (a guess, for
+    the hint only; the cause stays ``other``)."""
     request: bool = False
     """A request handler's error (its frames are the HTTP server's, not the engine's): the server was serving."""
 
@@ -190,10 +194,10 @@ class Episode:
             elif "dist" in self.flags and self.last_exc is not None and \
                     self.last_exc[2].rsplit(".", 1)[-1] in CONNECTION_EXCEPTIONS:
                 cause, score = "nccl_error", 60  # a socket between ranks (c10d store, gloo) dropped
-            elif self.last_exc is None and self.where is not None:
+            elif self.last_exc is None and self._shown(self.where) is not None:
                 cause, score = self.where, 55  # type: ignore[assignment]  # cut where that step failed
-            elif self.last_exc is None and self.step is not None:
-                cause, score = self.step, 55  # cut in the step the launcher named
+            elif self.last_exc is None and self._shown(self.step) is not None:
+                cause, score = self.step, 55  # type: ignore[assignment]  # cut in the step the launcher named
             else:
                 cause = "other"
                 # a traceback header adds to a bare cut, not to a process's announcing line: of several processes
@@ -213,8 +217,14 @@ class Episode:
             crash = terminal = False
         # a request handler's error that reports no going down (``EngineDeadError``) shows a serving server
         served = request and not (best is not None and best[0].terminal)
+        guess = (self.where or self.step) if cause == "other" and self.last_exc is None else None
         return Failure(cause=cause, score=score, seq=self.seq, line=line, rule=name, crash=crash,
-                       terminal=terminal, detail=detail, request=served)
+                       terminal=terminal, detail=detail, request=served, guess=guess)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _shown(cause: str | None) -> str | None:
+        """``cause`` when the frames show it, None when they only suggest it (``GUESSED_FROM_FRAMES``)."""
+        return None if cause is None or cause in GUESSED_FROM_FRAMES else cause
 
     def _line(self) -> tuple[str, str]:
         if self.last_exc is not None:

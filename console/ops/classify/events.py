@@ -90,6 +90,8 @@ class Reader:
         self.spec_step = False
         """The last start-up step was on the speculative path (loading the draft model ...)."""
         self.phase: FailureCause | None = None
+        self.phase_guess = False
+        """``phase`` is only what failures at that step usually are (``PHASES``)."""
         self.symptom: FailureCause | None = None
         """A durable warning seen so far (``SYMPTOMS``): what a cut failure at any later step points at."""
         self.fired_up = False
@@ -101,6 +103,7 @@ class Reader:
     def copy(self) -> Reader:
         r = Reader()
         r.seq, r.usage, r.spec_step, r.phase = self.seq, self.usage, self.spec_step, self.phase
+        r.phase_guess = self.phase_guess
         r.spec_seen, r.fired_up, r.symptom = self.spec_seen, self.fired_up, self.symptom
         if self.ep is not None:
             r.ep = replace(self.ep, flags=set(self.ep.flags))
@@ -238,10 +241,11 @@ class Reader:
         one (``rules`` decides whether that counts)."""
         if self.spec_step and f.cause == "other" and f.rule not in ("child_exit", "sigquit", "killed"):
             return replace(f, cause="spec_decode_error", score=max(f.score, 60))
-        phase = self.symptom or self.phase or ("spec_decode_error" if self.spec_seen else None)
-        if phase is not None:
-            return replace(f, phase=phase)
-        return f
+        shown = self.symptom or (None if self.phase_guess else self.phase)
+        if shown is not None:
+            return replace(f, phase=shown)
+        guess = f.guess or self.phase or ("spec_decode_error" if self.spec_seen else None)
+        return replace(f, guess=guess) if guess is not None else f
 
     def _normal(self, ln: Line, body: str, seq: int, sink: Sink) -> bool:
         """Ready, serving, metrics, progress and stop lines; True when the line was one.
@@ -281,7 +285,7 @@ class Reader:
             if VLLM.ready.search(body):
                 self.close(sink)
                 if SGLANG.progress.search(body) and sink.is_sglang() and not self.fired_up:
-                    self.phase = SGLANG_WARMUP_PHASE
+                    self.phase, self.phase_guess = SGLANG_WARMUP_PHASE, False
                     sink.progress()  # SGLang: uvicorn is up, its warmup is still to come
                 else:
                     self.phase = None
@@ -297,7 +301,8 @@ class Reader:
         if PROGRESS_ANY.search(body):
             self.close(sink)
             self.spec_step = SPEC_PROGRESS.search(body) is not None and not CONFIG_DUMP.search(body)
-            self.phase = next((cause for cause, rx in PHASES if rx.search(body)), None)
+            self.phase, self.phase_guess = next(((cause, guess) for cause, guess, rx in PHASES if rx.search(body)),
+                                                (None, False))
             sink.progress()
             return True
         return False
@@ -355,7 +360,7 @@ class Reader:
             if "[c10d]" in body or "capability" in body:
                 for cause, durable, rx in SYMPTOMS:
                     if rx.search(body):
-                        self.phase = cause
+                        self.phase, self.phase_guess = cause, False
                         self.symptom = cause if durable else self.symptom
                         break
             return

@@ -92,6 +92,8 @@ def _first(rx: re.Pattern[str], text: str) -> str | None:
 
 CUT_NOTE = "the log stops before the exception line; judging by where it stopped: "
 """Said before the hint when the cause was inferred from a traceback's step or frames, not read."""
+CUT_GUESS = "the log stops before the exception line, so the cause is not shown; failures where it stopped are usually: "
+"""Said before the hint of the usual cause at that step (``Failure.guess``) when the log shows none."""
 
 
 def hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *, vllm: bool = False,
@@ -100,6 +102,8 @@ def hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *,
     hint = _hint_for(cause, c, exit, vllm=vllm, death=death)
     if c is not None and c.rule in ("announce", "traceback") and cause == c.cause and cause != "other":
         return CUT_NOTE + hint
+    if c is not None and cause == "other" and c.cause == "other" and c.guess is not None and death is None:
+        return CUT_GUESS + _hint_for(c.guess, c, exit, vllm=vllm)
     return hint
 
 

@@ -6,8 +6,11 @@ dies. :data:`CAUSES` maps failure messages (CUDA, NCCL, Hugging Face, argparse .
 both servers) to a cause with a specificity score. For a traceback cut before its exception
 line, :data:`CUT_WHERE` (the deepest frame), :data:`STEP_CAUSES` (the step a launcher names),
 :data:`PHASES` (the last start-up step, or a :data:`SYMPTOMS` warning after it) and
-:data:`SPEC_CONTEXT` say, in that order, what most likely failed. Nothing here decides a state:
-that is ``rules.py``; nothing here reads a line: that is ``events.py``.
+:data:`SPEC_CONTEXT` say, in that order, what most likely failed. Only what the file *shows* becomes
+the cause (an import chain, CUDA-graph capture, a KV cache with no room, a named warning); what a step
+only *suggests* (:data:`GUESSED_FROM_FRAMES`, the guessed :data:`PHASES`, :data:`SPEC_CONTEXT`) leaves the
+cause ``other`` and goes to the hint as a guess. Nothing here decides a state: that is ``rules.py``;
+nothing here reads a line: that is ``events.py``.
 """
 
 from __future__ import annotations
@@ -169,7 +172,8 @@ FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
                    r"run_scheduler_process|run_detokenizer|_run_worker_process|EngineCoreProc|launch_server",
                    r"api_server\.py|entrypoints/cli|<module>|run_server|from_engine_args|_bootstrap")),
     ("warmup", _rx(r"_wait_and_warmup|_execute_server_warmup|def warmup|in warmup\b")),
-    ("kv_check", _rx(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory|determine_num_available_blocks")),
+    # the KV-cache size checks raise only when the memory is not there (profiling, which runs the model, is a guess)
+    ("kv_check", _rx(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")),
     # torch.distributed's own code (the c10d store, gloo, process groups): a dropped socket here is between ranks
     ("dist", _rx(r"torch/distributed/|distributed_c10d|/c10d/|rendezvous|in (?:barrier|all_reduce|broadcast_object)\b")),
     ("request", _rx(r"serving_chat|serving_completion|starlette|fastapi|uvicorn/protocols|h11_impl",
@@ -216,25 +220,32 @@ STEP_CAUSES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
 # progress line names the step that failed, which is the best evidence left when neither the
 # exception nor a telling frame is in the file. Applied only to a failure with no exception line
 # (``rules.State.failure``); a later progress line not in this table clears it.
-PHASES: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
+PHASES: tuple[tuple[FailureCause, bool, re.Pattern[str]], ...] = (
+    # (cause, only a guess, the step's lines). A guess is what failures at that step usually are: the
+    # file does not show it, so the cause stays ``other`` and the guess goes to the hint (README of
+    # tests/data/real-logs: the file decides).
     # Setting up the process group: NCCL's library is found and the communicators are built next;
-    # a crash here is the collective set-up (the ports, the fabric, the ranks that never join).
-    ("nccl_error", _rx(r"Init torch distributed begin", r"Init parallel begin", r"Found nccl from library",
-                       r"vLLM is using nccl")),
+    # a crash here is usually the collective set-up (the ports, the fabric, the ranks that never join).
+    ("nccl_error", True, _rx(r"Init torch distributed begin", r"Init parallel begin", r"Found nccl from library",
+                             r"vLLM is using nccl")),
     # Loading weights is deliberately absent: a load cut mid-way fails as often for memory as for
-    # weights the loader cannot map (quantisation, unknown tensor names), so it stays ``other``.
+    # weights the loader cannot map (quantisation, unknown tensor names).
     # Weights are in: the next step profiles the memory left and sizes the KV cache from it, and
-    # what fails there is the memory (a pool too small for the weights' leftover, the profile run).
-    ("gpu_oom", _rx(r"Load weight end", r"Model loading took", r"Loading weights took",
-                    # the KV cache was sized and found no room: no blocks, or negative memory left for it
-                    r"# GPU blocks: 0\b", r"Available KV cache memory: (?:-\d|0(?:\.0+)? ?GiB)")),
+    # what fails there is usually the memory (a pool too small for the weights' leftover, the profile run).
+    ("gpu_oom", True, _rx(r"Load weight end", r"Model loading took", r"Loading weights took")),
+    # The KV cache was sized and found no room: no blocks, or negative memory left for it (shown, not guessed).
+    ("gpu_oom", False, _rx(r"# GPU blocks: 0\b", r"Available KV cache memory: (?:-\d|0(?:\.0+)? ?GiB)")),
     # Capturing CUDA graphs: a failure inside capture is a capture failure (memory only when said).
-    ("cuda_graph", _rx(r"Capture (?:cuda|\w+ \w+ CUDA) graph begin", r"Capturing CUDA graphs")),
+    ("cuda_graph", False, _rx(r"Capture (?:cuda|\w+ \w+ CUDA) graph begin", r"Capturing CUDA graphs")),
 )
+GUESSED_FROM_FRAMES: frozenset[str] = frozenset({"nccl_error", "gpu_oom", "cuda_driver", "model_not_found"})
+"""Causes that a cut traceback's deepest frame (``CUT_WHERE``) or its announced step (``STEP_CAUSES``) only
+suggests: the frame is where such failures usually happen, not the error. They stay ``other``, with the guess
+in the hint. What the frames show (an import chain, CUDA-graph capture) is the cause."""
 SPEC_CONTEXT = re.compile(r"[Ss]peculative|EAGLE|[Ee]agle|[Dd]raft|NEXTN|[Nn]ext[Nn]\b|\bMTP\b")
 """The log shows the server runs speculative decoding (its flags, a draft step, a job's name): the
-weakest evidence, used only for a cut failure that neither its frames nor its step explain, since
-the speculative path is then the one part of this server's start-up that plain servers lack."""
+weakest evidence, a guess in the hint of a cut failure that neither its frames nor its step explain,
+since the speculative path is then the one part of this server's start-up that plain servers lack."""
 CONFIG_DUMP = re.compile(r"server_args=|ServerArgs\(|non-default args:|with config: ")
 """A dump of the whole configuration: it names the speculative settings but is no speculative step."""
 SPEC_CONTEXT_OFF = re.compile(r"(?<!\w)\w{0,80}?(?:speculative|draft)\w{0,80}?[=:] ?'?None\b", re.IGNORECASE)

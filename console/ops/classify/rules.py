@@ -52,8 +52,9 @@ CUT_RULES = ("announce", "traceback")
 
 
 def infer_cut(f: Failure) -> Failure:
-    """A failure cut before its exception line, with no telling frame, takes the cause of the
-    start-up step it happened in (``patterns.PHASES``); the decisive line stays its header."""
+    """A failure cut before its exception line, with no telling frame, takes the cause that the
+    start-up step it happened in shows (``patterns.PHASES`` that are no guess); the decisive line stays
+    its header. A guessed step leaves ``other`` (``Failure.guess`` feeds the hint)."""
     if f.cause == "other" and f.rule in CUT_RULES and f.phase is not None:
         return replace(f, cause=f.phase, score=max(f.score, PHASE_SCORE))
     return f
