@@ -84,7 +84,7 @@ class ProcScanner(object):
     def __init__(self, runs_dir, sim_scope=None):
         self.runs_dir = runs_dir
         self.sim_scope = sim_scope
-        # pid -> {"start", "comm", "digest", "argv", "fw", "role", "env", "uid"}
+        # pid -> {"start", "comm", "digest", "argv", "fw", "role", "env", "env_inherited", "uid"}
         self.cache: Dict[int, Dict[str, Any]] = {}
         self.hot: Set[int] = set()  # pids reported last tick: their titles are re-read every tick
 
@@ -105,6 +105,7 @@ class ProcScanner(object):
         fw, role = classify_title(argv, self.runs_dir)
         info = {"start": st["start_ticks"], "comm": st["comm"], "digest": digest, "argv": argv,
                 "fw": fw, "role": role, "env": prev["env"] if prev is not None else None,
+                "env_inherited": prev.get("env_inherited", False) if prev is not None else False,
                 "uid": prev["uid"] if prev is not None else proc_uid(pid)}
         return info
 
@@ -136,7 +137,10 @@ class ProcScanner(object):
             return out
 
         def env_of(pid):
-            """(environment, inherited): the process's own, else its nearest ancestor's (see module doc)."""
+            """(environment, inherited): the process's own, else its nearest ancestor's (see module doc).
+
+            Either is kept with the process's facts: an overwritten environ does not come back, so it is read
+            once, not every tick."""
             p = pid
             for depth in range(ENV_ANCESTORS + 1):
                 info = cache.get(p)
@@ -145,7 +149,9 @@ class ProcScanner(object):
                 if info["env"] is None:
                     info["env"] = proc_environ(p, ENV_NAMES)
                 if info["env"] is not None:
-                    return info["env"], depth > 0
+                    if depth > 0:
+                        cache[pid]["env"], cache[pid]["env_inherited"] = info["env"], True
+                    return info["env"], cache[pid]["env_inherited"]
                 p = stats[p]["ppid"]
             return {}, False
 

@@ -109,7 +109,7 @@ class Episode:
     """The process tag of the last exception line (``lines.Line.tag``)."""
     stop_only: bool = True
     """Every exception so far is a stop (KeyboardInterrupt) or ignorable."""
-    where: str | None = None
+    where: FailureCause | None = None
     """The cause the last frame or source line points at (see ``CUT_WHERE``)."""
     step: FailureCause | None = None
     """The cause the step named by the announcing line points at (see ``STEP_CAUSES``)."""
@@ -194,10 +194,10 @@ class Episode:
             elif "dist" in self.flags and self.last_exc is not None and \
                     self.last_exc[2].rsplit(".", 1)[-1] in CONNECTION_EXCEPTIONS:
                 cause, score = "nccl_error", 60  # a socket between ranks (c10d store, gloo) dropped
-            elif self.last_exc is None and self._shown(self.where) is not None:
-                cause, score = self.where, 55  # type: ignore[assignment]  # cut where that step failed
-            elif self.last_exc is None and self._shown(self.step) is not None:
-                cause, score = self.step, 55  # type: ignore[assignment]  # cut in the step the launcher named
+            elif self.last_exc is None and (shown := self._shown(self.where)) is not None:
+                cause, score = shown, 55  # cut where that step failed
+            elif self.last_exc is None and (shown := self._shown(self.step)) is not None:
+                cause, score = shown, 55  # cut in the step the launcher named
             else:
                 cause = "other"
                 # a traceback header adds to a bare cut, not to a process's announcing line: of several processes
@@ -219,10 +219,10 @@ class Episode:
         served = request and not (best is not None and best[0].terminal)
         guess = (self.where or self.step) if cause == "other" and self.last_exc is None else None
         return Failure(cause=cause, score=score, seq=self.seq, line=line, rule=name, crash=crash,
-                       terminal=terminal, detail=detail, request=served, guess=guess)  # type: ignore[arg-type]
+                       terminal=terminal, detail=detail, request=served, guess=guess)
 
     @staticmethod
-    def _shown(cause: str | None) -> str | None:
+    def _shown(cause: FailureCause | None) -> FailureCause | None:
         """``cause`` when the frames show it, None when they only suggest it (``GUESSED_FROM_FRAMES``)."""
         return None if cause is None or cause in GUESSED_FROM_FRAMES else cause
 

@@ -183,7 +183,7 @@ FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 # Where a traceback cut before its exception line stopped: the last frame (or source line) names
 # the step that failed when nothing else in the file does.
-CUT_WHERE: tuple[tuple[str, re.Pattern[str]], ...] = (
+CUT_WHERE: tuple[tuple[FailureCause, re.Pattern[str]], ...] = (
     ("import_error", _rx(r"^from \S+ import |^import \S+", r"importlib/__init__\.py.{0,40}import_module",
                          r"<frozen importlib\._bootstrap>", r"_gcd_import", r"/__init__\.py\", line \d+, in <module>")),
     ("nccl_error", _rx(r"init_process_group|distributed_c10d|rendezvous|pynccl|PyNcclCommunicator|ncclCommInit",
@@ -238,7 +238,7 @@ PHASES: tuple[tuple[FailureCause, bool, re.Pattern[str]], ...] = (
     # Capturing CUDA graphs: a failure inside capture is a capture failure (memory only when said).
     ("cuda_graph", False, _rx(r"Capture (?:cuda|\w+ \w+ CUDA) graph begin", r"Capturing CUDA graphs")),
 )
-GUESSED_FROM_FRAMES: frozenset[str] = frozenset({"nccl_error", "gpu_oom", "cuda_driver", "model_not_found"})
+GUESSED_FROM_FRAMES: frozenset[FailureCause] = frozenset({"nccl_error", "gpu_oom", "cuda_driver", "model_not_found"})
 """Causes that a cut traceback's deepest frame (``CUT_WHERE``) or its announced step (``STEP_CAUSES``) only
 suggests: the frame is where such failures usually happen, not the error. They stay ``other``, with the guess
 in the hint. What the frames show (an import chain, CUDA-graph capture) is the cause."""
