@@ -150,6 +150,7 @@ async def test_v_lists_ready_seen_by_this_console_without_a_second_toast(tmp_pat
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         _push(backend, session("loading", "s-new", [3], port=30001))
+        await wait_until(lambda: any(s.session_id == "s-new" for s in app.views["host-a"].sessions), 10)
         await settle(pilot)
         toasts = len(app._notifications)
         _push(backend, session("ready", "s-new", [3], port=30001))
@@ -184,8 +185,10 @@ async def test_v_names_the_other_console_that_killed_a_foreign_server(tmp_path):
             other("host-a", "kill", {"pid": 5150, "start_ticks": 99, "signal": 15}, True, "{}", 4.0)
             backend.current["host-a"].events.append(_vanished(at=time.time()))
             backend.repush("host-a")
+            await wait_until(lambda: any(e.kind == "foreign_vanished" for e in app.views["host-a"].events), 10)
             await settle(pilot)
             await pilot.press("v")
+            await wait_until(lambda: isinstance(app.screen, EventsScreen), 10)
             screen = app.screen
             assert isinstance(screen, EventsScreen)
             await wait_until(lambda: any("killed by another console" in e.text for e in screen.events), 10)

@@ -13,6 +13,7 @@ from console.ui.screens.events import EventsScreen
 from console.ui.screens.log_screen import LogScreen
 from console.ui.screens.orphans import OrphanScreen
 from console.ui.screens.sessions import SessionsScreen
+from tests.helpers.rel_util import wait_until
 from tests.ui_fakes import NOW, FakeBackend, frozen_app, gpu, proc, snapshot, view_a
 
 SIZE = (160, 50)
@@ -182,18 +183,17 @@ async def test_v_events_merges_console_and_run_dir_events():
         await settle(pilot)
         backend.current["host-a"].event("foreign_appeared", "foreign server pid 5150 appeared", gpus=[3])
         backend.repush("host-a")
-        await settle(pilot)
+        # conditions, not a fixed number of frames: a busy CI machine takes longer to apply a push
+        await wait_until(lambda: any(e.kind == "foreign_appeared" for e in app.views["host-a"].events), 10)
         await pilot.press("v")
-        await settle(pilot)
+        await wait_until(lambda: isinstance(app.screen, EventsScreen), 10)
         screen = app.screen
         assert isinstance(screen, EventsScreen)
-        assert any(e.kind == "foreign_appeared" for e in screen.events)
+        assert await wait_until(lambda: any(e.kind == "foreign_appeared" for e in screen.events), 10)
         await pilot.press("f")
-        await settle(pilot)
-        assert screen.flt == "failures"
+        assert await wait_until(lambda: screen.flt == "failures", 10)
         await pilot.press("v")
-        await settle(pilot)
-        assert not isinstance(app.screen, EventsScreen)
+        assert await wait_until(lambda: not isinstance(app.screen, EventsScreen), 10)
 
 
 @pytest.mark.parametrize("keys,want", [(("right",), 1), (("right", "right", "left"), 1), (("down", "down"), 2)])

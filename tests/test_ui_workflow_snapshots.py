@@ -10,6 +10,9 @@ from __future__ import annotations
 from test_ui_workflow import view_with_orphan
 from ui_fakes import FakeBackend, frozen_app, view_a, view_b
 
+from console.ui.screens.events import EventsScreen
+from tests.helpers.rel_util import wait_until
+
 
 async def settle(pilot) -> None:
     await pilot.pause(0.3)
@@ -84,8 +87,11 @@ def test_events_screen(snap_compare):
         backend.current["host-a"].event("foreign_appeared", "foreign server pid 5150 appeared on GPUs 3 (port 30003)",
                                         gpus=[3])
         backend.repush("host-a")
+        # conditions, not a fixed number of frames: a busy CI machine takes longer to apply a push
+        await wait_until(lambda: any(e.kind == "foreign_appeared" for e in pilot.app.views["host-a"].events), 10)
         await settle(pilot)
         await pilot.press("v")
+        await wait_until(lambda: isinstance(pilot.app.screen, EventsScreen) and pilot.app.screen.events, 10)
         await settle(pilot)
     assert snap_compare(frozen_app(backend), terminal_size=(140, 20), run_before=run_before)
 
