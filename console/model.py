@@ -76,6 +76,31 @@ ProcRole = Literal["launcher", "worker", "supervisor", "other"]
 Framework = Literal["sglang", "vllm", "unknown"]
 
 
+class ProcRef(Frozen):
+    """A process that is no server process itself but is the parent, an ancestor or the process-group leader
+    of one (a wrapper script, a router, a shell, init): what a verdict about that server process may need."""
+
+    pid: int
+    ppid: int = 0
+    pgid: int = 0
+    sid: int | None = None
+    start_ticks: int = 0
+    state: str = "?"
+    uid: int | None = None
+    argv: list[str] = Field(default_factory=list)
+    role: ProcRole | None = None
+    """What the agent recognised it as (launcher, supervisor, ...), None when no pattern matched: a live
+    process that no pattern matched is still a live process."""
+
+    @property
+    def title(self) -> str:
+        return " ".join(self.argv) if self.argv else f"[{self.pid}]"
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("Z", "X")
+
+
 class ServerProc(Frozen):
     """A server-related process read from /proc on the host."""
 
@@ -102,6 +127,12 @@ class ServerProc(Frozen):
     overwritten by its retitle before the agent first read it (a spawned worker inherits its parent's)."""
     session_id: str | None = None
     """MTPCONSOLE_SESSION from the environment: set for processes we launched."""
+    reparented_from: ProcRef | None = None
+    """The parent this process had when the agent first saw it, seen to die since (the process was adopted by
+    init or a subreaper): positive proof that whoever started it is gone."""
+    run_dir: str | None = None
+    """MTPCONSOLE_RUN_DIR from the environment: the run directory of ``session_id`` as its launch wrote it
+    (possibly another console's runs directory)."""
     gpu_mem_mib: dict[int, int] = Field(default_factory=dict)
     """GPU index -> MiB attributed by the driver to this pid."""
     rss_kib: int | None = None
@@ -190,7 +221,8 @@ class ProcessExit(Frozen):
 
     Written by the agent for every member it watched (role, GPUs, OOM counter; the code or signal
     when it read the zombie before its parent reaped it, else ``how="gone"``) and by the supervisor for
-    what it reaped itself (the server, orphans: code or signal always known); merged per process.
+    what it reaped itself (the server, orphans: code or signal always known) and the leftovers it killed;
+    merged per process (``watch.merge_exits``).
     """
 
     pid: int
@@ -201,7 +233,7 @@ class ProcessExit(Frozen):
     signal: int | None = None
     how: Literal["exited", "signal", "gone"] = "gone"
     role: str | None = None
-    """launcher / worker / other, as the agent classified the process when it was last seen."""
+    """launcher / worker / resource_tracker / other, as the agent or the supervisor classified the process."""
     title: str | None = None
     gpus: list[int] = Field(default_factory=list)
     tp_rank: int | None = None
@@ -211,21 +243,43 @@ class ProcessExit(Frozen):
     after_stop_request: bool = False
     """The operator had asked the session to stop: an expected end, never 'abnormal'."""
     source: str | None = None
+    server: bool = False
+    """This is the session's server itself (the process the supervisor started: the launcher)."""
+    launcher_alive: bool | None = None
+    """Whether the session's launcher still ran when this end was seen: True proves this process ended first;
+    False, that it ended after the launcher; None: unknown (an older run directory) or the launcher itself."""
+    killed_by_supervisor: bool = False
+    """A leftover the supervisor SIGKILLed after the launcher ended: never the first death."""
+    followers: list[ProcessExit] = Field(default_factory=list)
+    """On a session's first abnormal exit only: the server processes that ended after it, in order."""
+    followers_left_out: int = 0
 
     @property
     def abnormal(self) -> bool:
-        if self.after_stop_request:
+        if self.after_stop_request or self.killed_by_supervisor:
             return False
         return bool(self.signal) or self.exit_code not in (None, 0) or (self.oom_kill_delta or 0) > 0
 
-    def describe(self) -> str:
-        """E.g. ``the TP1 worker (pid 4242, GPU 1) was killed by SIGKILL``."""
+    def who(self) -> str:
+        """The process in an operator's words: ``the launcher``, ``the TP1 worker``, ``the detokenizer``..."""
+        title = self.title or ""
+        if self.role == "launcher" or self.server:
+            return "the launcher"
+        if "detokenizer" in title:
+            return "the detokenizer"
+        if self.role == "worker":
+            if self.tp_rank is None:
+                return "a worker"
+            return f"the TP{self.tp_rank} worker" if self.dp_rank is None else \
+                f"the DP{self.dp_rank} TP{self.tp_rank} worker"
+        if self.role == "resource_tracker":
+            return "multiprocessing's resource tracker"
+        return "a helper process" if self.role == "other" else "a process"
+
+    def how_ended(self) -> str:
+        """E.g. ``was killed by SIGKILL``, ``exited with code 1``."""
         import signal as _signal
 
-        who = self.role or "process"
-        if self.tp_rank is not None and self.role == "worker":
-            who = f"TP{self.tp_rank} worker" if self.dp_rank is None else f"DP{self.dp_rank} TP{self.tp_rank} worker"
-        where = f"pid {self.pid}" + (f", GPU {','.join(map(str, self.gpus))}" if self.gpus else "")
         if self.signal:
             try:
                 name = _signal.Signals(self.signal).name
@@ -238,7 +292,48 @@ class ProcessExit(Frozen):
             what = "ended (exit status unknown)"
         if (self.oom_kill_delta or 0) > 0:
             what += " while the kernel's OOM killer fired"
-        return f"the {who} ({where}) {what}"
+        return what
+
+    def describe(self) -> str:
+        """E.g. ``the TP1 worker (pid 4242, GPU 1) was killed by SIGKILL``; a leftover says who killed it."""
+        where = f"pid {self.pid}" + (f", GPU {','.join(map(str, self.gpus))}" if self.gpus else "")
+        if self.killed_by_supervisor:
+            return f"{self.who()} ({where}) was killed by the supervisor as a leftover after the launcher died"
+        what = self.how_ended()
+        if self.launcher_alive is False and not self.server and self.role != "launcher":
+            what += " after the launcher ended"
+        return f"{self.who()} ({where}) {what}"
+
+    def cause_line(self) -> str:
+        """The first death and what followed it, e.g. ``the launcher (pid 10) was killed by SIGKILL; then the
+        TP0 worker (pid 11, GPU 0) and the detokenizer (pid 12) were killed by SIGKILL; killed by the supervisor
+        as a leftover after the launcher died: the TP1 worker (pid 13)``."""
+        parts = [self.describe()]
+        groups: list[tuple[str, list[str]]] = []  # consecutive followers that ended the same way
+        for f in self.followers:
+            if f.killed_by_supervisor:
+                continue
+            name = f"{f.who()} (pid {f.pid}{', GPU ' + ','.join(map(str, f.gpus)) if f.gpus else ''})"
+            if groups and groups[-1][0] == f.how_ended():
+                groups[-1][1].append(name)
+            else:
+                groups.append((f.how_ended(), [name]))
+        for i, (how, names) in enumerate(groups):
+            if len(names) > 1:
+                how = how.replace("was killed", "were killed", 1)
+            parts.append(("then " if i == 0 else "") + self.join_names(names) + " " + how)
+        killed = [f"{f.who()} (pid {f.pid})" for f in self.followers if f.killed_by_supervisor]
+        if killed:
+            parts.append("killed by the supervisor as " + ("leftovers" if len(killed) > 1 else "a leftover")
+                         + " after the launcher died: " + self.join_names(killed))
+        if self.followers_left_out:
+            parts.append(f"{self.followers_left_out} more processes ended after")
+        return "; ".join(parts)
+
+    @staticmethod
+    def join_names(names: list[str]) -> str:
+        """``a``, ``a and b``, ``a, b and c``."""
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 class SessionInfo(Frozen):
@@ -258,6 +353,9 @@ class SessionInfo(Frozen):
     broken: str | None = None
     """Why this run directory cannot be trusted (a file too large, too deep, of the wrong type, not a
     regular file...): the session is listed with the reason, its files are not used."""
+    owner_uid: int | None = None
+    """The uid owning the run directory (None when unread): a session proves something about a process
+    only when both belong to one user."""
     record_stale: str | None = None
     """Why record.json no longer names this session's processes (the host rebooted; the recorded pids now
     belong to other processes): the session has ended, and nothing it names may be signalled."""
@@ -350,9 +448,17 @@ class Classification(Frozen):
     """``stopped``: the log (or the exit record) shows an operator's stop and no crash before it."""
     cause: FailureCause | None = None
     line: str | None = None
-    """The decisive log line."""
+    """The decisive log line; with no failure line in the log, a sentence saying so and what ended the server
+    (``no failure line in the log; the launcher (pid 7) was killed by SIGKILL``)."""
     hint: str | None = None
     metrics: ServeMetrics | None = None
+    line_in_log: bool = False
+    """``line`` is a line of the log (a failure's decisive line, the ready or stop line); False: the classifier's
+    own sentence (what the exit record or the first death shows) or no line."""
+    runs_skipped: int = 0
+    """Earlier server runs in the log that were not read: only the last run (from its start banner) decides."""
+    run_started_line: str | None = None
+    """The start banner of the run that was read, when earlier runs were skipped."""
 
 
 # ---------------------------------------------------------------- steps
@@ -392,7 +498,8 @@ class OperationResult(Frozen):
 
 # ---------------------------------------------------------------- hosts
 
-ConnState = Literal["connecting", "connected", "reconnecting", "unreachable", "failed", "closed"]
+ConnState = Literal["connecting", "connected", "stale", "reconnecting", "unreachable", "failed", "closed"]
+"""``stale``: the channel is open but the agent answered no ping (and sent nothing) within its bound."""
 
 
 class ConnectionInfo(Frozen):
@@ -422,6 +529,13 @@ class HostSnapshot(Frozen):
     gpus: list[GpuSample] = Field(default_factory=list)
     servers: list[ServerProc] = Field(default_factory=list)
     sessions: list[SessionInfo] = Field(default_factory=list)
+    other_sessions: list[SessionInfo] = Field(default_factory=list)
+    """Sessions of other runs directories (another console's, another config's) that a live process here
+    carries, found where its environment or the user's list of runs directories says."""
+    relatives: list[ProcRef] = Field(default_factory=list)
+    """The parents, ancestors (up to pid 1) and live process-group leaders of ``servers`` that are not in it."""
+    agent_uid: int | None = None
+    """The uid the agent runs as: processes of any other user are never this console's to kill."""
     agent_tick_ms: float | None = None
     gpu_sampled_at: float | None = None
     """When the GPU figures were taken on the host (sampled off the agent's loop: may be older than
@@ -581,3 +695,6 @@ class KillTarget(Frozen):
     start_ticks: int | None = None
     port: int | None = None
     """A port the target is known to hold (e.g. an orphan holding its dead session's port): checked closed."""
+    as_orphan: bool = False
+    """Killed as an orphan: the kill re-derives the orphan verdict from a fresh snapshot and signals nothing
+    unless (pid, start time) is still proven an orphan."""

@@ -13,6 +13,7 @@ import time
 
 from console.config import HostConfig
 from console.ops.classify import classify
+from console.ops.orphans import KNOWN_INIT
 from console.ops.sessions import derive_views
 from console.remote.link import HostLink
 from console.remote.ssh import HostSpec
@@ -45,23 +46,44 @@ async def test_orphaned_scheduler_is_reported_with_its_gpu_memory(tmp_path):
         while "ready to roll" not in log.read_text(errors="replace") and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert classify(log.read_text(errors="replace")).state == "ready"
+        await link.open()  # the console watches the host before the kill: its agent sees the launcher die
+        await link.request("snapshot", audit=False)
         os.kill(launcher.pid, signal.SIGKILL)  # the operator "killed the old server"
         launcher.wait(5)
-        await link.open()
-        snap = None
-        for _ in range(20):
-            link.sample = await link.request("snapshot", audit=False)
-            link.received_at, link._snapshot = time.time(), None
-            snap = link.snapshot()
-            views = [v for v in derive_views(snap, {}, time.time()) if v.flags_summary.startswith("orphaned worker")]
-            if views:
-                break
-            await asyncio.sleep(0.2)
-        assert views, snap
+
+        async def views_of(lk):
+            snap, views = None, []
+            for _ in range(40):
+                lk.sample = await lk.request("snapshot", audit=False)
+                lk.received_at, lk._snapshot = time.time(), None
+                snap = lk.snapshot()
+                views = [v for v in derive_views(snap, {}, time.time()) if "worker" in v.flags_summary]
+                if views:
+                    break
+                await asyncio.sleep(0.2)
+            return snap, views
+
+        snap, views = await views_of(link)
+        assert views and views[0].flags_summary.startswith("orphaned worker"), snap
         orphans = [p for v in views for p in v.pids]
         (v,) = [v for v in views if v.gpus == [0]]
-        assert v.state == "foreign" and "kill it by pid" in v.hint
+        assert v.state == "foreign" and "kill it by pid" in v.hint and "died while the agent watched" in v.hint
         assert any(p.pid in orphans for p in snap.gpus[0].procs)  # still holding GPU memory
+        # A console that was not watching (a new agent) has no such proof for a scheduler that setsid'd itself:
+        # unless pid 1 is a known init, pid 1 may be the process that started it, and it is not called an orphan.
+        fresh = HostLink(HostSpec(name="local", local=True), HostConfig(
+            python=sys.executable, runs_dir=str(tmp_path / "runs"), gpu_source="sim", sim_dir=str(sim)))
+        await fresh.open()
+        try:
+            _, again = await views_of(fresh)
+        finally:
+            await fresh.close()
+        init = open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode()
+        if KNOWN_INIT.search(init):
+            assert again[0].flags_summary.startswith("orphaned worker"), again
+        else:
+            assert again[0].flags_summary.startswith("server worker"), again
+            assert "may be the process that started it" in (again[0].hint or ""), again
     finally:
         await link.close()
         kill_quietly(orphans, [launcher.pid])

@@ -21,11 +21,12 @@ from console.model import (
     GpuProc,
     GpuSample,
     HostSnapshot,
+    ProcRef,
     ServerProc,
     SessionInfo,
 )
 from console.ops import lifecycle
-from console.ops.orphans import find_orphans
+from console.ops.orphans import find_orphans, hunt_snapshot
 from console.ops.sessions import derive_views
 from console.remote.link import HostLink
 from console.remote.ssh import HostSpec
@@ -116,7 +117,7 @@ async def test_double_forked_worker_is_an_orphan_and_a_live_session_is_not(link,
         assert "titled like a server worker: sglang::scheduler" in text
         assert "5,000 MiB on GPU 0" in text
         assert "no server launcher" in text or "init (pid 1)" in text  # adopted by init or a subreaper
-        assert "has no live server" in text
+        assert "has no live leader" in text
         # the live session's workers hold GPU 1 and are claimed by it
         assert any(p.session_id == r.session_id and p.gpu_mem_mib for p in snap.servers)
         k = await lifecycle.kill(link, lifecycle.KillTarget(host="local", session_id=r.session_id), grace=5)
@@ -152,41 +153,50 @@ def test_cli_lists_and_kills_an_orphan_confirmed(sim, tmp_path, runs_dir):
         kill_quietly([pid])
 
 
-def _snap(servers, sessions=(), gpus=()) -> HostSnapshot:
+def _snap(servers, sessions=(), gpus=(), relatives=()) -> HostSnapshot:
     return HostSnapshot(name="h", connection=ConnectionInfo(state="connected"), servers=list(servers),
-                        sessions=list(sessions), gpus=list(gpus))
+                        sessions=list(sessions), gpus=list(gpus), relatives=list(relatives), agent_uid=1000)
 
 
 def _p(pid, ppid, pgid, argv, role="worker", **kw) -> ServerProc:
-    return ServerProc(pid=pid, ppid=ppid, pgid=pgid, sid=pgid, start_ticks=pid * 10, argv=argv, role=role,
-                      framework="sglang", **kw)
+    return ServerProc(pid=pid, ppid=ppid, pgid=pgid, sid=kw.pop("sid", pgid), start_ticks=pid * 10, argv=argv,
+                      role=role, framework="sglang", uid=1000, **kw)
 
 
 def test_evidence_rules_unit():
     live = SessionInfo.model_validate({"session_id": "s-live", "run_dir": "/r/s-live", "server_alive": True,
+                                       "owner_uid": 1000,
                                        "record": {"supervisor_pid": 90, "pid": 100, "pgid": 100, "start_ticks": 1,
                                                   "started_at": 1.0}})
     ended = SessionInfo.model_validate({"session_id": "s-old", "run_dir": "/r/s-old", "spec": {
         "session_id": "s-old", "argv": ["x"], "port": 31000}, "record": {"supervisor_pid": 80, "pid": 70, "pgid": 70,
                                                                          "start_ticks": 1, "started_at": 1.0},
-        "exit": {"ended_at": 5.0, "signal": 9}})
+        "exit": {"ended_at": 5.0, "signal": 9}, "owner_uid": 1000})
     servers = [
         _p(100, 90, 100, ["python", "-m", "sglang.launch_server"], role="launcher", session_id="s-live"),
         _p(101, 100, 100, ["sglang::scheduler"], session_id="s-live", gpu_mem_mib={0: 1000}),
         _p(200, 1, 200, ["python", "-m", "sglang.launch_server"], role="launcher"),  # a live foreign server
         _p(201, 200, 200, ["sglang::scheduler"], gpu_mem_mib={1: 2000}),
         _p(71, 1, 70, ["sglang::scheduler"], session_id="s-old", gpu_mem_mib={2: 3000}),  # ended session's worker
-        _p(300, 1, 300, ["VLLM::EngineCore"], role="other"),  # a vLLM engine with no launcher
+        _p(300, 1, 300, ["VLLM::EngineCore"], role="other", sid=77),  # a vLLM engine whose launcher died
         _p(400, 555, 400, ["python", "train.py"], role="other", gpu_mem_mib={3: 4000}),  # someone's job
+        _p(501, 500, 500, ["sglang::scheduler"], gpu_mem_mib={4: 5000}),  # under a wrapper script
     ]
+    relatives = [ProcRef(pid=1, sid=1, pgid=1, state="S", argv=["/sbin/init"]),
+                 ProcRef(pid=555, ppid=1, sid=555, pgid=555, state="S", argv=["bash"]),
+                 ProcRef(pid=500, ppid=1, sid=500, pgid=500, state="S", argv=["python3", "myserve.py"])]
     gpus = [GpuSample(index=3, procs=[GpuProc(pid=400, used_mib=4000), GpuProc(pid=999, used_mib=64)])]
-    orphans = find_orphans(_snap(servers, [live, ended], gpus), port_owners={31000: 71})
-    assert [o.pid for o in orphans] == [71, 999, 300]
-    old = orphans[0]
-    assert old.port == 31000 and any("s-old ended (signal 9)" in e for e in old.evidence)
+    rep = hunt_snapshot(_snap(servers, [live, ended], gpus, relatives), port_owners={31000: 71})
+    assert [o.pid for o in rep.orphans] == [71, 300]
+    old = rep.orphans[0]
+    assert old.port == 31000 and any("s-old ended (signal 9" in e for e in old.evidence)
     assert any("port 31000" in e for e in old.evidence) and any("init (pid 1)" in e for e in old.evidence)
-    assert "another container" in " ".join(orphans[1].evidence)
-    assert "VLLM::EngineCore" in orphans[2].evidence[0]
+    assert "VLLM::EngineCore" in " ".join(rep.orphans[1].evidence)
+    why = {f.pid: f.why for f in rep.foreign}
+    assert set(why) == {400, 501, 999}
+    assert "another container" in why[999]
+    assert "myserve.py" in why[501] and "is alive" in why[501]
+    assert "bash" in why[400]
 
 
 async def test_ack_records_the_acknowledgement_in_the_run_dir(link, sim, tmp_path, runs_dir):

@@ -2,7 +2,7 @@
 
 A managed session's state comes from its run directory (record, exit, stop request),
 the process table, and its classified log. Servers started by hand are FOREIGN; sglang
-workers whose launcher is gone are FOREIGN orphans. A host whose sample is old makes
+workers of no live server are FOREIGN too, marked orphaned only when the orphan hunter proves it. A host whose sample is old makes
 every view on it STALE, a disconnected host UNREACHABLE: a badge is green only when
 verified now.
 """
@@ -75,15 +75,11 @@ def server_port(argv: list[str]) -> int | None:
 
 
 def _gpus_of(procs: list[ServerProc]) -> list[int]:
+    """The GPUs the host's GPU source attributes memory of ``procs`` to (never CUDA_VISIBLE_DEVICES alone:
+    its indexes may be remapped, and a kill by GPU must hit what truly holds that GPU)."""
     gpus: set[int] = set()
     for p in procs:
         gpus.update(p.gpu_mem_mib)
-    if not gpus:
-        for p in procs:
-            if p.cuda_visible_devices:
-                for x in p.cuda_visible_devices.split(","):
-                    if x.strip().isdigit():
-                        gpus.add(int(x))
     return sorted(gpus)
 
 
@@ -191,22 +187,37 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             port=server_port(p.argv), pids=sorted(m.pid for m in members), launcher_pid=p.pid,
             launcher_start_ticks=p.start_ticks, argv=p.argv, flags_summary=flags_summary(p.argv),
             process_started_at=p.started_at))
-    orphans = [p for p in snap.servers if p.role == "worker" and p.pid not in claimed
-               and (not p.session_id or p.session_id not in live_ids) and p.alive]
-    for p in orphans:
+    verdicts = _worker_verdicts(snap, live_ids)
+    for p in snap.servers:
+        if p.role != "worker" or p.pid in claimed or not p.alive or (p.session_id and p.session_id in live_ids):
+            continue
+        orphan, why = verdicts.get(p.pid, (False, None))
+        if why is None:
+            continue  # claimed by a live server after all (its recorded group, a live launcher above a wrapper)
         views.append(SessionView(
-            host=snap.name, session_id=None, state="foreign", gpus=_gpus_of([p]), pids=[p.pid],
+            host=snap.name, session_id=None, state="foreign", gpus=sorted(p.gpu_mem_mib), pids=[p.pid],
             launcher_pid=p.pid, launcher_start_ticks=p.start_ticks, argv=p.argv, process_started_at=p.started_at,
-            flags_summary="orphaned worker" + (f" of session {p.session_id}" if p.session_id else ""),
-            hint="its launcher is gone; it may hold GPU memory: kill it by pid"))
+            flags_summary=("orphaned worker" if orphan else "server worker")
+            + (f" of session {p.session_id}" if p.session_id else ""),
+            hint=(f"orphan: {why}; kill it by pid (o)" if orphan else f"not proven an orphan: {why}")))
     age = snap.age_s(now)
-    if snap.connection.state != "connected":
+    if snap.connection.state not in ("connected", "stale"):
         views = [v.model_copy(update={"state": "unreachable"}) if v.state not in ("stopped", "failed") else v
                  for v in views]
-    elif age is None or age > STALE_FACTOR * max(interval, 0.5):
+    elif snap.connection.state == "stale" or age is None or age > STALE_FACTOR * max(interval, 0.5):
         views = [v.model_copy(update={"state": "stale"}) if v.state not in ("stopped", "failed") else v
                  for v in views]
     return views
+
+
+def _worker_verdicts(snap: HostSnapshot, live_ids: set[str]) -> dict[int, tuple[bool, str]]:
+    """pid -> (proven orphan, the first reason) for the unclaimed processes the orphan hunter judges."""
+    from console.ops.orphans import hunt_snapshot
+
+    rep = hunt_snapshot(snap, live_ids=live_ids)
+    out = {f.pid: (False, f.why) for f in rep.foreign}
+    out.update({o.pid: (True, o.evidence[0] if o.evidence else "proven orphan") for o in rep.orphans})
+    return out
 
 
 def _descends(p: ServerProc, ancestor: int, by_pid: dict[int, ServerProc]) -> bool:

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Dict, Set
 
 from .gpus import GpuSampler, open_gpu_source
 from .hostlib import (
@@ -51,6 +51,7 @@ from .hostlib import (
 from .launch import Launcher
 from .logfollow import MAX_LOG_CHUNK, LogFollower, read_log
 from .metrics import MetricsFetcher, metrics_port
+from .otherruns import OtherRuns, remember_runs_dir
 from .procscan import ProcScanner
 from .rundir import expand_runs_dir, real_session_dir, write_new_json
 from .runs import SessionStore
@@ -90,6 +91,8 @@ class Agent(object):
         self.watcher = ExitWatcher(self.sel, self.send, self.runs_dir, self._session_ended)
         self.sessions = SessionStore(self.runs_dir, self.watcher.ensure)
         self.procs = ProcScanner(self.runs_dir, sim_scope)
+        self.other_runs = OtherRuns(self.runs_dir)
+        remember_runs_dir(self.runs_dir)
         self.logs = LogFollower(self.runs_dir, self.send)
         self.metrics = MetricsFetcher()  # /metrics of servers started with --enable-metrics, off the loop
         self.ring = SampleRing(self.runs_dir)  # GPU history for later reports
@@ -257,11 +260,30 @@ class Agent(object):
         servers = self.procs.scan(gpus, sessions)
         self.watch_session_members(servers)
         self.attach_metrics(servers)
+        shown, others = self.sessions_of(servers, sessions)
         return {
             "sampled_at": now(), "gpu_source": self.gpu.name if gpus or not err else "none",
             "gpu_error": err, "gpus": gpus, "gpu_sampled_at": gpus_at,
-            "servers": servers, "sessions": self.sessions.visible(sessions),
+            "servers": servers, "sessions": shown, "other_sessions": others, "relatives": self.procs.relatives,
         }
+
+    def sessions_of(self, servers, sessions):
+        """(our sessions to show, other runs directories' sessions): the recent ones, plus every session a
+        live process carries (an old ended one included: it proves that process orphaned), looked up in
+        other runs directories when it is not ours (see ``otherruns``)."""
+        shown = self.sessions.visible(sessions)
+        have = set(s["session_id"] for s in shown)
+        wanted: Dict[str, Set[Any]] = {}
+        for p in servers:
+            sid = p.get("session_id")
+            if not sid or p["state"] in ("Z", "X") or sid in have:
+                continue
+            if sid in sessions:
+                shown.append(sessions[sid])
+                have.add(sid)
+            else:
+                wanted.setdefault(sid, set()).add(p.get("run_dir"))
+        return sorted(shown, key=lambda s: s["session_id"]), self.other_runs.lookup(wanted) if wanted else []
 
     def attach_metrics(self, servers):
         """Ship each metrics-exporting launcher's last /metrics text (raw) and ask for a fresh fetch."""

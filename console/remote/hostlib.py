@@ -19,8 +19,11 @@ AGENT_VERSION = 2
 
 SESSION_ENV = "MTPCONSOLE_SESSION"
 """Set in the server's environment so its processes (and orphaned workers) can be traced back."""
+RUN_DIR_ENV = "MTPCONSOLE_RUN_DIR"
+"""Set beside ``SESSION_ENV``: the session's run directory, so an agent serving another runs directory (another
+console's, another config's) can still find the session a process belongs to and read whether it has ended."""
 SIM_DIR_ENV = "MTPCONSOLE_SIM_DIR"
-ENV_NAMES = ("CUDA_VISIBLE_DEVICES", SESSION_ENV, SIM_DIR_ENV)
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", SESSION_ENV, RUN_DIR_ENV, SIM_DIR_ENV)
 """The environment variables the agent reads from server processes (never any other)."""
 
 # Run directory (``<runs_dir>/<session_id>/``); see protocol.py for what each file holds.

@@ -3,7 +3,10 @@
 ``local`` runs the same agent as a subprocess (same code path minus SSH). Over SSH the
 agent is started on an exec channel without a pty and bootstrapped over stdin. The link
 keeps the latest sample and its connection state, so :meth:`HostLink.snapshot` is always
-an honest, immutable :class:`HostSnapshot` (state, last error, RTT, sample age).
+an honest, immutable :class:`HostSnapshot` (state, last error, RTT, sample age). An open channel whose
+agent answers nothing (frozen, the TCP connection still up) is ``stale``, not ``connected``; listeners
+hear a ``tick`` every half interval while the link is kept up, so what depends on age is re-derived
+while nothing arrives.
 
 Longer than ~400 lines on purpose: it is one connection's whole life (transport, bootstrap,
 requests, reconnects, followed logs) around state they all share.
@@ -38,6 +41,10 @@ would never complete, since asyncssh stops the sender when its buffer holds a wi
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 PING_EVERY_S = 5.0
+"""Seconds between pings of a link that hears from its agent (the RTT shown)."""
+SILENT_TICKS = 2
+"""A link that has heard nothing from its agent (no sample, no reply) for this many sample intervals pings it
+at once; no answer within ``HostConfig.ping_timeout`` makes the link ``stale`` until the agent speaks again."""
 AGENT_START_TIMEOUT_S = 30.0
 """How long the agent may take to say hello once the channel is open (a slow host's Python start)."""
 
@@ -99,6 +106,11 @@ class HostLink:
         self.audit = audit
         self.clock = clock
         self.connect_timeout = connect_timeout or self.cfg.connect_timeout
+        self.ping_timeout = self.cfg.ping_timeout
+        self.heard_at = float("-inf")
+        """When the agent last said anything on the current channel (``time.monotonic``)."""
+        self._pinged_at = float("-inf")
+        self._ping_task: asyncio.Task | None = None
         self.conn: asyncssh.SSHClientConnection | None = None
         self.chan: _Channel | None = None
         self.state = "connecting"
@@ -214,6 +226,7 @@ class HostLink:
             raise HostError(f"{self.name}: agent failed to start: {msg.get('message', msg)}")
         self.hello = msg["hello"]
         self.chan = chan
+        self.heard_at = self._pinged_at = time.monotonic()
         self.rtt_ms = (time.perf_counter() - t0) * 1000.0
         self._reader_task = asyncio.create_task(self._read_loop(chan))
         self.attempts = 0
@@ -233,6 +246,8 @@ class HostLink:
                     msg = json.loads(line)
                 except ValueError:
                     continue
+                if self.chan is chan:
+                    self._heard()
                 self._dispatch(msg)
         except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
             pass
@@ -254,6 +269,13 @@ class HostLink:
             if not self._closed:
                 self._set_state("reconnecting", self.error or "connection lost")
             self._wake.set()
+
+    def _heard(self) -> None:
+        """The agent said something: it is alive now (a stale link is connected again)."""
+        self.heard_at = time.monotonic()
+        if self.state == "stale":
+            self._pinged_at = float("-inf")  # measure the RTT again at the next tick
+            self._set_state("connected")
 
     def _dispatch(self, msg: dict) -> None:
         t = msg.get("type")
@@ -319,9 +341,31 @@ class HostLink:
                     continue
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), PING_EVERY_S)
+                await asyncio.wait_for(self._wake.wait(), self._tick_wait())
             except asyncio.TimeoutError:
-                await self._ping()
+                self._tick()
+
+    def _pinging(self) -> bool:
+        return self._ping_task is not None and not self._ping_task.done()
+
+    def _ping_due(self) -> float:
+        """When the next ping is due (``time.monotonic``): after SILENT_TICKS intervals of silence, or
+        PING_EVERY_S after the last one."""
+        return min(self.heard_at + SILENT_TICKS * self.interval, self._pinged_at + PING_EVERY_S)
+
+    def _tick_wait(self) -> float:
+        """Seconds until the next tick: half an interval, or sooner when a ping falls due."""
+        wait = max(0.05, self.interval / 2)
+        if self.chan is not None and not self._pinging():
+            wait = min(wait, max(0.01, self._ping_due() - time.monotonic()))
+        return wait
+
+    def _tick(self) -> None:
+        """Ping when due (one at a time, in the background: the ticks go on), then tell the listeners."""
+        if self.chan is not None and not self._pinging() and time.monotonic() >= self._ping_due():
+            self._pinged_at = time.monotonic()
+            self._ping_task = asyncio.create_task(self._ping())
+        self._notify("tick", {})
 
     async def _fail(self, error: str, fatal: bool = False) -> None:
         self.attempts += 1
@@ -338,12 +382,25 @@ class HostLink:
             pass
 
     async def _ping(self) -> None:
+        """One ping; no answer (and nothing else from the agent) within ``ping_timeout`` makes the link stale."""
+        sent = time.monotonic()
         try:
             t0 = time.perf_counter()
-            await self.request("ping", timeout=10, audit=False)
+            await self.request("ping", timeout=self.ping_timeout, audit=False)
             self.rtt_ms, self._snapshot = (time.perf_counter() - t0) * 1000.0, None
-        except (LinkDown, RequestError, asyncio.TimeoutError):
+        except asyncio.TimeoutError:
+            if self.heard_at < sent:
+                self.mark_stale(f"{self.name}: the agent answered no ping within {self.ping_timeout:g} s")
+        except (LinkDown, RequestError):
             pass
+
+    def mark_stale(self, error: str) -> None:
+        """The channel is open but the agent does not answer (frozen, or a network that drops silently): the
+        link reads ``stale`` with ``error`` (its last RTT is no longer true) until the agent speaks again."""
+        if self.chan is None or self.state not in ("connected", "stale"):
+            return
+        self.rtt_ms = None
+        self._set_state("stale", error)
 
     def retry_now(self) -> None:
         self._wake.set()
@@ -351,6 +408,8 @@ class HostLink:
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
+        if self._ping_task is not None:
+            self._ping_task.cancel()  # a ping in flight ends with the link (done: a no-op)
         chan, self.chan = self.chan, None
         if chan:
             await chan.close()
@@ -402,6 +461,8 @@ class HostLink:
             raise
         except asyncio.TimeoutError:
             result_text = f"timed out after {timeout:.0f} s"
+            for rid in [k for k, v in self._pending.items() if v is fut]:
+                del self._pending[rid]  # a late reply finds nothing; no future kept for an agent that never answers
             raise
         except LinkDown as e:
             result_text = str(e)
@@ -443,7 +504,8 @@ class HostLink:
                 name=self.name, connection=conn, sampled_at=s.get("sampled_at"), received_at=self.received_at,
                 hostname=(self.hello or {}).get("hostname"), gpu_source=s.get("gpu_source", "none"),
                 gpu_error=s.get("gpu_error"), gpus=s.get("gpus", []), servers=s.get("servers", []),
-                sessions=sessions_each(s.get("sessions", [])), agent_tick_ms=s.get("tick_ms"),
+                sessions=sessions_each(s.get("sessions", [])), other_sessions=sessions_each(s.get("other_sessions", [])),
+                relatives=s.get("relatives", []), agent_uid=(self.hello or {}).get("uid"), agent_tick_ms=s.get("tick_ms"),
                 gpu_sampled_at=s.get("gpu_sampled_at"))
         except ValidationError as e:
             snap = HostSnapshot(name=self.name, connection=conn.model_copy(

@@ -4,7 +4,9 @@ Stdlib only, Python >= 3.8; shipped with the agent. A process is classified from
 (argv) and its place in the process tree, and re-classified whenever its title changes: real
 SGLang workers start as ``python -c from multiprocessing.spawn import spawn_main ...
 --multiprocessing-fork`` and retitle to ``sglang::scheduler[_DP<d>][_TP<n>]`` seconds later.
-The classification is cached by (pid, start time, title hash), never by pid alone.
+The classification is cached by (pid, start time, title hash), never by pid alone. The parent a process had
+when first seen is kept too: a parent that dies while the agent watches is reported (``reparented_from``),
+the strongest proof that a worker's launcher is gone.
 
 A process's environment (CUDA_VISIBLE_DEVICES, the launch session) is read once and kept: a worker's
 retitle writes over its environ area. A worker first seen after its retitle (a slow tick on a busy host)
@@ -19,6 +21,7 @@ from typing import Any, Dict, List, Set
 
 from .hostlib import (
     ENV_NAMES,
+    RUN_DIR_ENV,
     SESSION_ENV,
     SIM_DIR_ENV,
     proc_cmdline,
@@ -47,6 +50,11 @@ RESOURCE_TRACKER = re.compile(r"multiprocessing\.resource_tracker")
 
 ENV_ANCESTORS = 8
 """How far up the tree a process whose own environ is unreadable takes its environment from."""
+
+MAX_ANCESTRY = 32
+"""How far up from a server process its ancestors are reported (pid 1 is reached long before on real hosts)."""
+TITLE_CHARS = 240
+"""A relative's command line is cut to this many characters (it only names the process)."""
 
 TP_RANK = re.compile(r"_TP(\d+)(?!\d)")
 DP_RANK = re.compile(r"_DP(\d+)(?!\d)")
@@ -87,6 +95,7 @@ class ProcScanner(object):
         # pid -> {"start", "comm", "digest", "argv", "fw", "role", "env", "env_inherited", "uid"}
         self.cache: Dict[int, Dict[str, Any]] = {}
         self.hot: Set[int] = set()  # pids reported last tick: their titles are re-read every tick
+        self.relatives: List[Dict[str, Any]] = []  # see relatives_of: refreshed by every scan
 
     def _info(self, pid, st):
         """The cached facts of ``pid``, refreshed when it is new, restarted, retitled or reported."""
@@ -106,8 +115,34 @@ class ProcScanner(object):
         info = {"start": st["start_ticks"], "comm": st["comm"], "digest": digest, "argv": argv,
                 "fw": fw, "role": role, "env": prev["env"] if prev is not None else None,
                 "env_inherited": prev.get("env_inherited", False) if prev is not None else False,
-                "uid": prev["uid"] if prev is not None else proc_uid(pid)}
+                "uid": prev["uid"] if prev is not None else proc_uid(pid),
+                "parent0": prev["parent0"] if prev is not None else None}
         return info
+
+    def first_parents(self, stats, cache):
+        """Remember, once per process, the parent it had when the agent first saw it (pid, start, title)."""
+        for pid, info in cache.items():
+            if info["parent0"] is None:
+                ppid = stats[pid]["ppid"]
+                par = cache.get(ppid)
+                info["parent0"] = (ppid, stats[ppid]["start_ticks"] if ppid in stats else None,
+                                   par["argv"] if par is not None else [])
+
+    @staticmethod
+    def reparented_from(pid, stats, cache):
+        """The parent the agent saw die under ``pid`` (a ProcRef dict), or None: a process's parent changes only
+        when its parent dies and init or a subreaper adopts it, so a changed ppid proves its starter is gone."""
+        first = cache[pid]["parent0"]
+        if first is None:
+            return None
+        ppid0, start0, argv0 = first
+        now_parent = stats.get(ppid0)
+        if stats[pid]["ppid"] == ppid0 and now_parent is not None and now_parent["start_ticks"] == start0:
+            return None
+        if now_parent is not None and now_parent["start_ticks"] == start0 and now_parent["state"] not in ("Z", "X"):
+            return None  # its first parent still lives: no death seen
+        return {"pid": ppid0, "start_ticks": start0 or 0, "state": "X",
+                "argv": [" ".join(argv0)[:TITLE_CHARS]] if argv0 else []}
 
     def scan(self, gpus, sessions):
         """Server processes as dicts (see ``console.model.ServerProc``)."""
@@ -127,6 +162,7 @@ class ProcScanner(object):
         cache = {}
         for pid, st in stats.items():
             cache[pid] = self._info(pid, st)
+        self.first_parents(stats, cache)
 
         def descendants(root):
             out, stack = [], list(children.get(root, []))
@@ -193,10 +229,44 @@ class ProcScanner(object):
                 "state": st["state"], "uid": info["uid"],
                 "user": user_name(info["uid"]), "argv": info["argv"], "role": role or "other", "framework": fw,
                 "cuda_visible_devices": envd.get("CUDA_VISIBLE_DEVICES"),
-                "session_id": envd.get(SESSION_ENV) or under.get(pid),
+                "session_id": envd.get(SESSION_ENV) or under.get(pid), "run_dir": envd.get(RUN_DIR_ENV),
                 "gpu_mem_mib": dict((str(k), v) for k, v in gpu_mem.get(pid, {}).items()),
                 "rss_kib": st["rss_kib"], "tp_rank": tp, "dp_rank": dp, "env_inherited": inherited,
+                "reparented_from": self.reparented_from(pid, stats, cache),
             })
+        self.relatives = relatives_of(out, stats, cache)
         self.cache = cache
         self.hot = set(p["pid"] for p in out)
         return out
+
+
+def relatives_of(servers, stats, cache):
+    """The parents, ancestors (up to pid 1) and live process-group leaders of ``servers`` that are not
+    among them, as ``console.model.ProcRef`` dicts: whoever started a server process, recognised or not.
+
+    A verdict such as "orphan" needs these facts positively (a wrapper script or a router that started the
+    workers is alive, pid 1 is an init, a group leader is alive), never the absence of a pattern match."""
+    listed = set(p["pid"] for p in servers)
+    want = []
+    for p in servers:
+        cur = p["ppid"]
+        for _ in range(MAX_ANCESTRY):
+            if cur <= 0 or cur not in stats:
+                break
+            want.append(cur)
+            cur = stats[cur]["ppid"]
+        if p["pgid"] != p["pid"] and p["pgid"] in stats:
+            want.append(p["pgid"])
+    out, seen = [], set()
+    for pid in want:
+        if pid in listed or pid in seen:
+            continue
+        seen.add(pid)
+        st, info = stats[pid], cache.get(pid) or {}
+        argv = info.get("argv") or []
+        if sum(len(a) for a in argv) > TITLE_CHARS:
+            argv = [" ".join(argv)[:TITLE_CHARS]]
+        out.append({"pid": pid, "ppid": st["ppid"], "pgid": st["pgid"], "sid": st["sid"],
+                    "start_ticks": st["start_ticks"], "state": st["state"], "uid": info.get("uid"),
+                    "argv": argv, "role": info.get("role")})
+    return out

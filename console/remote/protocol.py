@@ -46,10 +46,13 @@ Console -> agent (requests)
 
 Agent -> console (pushed)
 -------------------------
-``{"type": "sample", "data": {sampled_at, tick_ms, gpu_source, gpu_error, gpu_sampled_at, gpus: [...], servers: [...], sessions: [...]}}``
+``{"type": "sample", "data": {sampled_at, tick_ms, gpu_source, gpu_error, gpu_sampled_at, gpus: [...], servers: [...], sessions: [...],
+  other_sessions: [...], relatives: [...]}}``
   GPUs are sampled in a worker thread (``gpu_sampled_at`` says when); a server started with
   ``--enable-metrics`` carries ``metrics_text`` (raw /metrics), ``metrics_at``, ``metrics_error``;
   a session carries ``exits`` (ProcessExit, oldest first) and ``first_abnormal_exit``.
+  ``other_sessions``: sessions of other runs directories that a live process carries (with ``owner_uid``);
+  ``relatives``: the parents, ancestors and live group leaders of ``servers`` that are not in it (ProcRef).
 ``{"type": "event", "kind": "exit", "pid", "start_ticks", "at", "exit_code", "signal", "session_id"?}``
   (code/signal None when unknown: the process was not ours and its parent reaped it first)
 ``{"type": "event", "kind": "session_ended", "session_id", "exit": {...}}``
@@ -95,8 +98,8 @@ __all__ = [
     "shipped_sources",
 ]
 
-SHIPPED_MODULES = ("hostlib", "hostsecrets", "rundir", "gpus", "procscan", "runs", "logcap", "logfollow", "watch",
-                   "launch", "samplering", "metrics", "agent", "supervisor")
+SHIPPED_MODULES = ("hostlib", "hostsecrets", "rundir", "gpus", "procscan", "runs", "otherruns", "logcap", "logfollow",
+                   "watch", "launch", "samplering", "metrics", "agent", "supervisor")
 """The modules of ``console/remote`` sent to every host (stdlib only, Python >= 3.8, relative imports
 among themselves only; checked by tests/test_remote_sources.py)."""
 

@@ -59,10 +59,10 @@ class SessionStore(object):
     def run_dir(self, session_id):
         return os.path.join(self.runs_dir, session_id)
 
-    def scan(self):
-        """Read every run directory (spec/record/exit cached once final)."""
+    def scan(self, only=None):
+        """Read every run directory (spec/record/exit cached once final); with ``only``, just those session ids."""
         try:
-            names = os.listdir(self.runs_dir)
+            names = list(only) if only is not None else os.listdir(self.runs_dir)
         except OSError:
             return {}
         out = {}
@@ -77,7 +77,8 @@ class SessionStore(object):
                 out[sid] = c  # ended, and nothing of it runs: its files no longer change (but ack.json)
                 continue
             if c is None:
-                c = {"session_id": sid, "run_dir": d, "spec": None, "record": None, "exit": None}
+                c = {"session_id": sid, "run_dir": d, "spec": None, "record": None, "exit": None,
+                     "owner_uid": _owner_uid(d)}
             try:
                 self._read(c, d, sid)
             except Broken as e:
@@ -85,7 +86,8 @@ class SessionStore(object):
                      "broken": str(e), "server_alive": False, "supervisor_alive": False, "log_size": 0,
                      "stop_requested": False, "exits": [], "first_abnormal_exit": None, "final": False}
             out[sid] = c
-        self.cache = dict((k, v) for k, v in self.cache.items() if k in out)
+        if only is None:
+            self.cache = dict((k, v) for k, v in self.cache.items() if k in out)
         self.cache.update(out)
         return out
 
@@ -175,6 +177,14 @@ class SessionStore(object):
                 continue
             out.append(s)
         return out
+
+
+def _owner_uid(d):
+    """The uid that owns run directory ``d`` (never through a link), None when it cannot be read."""
+    try:
+        return os.lstat(d).st_uid
+    except OSError:
+        return None
 
 
 def _exit_line_ok(e):

@@ -46,6 +46,7 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from .hostlib import (
+    RUN_DIR_ENV,
     RUN_EXIT,
     RUN_EXITS,
     RUN_LOG,
@@ -64,7 +65,7 @@ from .hostlib import (
 )
 from .hostsecrets import mask_argv
 from .logcap import DRAIN_TIMEOUT_S, LogPump, cap_bytes, widen_pipe
-from .watch import MemberWatch
+from .watch import MemberWatch, alive
 
 PR_SET_CHILD_SUBREAPER = 36
 MAX_ENV_LINE = 4 * 1024 * 1024
@@ -252,13 +253,15 @@ def load_spec(run_dir):
     return {"argv": list(argv), "session_id": session_id, "gpus": gpu_names, "cwd": cwd, "log_cap": log_cap}
 
 
-def server_environ(base, env, spec):
-    """The server's environment: ours + the given env + CUDA_VISIBLE_DEVICES + session id."""
+def server_environ(base, env, spec, run_dir=None):
+    """The server's environment: ours + the given env + CUDA_VISIBLE_DEVICES + session id (+ its run directory)."""
     out = dict(base)
     out.update(env)
     if spec["gpus"]:
         out["CUDA_VISIBLE_DEVICES"] = ",".join(spec["gpus"])
     out[SESSION_ENV] = spec["session_id"]
+    if run_dir:
+        out[RUN_DIR_ENV] = os.path.abspath(run_dir)
     return out
 
 
@@ -399,14 +402,22 @@ def leftover_targets(me, pgid, marker, spare):
     return set(p for p in found if p not in spare and procs.get(p, (0, 0, "Z"))[2] != "Z")
 
 
-def record_exit(run_dir, pid, start_ticks, code, sig, role=None):
-    """Append a child's exit (code or signal known: we reaped it) to exits.jsonl; never raises."""
+def record_exit(run_dir, pid, start_ticks, code, sig, role=None, launcher_alive=None, server=False,
+                killed_by_supervisor=False):
+    """Append a process's exit to exits.jsonl; never raises.
+
+    ``code``/``sig``: known when we reaped it. ``server``: the session's server itself. ``launcher_alive``:
+    whether the server still ran when this end was seen. ``killed_by_supervisor``: a leftover we SIGKILLed
+    after the server ended (never the first death; see ``watch.first_abnormal_exit``).
+    """
+    how = "signal" if sig else "exited" if code is not None else "gone"
     try:
         append_json_line(os.path.join(run_dir, RUN_EXITS), {
             "pid": pid, "start_ticks": start_ticks, "at": time.time(), "exit_code": code, "signal": sig,
-            "how": "signal" if sig else "exited", "role": role, "oom_kill_delta": None,
+            "how": how, "role": role, "oom_kill_delta": None,
             "after_stop_request": os.path.exists(os.path.join(run_dir, RUN_STOP_REQUEST)),
-            "source": "supervisor"})
+            "source": "supervisor", "server": bool(server), "launcher_alive": launcher_alive,
+            "killed_by_supervisor": bool(killed_by_supervisor)})
     except Exception as e:
         log("cannot append to %s: %r" % (RUN_EXITS, e))
 
@@ -456,6 +467,7 @@ def _wait_loop(server, run_dir, members, wake_r):
                 return info.si_status, None
             return None, info.si_status  # CLD_KILLED / CLD_DUMPED
         ticks = start_ticks_of(info.si_pid)  # still readable: the zombie is not reaped yet
+        launcher = alive(server)  # the server is never reaped here, so its pid is not reused
         try:
             _, status = os.waitpid(info.si_pid, 0)
         except ChildProcessError:
@@ -463,22 +475,29 @@ def _wait_loop(server, run_dir, members, wake_r):
         code, sig = decode_wait_status(status)
         log("reaped orphan %d (exit_code=%s signal=%s)" % (info.si_pid, code, sig))
         if run_dir is not None:
-            record_exit(run_dir, info.si_pid, ticks, code, sig)
+            record_exit(run_dir, info.si_pid, ticks, code, sig, launcher_alive=launcher)
 
 
-def reap_children():
-    """Reap every exited child without blocking; returns False when we have no child left."""
+def reap_children(statuses=None):
+    """Reap every exited child without blocking (``statuses`` gets pid -> wait status); returns False when we
+    have no child left."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return False
         if pid == 0:
             return True
+        if statuses is not None:
+            statuses[pid] = status
 
 
-def kill_leftovers(pgid, session_id, timeout=CLEANUP_TIMEOUT_S):
-    """SIGKILL and reap everything the server left behind; returns the pids signalled."""
+def kill_leftovers(pgid, session_id, timeout=CLEANUP_TIMEOUT_S, seen=None):
+    """SIGKILL and reap everything the server left behind; returns the pids signalled.
+
+    ``seen`` (a dict) gets ``pid -> [start_ticks, wait status or None]`` of each process signalled (the status
+    when we reaped it), so that each can be recorded as a leftover the supervisor killed.
+    """
     me = os.getpid()
     marker = ("%s=%s" % (SESSION_ENV, session_id)).encode("utf-8", "surrogateescape")
     spare = set([me, 1])
@@ -488,20 +507,31 @@ def kill_leftovers(pgid, session_id, timeout=CLEANUP_TIMEOUT_S):
         st = proc_stat(parent)
         parent = st["ppid"] if st else 0
     killed = set()
+    seen = {} if seen is None else seen
+    statuses: Dict[int, int] = {}
     deadline = time.monotonic() + timeout
+    targets = leftover_targets(me, pgid, marker, spare)  # before the group kill: what it kills is ours too
+    for pid in targets:
+        seen.setdefault(pid, [start_ticks_of(pid), None])
     try:
         os.killpg(pgid, signal.SIGKILL)
+        killed.update(targets)
     except OSError:
         pass  # ESRCH: the group is already empty
     while True:
         targets = leftover_targets(me, pgid, marker, spare)
         for pid in targets:
+            ticks = start_ticks_of(pid)
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
+                seen.setdefault(pid, [ticks, None])
             except OSError:
                 pass
-        have_children = reap_children()
+        have_children = reap_children(statuses)
+        for pid, status in statuses.items():
+            if pid in seen:
+                seen[pid][1] = status
         if not targets and not have_children:
             break
         if time.monotonic() >= deadline:
@@ -509,6 +539,14 @@ def kill_leftovers(pgid, session_id, timeout=CLEANUP_TIMEOUT_S):
             break
         time.sleep(0.02)
     return killed
+
+
+def record_leftovers(run_dir, killed, seen):
+    """One exits.jsonl line per leftover the supervisor killed (the agent's line of it adds role and GPU)."""
+    for pid in sorted(killed):
+        ticks, status = seen.get(pid) or [None, None]
+        code, sig = decode_wait_status(status)
+        record_exit(run_dir, pid, ticks, code, sig, launcher_alive=False, killed_by_supervisor=True)
 
 
 # ------------------------------------------------------------------ the daemon
@@ -558,7 +596,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         _daemon_setup(run_dir, spec, log_fd, out_fd, notify_w)
         oom_before = read_oom_kill()
         log("oom_kill before: %s" % oom_before)
-        environ = server_environ(os.environ, env, spec)
+        environ = server_environ(os.environ, env, spec, run_dir)
         log("starting %s (env names: %s; gpus: %s)" % (
             json.dumps(mask_argv(spec["argv"])), ",".join(sorted(env)) or "-", ",".join(spec["gpus"]) or "-"))
         if spec.get("log_cap"):  # through a pipe we drain and rotate (see logcap); else the file itself
@@ -602,14 +640,16 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         notify_w = _notify(notify_w, EXIT_STARTED)
 
         code, sig = wait_for_server(server, run_dir, spec["session_id"])
-        record_exit(run_dir, server, record["start_ticks"], code, sig, role="launcher")
+        record_exit(run_dir, server, record["start_ticks"], code, sig, role="launcher", server=True)
         log("server exited: exit_code=%s signal=%s" % (code, sig))
         # the server is still an unreaped zombie here, so its pid (= the pgid) cannot be
         # reused by an unrelated process before the group is killed
-        killed = kill_leftovers(pgid, spec["session_id"])
+        seen: Dict[int, List[Any]] = {}
+        killed = kill_leftovers(pgid, spec["session_id"], seen=seen)
         killed.discard(server)
         if killed:
             log("killed leftovers: %s" % sorted(killed))
+            record_leftovers(run_dir, killed, seen)
         if pump is not None:  # every line the server (and its workers) wrote is on disk before exit.json
             pump.finish(DRAIN_TIMEOUT_S)
         oom_after = read_oom_kill()
