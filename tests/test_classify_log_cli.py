@@ -11,7 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LOGS = REPO / "tests" / "data" / "logs"
-KEYS = {"file", "state", "cause", "line", "hint", "metrics"}
+KEYS = {"file", "state", "cause", "line", "hint", "metrics", "line_in_log", "runs_skipped", "run_started_line"}
 METRIC_KEYS = {"gen_throughput", "accept_len", "running_req", "queue_req", "token_usage"}
 
 

@@ -1,5 +1,9 @@
 """``mtpconsole classify-log FILE...``: state, failure cause, decisive line, hint and metrics.
 
+With no failure line in the log, ``line`` says so and what ended the server (``line_in_log`` false); a file
+holding several server runs is read from the last run's start banner (``runs_skipped`` says how many came
+before).
+
 Files are read as bytes and decoded as UTF-8 with replacement; a big file is classified from
 its tail plus a light scan of its head (see :func:`console.ops.classify.classify_file`), so a
 1 GB log is never loaded. An exit record can be supplied with ``--exit-code``/``--signal``
@@ -101,6 +105,9 @@ def _entry(name: str, c: Classification | None, error: str | None = None) -> dic
         "line": c.line if c else None,
         "hint": c.hint if c else None,
         "metrics": None,
+        "line_in_log": c.line_in_log if c else False,
+        "runs_skipped": c.runs_skipped if c else 0,
+        "run_started_line": c.run_started_line if c else None,
     }
     if c is not None and c.metrics is not None:
         entry["metrics"] = {k: getattr(c.metrics, k) for k in _METRIC_KEYS}
@@ -136,6 +143,12 @@ def _fmt_metrics(m: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _short(line: str | None, limit: int = 160) -> str:
+    if not line:
+        return "its start banner"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _print_text(entries: list[dict[str, Any]]) -> None:
     out = sys.stdout
     for i, e in enumerate(entries):
@@ -148,6 +161,9 @@ def _print_text(entries: list[dict[str, Any]]) -> None:
         if e["cause"]:
             head += f" ({e['cause']})"
         out.write(f"{e['file']}: {head}\n")
+        if e["runs_skipped"]:
+            out.write(f"  run:     the last of {e['runs_skipped'] + 1} server runs in the file "
+                      f"({e['runs_skipped']} earlier skipped), from: {_short(e['run_started_line'])}\n")
         if e["line"]:
             out.write(f"  line:    {e['line']}\n")
         if e["hint"]:

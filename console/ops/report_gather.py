@@ -114,7 +114,7 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
     ended = s.exit.ended_at if s.exit else now
     window = (min(started, now - since_s), min(now, ended + AFTER_END_S))
     text = await _log(link, session_id)
-    cls = classify(text, s.exit) if text or s.exit else None
+    cls = classify(text, s.exit, s.first_abnormal_exit) if text or s.exit else None  # the first death decides
     prev = previous_on_gpu(snap, s)
     planner = None
     if s.spec is not None:

@@ -293,14 +293,19 @@ def _signal_hint(c: Failure | None, exit: ExitRecord | None) -> str:
 
 def _death_hint(cause: FailureCause, death: ProcessExit) -> str:
     who = death.describe()
+    launcher = death.role == "launcher"
     if cause == "host_oom_killed":
         return (f"{who}: the kernel's OOM killer took it (oom_kill +{death.oom_kill_delta}) - host RAM ran out; "
                 "lower --hicache-size/--hicache-ratio, run fewer servers per host, check dmesg")
+    first = "first" if launcher else "before its launcher noticed"
     if death.signal == _signal.SIGKILL:
-        return (f"{who} before its launcher noticed: oom_kill did not rise, so not the host OOM killer - "
-                "someone or a watchdog sent SIGKILL (check other operators, job schedulers, dmesg); "
+        rest = ("its workers may still hold GPU memory: check for orphans, then relaunch" if launcher else
                 "relaunch the server, its remaining processes cannot serve without that rank")
+        return (f"{who} {first}: oom_kill did not rise, so not the host OOM killer - "
+                f"someone or a watchdog sent SIGKILL (check other operators, job schedulers, dmesg); {rest}")
     if death.signal:
-        return (f"{who} before its launcher noticed: {signame(death.signal)} came from outside the server "
+        return (f"{who} {first}: {signame(death.signal)} came from outside the server "
                 "(another operator, a job scheduler, a crash in native code for SIGSEGV/SIGABRT); relaunch")
+    if launcher:
+        return f"{who} first: read the end of the log"
     return f"{who} first: read that process's lines in the log just before the launcher's follow-up lines"

@@ -31,11 +31,14 @@ from console.model import (
     ServeMetrics,
 )
 from console.ops.classify.episode import Failure
-from console.ops.classify.hints import hint_for, signal_of
+from console.ops.classify.hints import hint_for, signal_of, signame
 from console.ops.classify.lines import Line, clean
 
 MAX_RETURNED_LINE = 1000
 """Longest decisive line returned (longer ones are cut and end with an ellipsis)."""
+
+NO_FAILURE_LINE = "no failure line in the log"
+"""How a failure's ``line`` begins when the log holds no failure line (the rest says what ended the server)."""
 
 SPECIFIC_SCORE = 60
 """A failure at least this specific names a cause on its own (a warning-grade NCCL WARN does not)."""
@@ -80,18 +83,20 @@ class State:
     stop_line: str | None = None
     stop_seq: int | None = None
     sigterm_line: str | None = None
-    last_line: str | None = None
     metrics: dict[str, float | int] = field(default_factory=dict)
+    runs_skipped: int = 0
+    """Earlier server runs of the log, forgotten when the next one started (:meth:`new_run`)."""
+    run_line: str | None = None
+    """The start banner of the run being read (set once an earlier run was skipped)."""
 
     def copy(self) -> State:
         return State(self.sglang, self.vllm, self.ready_line, self.sglang_rank, self.ready_explicit, dict(self.fresh),
-                     dict(self.demoted), self.stop_line, self.stop_seq, self.sigterm_line, self.last_line,
-                     dict(self.metrics))
+                     dict(self.demoted), self.stop_line, self.stop_seq, self.sigterm_line, dict(self.metrics),
+                     self.runs_skipped, self.run_line)
 
     # ------------------------------------------------------------ the Sink protocol
 
     def seen(self, line: Line) -> None:
-        self.last_line = line.raw
         if line.sglang:
             self.sglang = True
             self.sglang_rank = self.sglang_rank or line.sglang_rank
@@ -214,24 +219,63 @@ def _metrics(st: State) -> ServeMetrics | None:
     return ServeMetrics(**st.metrics) if st.metrics else None
 
 
+def exit_sentence(exit: ExitRecord) -> str:
+    """What the exit record says ended the server (``the server was killed by SIGKILL``)."""
+    sig = signal_of(exit)
+    if sig is not None:
+        what = f"was killed by {signame(sig)}"
+    elif exit.exit_code is not None:
+        what = f"exited with code {exit.exit_code}"
+    else:
+        what = "ended (exit status unknown)"
+    if exit.host_oom_killed:
+        what += " while the kernel's OOM killer fired"
+    return f"the server {what}"
+
+
+def no_failure_line(exit: ExitRecord | None = None, death: ProcessExit | None = None) -> str:
+    """The ``line`` of a failure whose log holds no failure line: says so, then what ended the server (the first
+    death, else the exit record). No other line of the log (a health probe, the ready line) stands in for it."""
+    if death is not None:
+        return f"{NO_FAILURE_LINE}; {death.cause_line()}"
+    if exit is not None:
+        return f"{NO_FAILURE_LINE}; {exit_sentence(exit)}"
+    return NO_FAILURE_LINE
+
+
+def _run(st: State) -> dict[str, object]:
+    """The fields that say which server run of the log was read."""
+    if not st.runs_skipped:
+        return {}
+    return {"runs_skipped": st.runs_skipped,
+            "run_started_line": clean(st.run_line, MAX_RETURNED_LINE) if st.run_line else None}
+
+
 def _failed(st: State, c: Failure | None, cause: FailureCause, exit: ExitRecord | None,
             hint: str | None = None, line: str | None = None,
-            death: ProcessExit | None = None) -> Classification:
-    text = line if line is not None else (c.line if c is not None else st.last_line)
-    return Classification(state="failed", cause=cause, line=clean(text, MAX_RETURNED_LINE) if text else None,
+            death: ProcessExit | None = None, line_in_log: bool = False) -> Classification:
+    """A failure; its line is ``line`` (a sentence unless ``line_in_log``), else the failure's own log line, else
+    the sentence saying the log holds none."""
+    if line is None and c is not None:
+        line, line_in_log = c.line, True
+    elif line is None:
+        line, line_in_log = no_failure_line(exit, death), False
+    return Classification(state="failed", cause=cause, line=clean(line, MAX_RETURNED_LINE) if line else None,
                           hint=hint or hint_for(cause, c, exit, vllm=st.vllm and not st.sglang, death=death),
-                          metrics=_metrics(st))
+                          metrics=_metrics(st), line_in_log=line_in_log and bool(line), **_run(st))
 
 
 def _alive(st: State) -> Classification:
     if st.ready_line is not None:
-        return Classification(state="ready", line=clean(st.ready_line, MAX_RETURNED_LINE), metrics=_metrics(st))
-    return Classification(state="loading", metrics=_metrics(st))
+        return Classification(state="ready", line=clean(st.ready_line, MAX_RETURNED_LINE), metrics=_metrics(st),
+                              line_in_log=True, **_run(st))
+    return Classification(state="loading", metrics=_metrics(st), **_run(st))
 
 
 def _stopped(st: State) -> Classification:
     line = clean(st.stop_line, MAX_RETURNED_LINE) if st.stop_line else None
-    return Classification(state="stopped", line=line, metrics=_metrics(st))
+    return Classification(state="stopped", line=line, metrics=_metrics(st), line_in_log=line is not None,
+                          **_run(st))
 
 
 def _specific(c: Failure | None) -> bool:
@@ -292,7 +336,7 @@ def decide(st: State, exit: ExitRecord | None, death: ProcessExit | None = None,
     code = exit.exit_code
     when = "after it was ready" if ready else "before it was ready"
     if st.sigterm_line is not None:
-        return _failed(st, None, "other", exit, line=st.sigterm_line,
+        return _failed(st, None, "other", exit, line=st.sigterm_line, line_in_log=True,
                        hint=f"the server got SIGTERM from outside mtpconsole and exited (code {code}) {when}")
     hint = f"the server exited with code {code} {when}"
     if code == 2 and not ready:
@@ -308,13 +352,18 @@ def _first_death(st: State, exit: ExitRecord | None, death: ProcessExit) -> Clas
     best = st.best()
     if (death.signal or (death.oom_kill_delta or 0) > 0) and not _specific(best):
         cause: FailureCause = "host_oom_killed" if (death.oom_kill_delta or 0) > 0 else "signal_killed"
-        return _failed(st, best, cause, exit, line=death.describe(), death=death)
+        return _failed(st, best, cause, exit, line=_death_line(best, death), death=death)
     if _specific(best):
         assert best is not None
         return _failed(st, best, best.cause, exit, death=death)
     if best is not None and st.fatal():
         return _failed(st, best, best.cause, exit, death=death)
-    return _failed(st, best, "other", exit, line=death.describe(), death=death)
+    return _failed(st, best, "other", exit, line=_death_line(best, death), death=death)
+
+
+def _death_line(best: Failure | None, death: ProcessExit) -> str:
+    """The first death as the line: beside the log's (unspecific) failure line, or saying the log holds none."""
+    return death.cause_line() if best is not None else no_failure_line(death=death)
 
 
 def apply_first_death(cls: Classification | None, death: ProcessExit | None,
@@ -333,5 +382,9 @@ def apply_first_death(cls: Classification | None, death: ProcessExit | None,
     if not oom and not death.signal and cls is not None and cls.state == "failed":
         return cls  # a worker exited with an error code: the log's own failure line says more
     cause: FailureCause = "host_oom_killed" if oom else ("signal_killed" if death.signal else "other")
-    return Classification(state="failed", cause=cause, line=death.describe(), hint=hint_for(cause, None, exit, death=death),
-                          metrics=cls.metrics if cls is not None else None)
+    logged = cls is not None and cls.state == "failed" and cls.line_in_log  # the log's own (unspecific) failure line
+    line = death.cause_line() if logged else no_failure_line(death=death)
+    run = {"runs_skipped": cls.runs_skipped, "run_started_line": cls.run_started_line} if cls is not None else {}
+    return Classification(state="failed", cause=cause, line=clean(line, MAX_RETURNED_LINE),
+                          hint=hint_for(cause, None, exit, death=death),
+                          metrics=cls.metrics if cls is not None else None, **run)

@@ -1,0 +1,96 @@
+"""No decisive line is a valid answer, on real processes (issue 24, item 3).
+
+A READY stand-in session whose launcher is SIGKILLed leaves a log that ends in the ready line and health
+probes: the session view (panel, ``sessions``) and the report's classification say the log holds no failure
+line and what ended the server; neither shows the ready line or a ``GET /health`` line as decisive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from console.config import HostConfig
+from console.model import LaunchRequest
+from console.ops import lifecycle
+from console.ops.classify.rules import NO_FAILURE_LINE
+from console.ops.report_gather import gather
+from console.ops.sessions import derive_views
+from console.remote.link import HostLink
+from console.remote.ssh import HostSpec
+from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from tests.conftest import free_port
+from tests.helpers.rel_util import REPO, cleanup_runs
+
+
+@pytest.fixture
+def sim(tmp_path):
+    d = tmp_path / "sim"
+    (d / "alloc").mkdir(parents=True)
+    (d / "gpus.json").write_text(json.dumps([{"index": 0, "uuid": "GPU-n0", "name": "Sim", "mem_total_mib": 97887,
+                                              "power_limit_w": 600.0}]))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    return d, model
+
+
+@pytest.fixture
+async def link(sim, runs_dir):
+    d, _ = sim
+    env = {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
+    lk = HostLink(HostSpec(name="local", local=True),
+                  HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="sim", sim_dir=str(d),
+                             launch_env=env), interval=0.3)
+    await lk.open()
+    yield lk
+    await lk.close()
+    cleanup_runs(runs_dir)
+
+
+async def _ended(link: HostLink, sid: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = await lifecycle._fresh(link)
+        s = next(x for x in snap.sessions if x.session_id == sid)
+        if s.exit is not None or time.monotonic() > deadline:
+            return snap, s
+        await asyncio.sleep(0.2)
+
+
+def _no_decisive_log_line(line: str | None) -> None:
+    assert line is not None and line.startswith(NO_FAILURE_LINE + "; "), line
+    assert "HTTP" not in line and "fired up" not in line, line
+
+
+async def test_launcher_sigkilled_after_ready_shows_no_failure_line(link, sim, tmp_path):
+    _, model = sim
+    req = LaunchRequest(host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+                        flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port())
+    r = await lifecycle.launch(link, req, timeout=60)
+    assert r.ok and r.session_id, r
+    snap = await lifecycle._fresh(link)
+    info = next(x for x in snap.sessions if x.session_id == r.session_id)
+    assert info.record is not None
+    os.kill(info.record.pid, signal.SIGKILL)  # the launcher, as an operator's kill -9 would
+    snap, info = await _ended(link, r.session_id)
+    assert info.exit is not None, "the supervisor should record the launcher's end"
+
+    from console.commands.sessions import classify_sessions
+
+    classes = await classify_sessions(link, snap)
+    (view,) = [v for v in derive_views(snap, classes, time.time()) if v.session_id == r.session_id]
+    assert view.state == "failed", view
+    _no_decisive_log_line(view.line)
+
+    inp = await gather(link, r.session_id, audit_path=str(tmp_path / "audit.jsonl"), since_s=600)
+    assert inp.classification is not None and inp.classification.state == "failed"
+    _no_decisive_log_line(inp.classification.line)
+    assert not inp.classification.line_in_log
+    assert any("ready to roll" in x for x in inp.log_lines)  # the log did reach ready: it is not what decided
