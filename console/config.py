@@ -57,6 +57,9 @@ class HostConfig(Strict):
     gpu_source: Literal["auto", "nvml", "nvidia-smi", "sim", "none"] = "auto"
     sim_dir: str | None = None
     connect_timeout: float = 10.0
+    ping_timeout: float = Field(default=5.0, gt=0.0, le=300.0)
+    """Seconds the agent has to answer a ping before the link reads STALE (a silent agent is pinged after two
+    sample intervals without a word: a frozen one is STALE within 2 intervals + this)."""
     transport: Literal["auto", "local", "ssh"] = "auto"
     """auto: 'local' runs as a subprocess, anything else over SSH; local forces a subprocess."""
     launch_env: dict[str, str] = Field(default_factory=dict)

@@ -47,3 +47,30 @@ def test_exporter_scraped_over_http():
     assert m[("mtpconsole_gpu_session_state", (("gpu", "0"), ("host", "b200"), ("state", "idle")))] == 1.0
     assert m[("mtpconsole_gpu_failure", (("cause", "gpu_oom"), ("gpu", "1"), ("host", "b200")))] == 1.0
     assert m[("mtpconsole_gpu_advice", (("gpu", "0"), ("host", "b200")))] == 1.0
+
+
+def test_stale_link_reads_disconnected_and_no_gpu_idle():
+    """A stale link (its agent answered no ping): host_connected 0, its link state ``stale``, and its GPUs'
+    sessions ``stale`` — the ready one and the idle one alike (no claim without its age)."""
+    v = view()
+    snap = v.snapshot.model_copy(update={"connection": ConnectionInfo(state="stale", error="no ping answer")})
+    ready = SessionView(host="b200", session_id="s2", state="stale", gpus=[0])
+    stale = HostView(snapshot=snap, sessions=[ready], current=[GpuCurrent(index=0, session=ready), GpuCurrent(index=1)])
+    reg = CollectorRegistry()
+    reg.register(ViewCollector(lambda: {"b200": stale}, clock=lambda: 112.0))
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=reg)
+    try:
+        m = scrape(port)
+    finally:
+        server.shutdown()
+        thread.join(5)
+    host = (("host", "b200"),)
+    assert m[("mtpconsole_host_connected", host)] == 0.0
+    assert m[("mtpconsole_host_link_state", (("host", "b200"), ("state", "stale")))] == 1.0
+    assert m[("mtpconsole_host_link_state", (("host", "b200"), ("state", "connected")))] == 0.0
+    assert m[("mtpconsole_host_sample_age_seconds", host)] == 12.0
+    for gpu in ("0", "1"):
+        assert m[("mtpconsole_gpu_session_state", (("gpu", gpu), ("host", "b200"), ("state", "stale")))] == 1.0
+        assert m[("mtpconsole_gpu_session_state", (("gpu", gpu), ("host", "b200"), ("state", "ready")))] == 0.0
+        assert m[("mtpconsole_gpu_session_state", (("gpu", gpu), ("host", "b200"), ("state", "idle")))] == 0.0

@@ -273,20 +273,25 @@ async def test_dropped_connection_reconnects_at_once_without_false_unreachable(s
 
 async def test_frozen_agent_is_reported_not_waited_on(sshd, runs_dir):
     """A host that stops answering mid-session (agent SIGSTOPped: the TCP connection stays up): a snapshot
-    request times out with a clear reason within its bound, and the link recovers when the host does."""
-    from console.commands.status import _one
+    request times out with a clear reason within its bound, the host reads STALE (its channel is open, its
+    agent silent: not unreachable), with the age of its last sample, and the link recovers when the host does."""
+    from console.commands.status import _one, render_text
 
     lk = ssh_link(sshd, runs_dir)
     await lk.open()
     pid = lk.hello["pid"]
     try:
+        assert await wait_until(lambda: lk.received_at is not None, 5)  # one sample came before the freeze
         os.kill(pid, signal.SIGSTOP)
         t0 = time.monotonic()
         snap = await _one(lk, 1.5)
         assert time.monotonic() - t0 < 3
-        assert snap.connection.state == "unreachable" and "no snapshot: timed out" in snap.connection.error
+        assert snap.connection.state == "stale" and "no snapshot: timed out after 1.5 s" in snap.connection.error
+        line = render_text(snap, now=(snap.received_at or 0) + 7.2)
+        assert line.startswith("testhost: stale (last sample 7 s ago) — testhost: no snapshot: timed out"), line
         os.kill(pid, signal.SIGCONT)
         assert await lk.request("ping", timeout=5)
+        assert lk.snapshot().connection.state == "connected" and lk.snapshot().connection.error is None
     finally:
         os.kill(pid, signal.SIGCONT)
         await lk.close()

@@ -1,4 +1,7 @@
-"""`mtpconsole status`: connect, take one snapshot per host, print it, exit."""
+"""`mtpconsole status`: connect, take one snapshot per host, print it, exit.
+
+A host whose agent does not answer the snapshot request within ``--timeout`` (frozen, its channel still
+open) is ``stale``: its line says so with the age of the last sample it sent, and the exit status is 1."""
 
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ async def _one(link: HostLink, timeout: float) -> HostSnapshot:
     if link.chan is not None:
         try:
             return await link.refresh(timeout)
-        except (TimeoutError, LinkDown, RequestError) as e:
-            link.mark_down(f"{link.name}: no snapshot: {str(e) or 'timed out'}")
+        except TimeoutError:
+            link.mark_stale(f"{link.name}: no snapshot: timed out after {timeout:g} s (the agent does not answer)")
+        except (LinkDown, RequestError) as e:
+            link.mark_down(f"{link.name}: no snapshot: {str(e) or type(e).__name__}")
     return link.snapshot()
 
 
@@ -93,13 +98,15 @@ def render_advice(a: Advice) -> str:
     return line
 
 
-def render_text(s: HostSnapshot) -> str:
+def render_text(s: HostSnapshot, now: float | None = None) -> str:
     c = s.connection
     from console.commands._ops import term
     from console.redact import redact_argv
 
+    age = s.age_s(time.time() if now is None else now)
+    when = ("no sample received" if age is None else f"last sample {age:.0f} s ago") if c.state == "stale" else ""
     lines = [f"{term(s.name)}: {c.state}" + (f" ({c.rtt_ms:.0f} ms)" if c.rtt_ms is not None else "")
-             + (f" — {term(c.error)}" if c.error else "")]
+             + (f" ({when})" if when else "") + (f" — {term(c.error)}" if c.error else "")]
     if c.state != "connected":
         return lines[0]
     if not s.gpus:

@@ -194,7 +194,10 @@ class CurrentState:
             for k in [k for k in self.killed if k not in listed]:
                 del self.killed[k]  # the sample agrees it is gone: a later server with that pid is another
         current = current_by_gpu(out, [g.index for g in snap.gpus], superseded=self.superseded)
-        return view.model_copy(update={"sessions": out, "current": current, "counts": header_counts(current),
+        counts = header_counts(current)
+        if snap.connection.state == "stale" and "idle" in counts:
+            counts["stale"] = counts.get("stale", 0) + counts.pop("idle")  # IDLE is a fact with an age too
+        return view.model_copy(update={"sessions": out, "current": current, "counts": counts,
                                        "events": list(self.events)})
 
     def _overlay(self, s: SessionView, now: float) -> SessionView | None:

@@ -3,30 +3,37 @@
 :class:`ViewCollector` is a ``prometheus_client`` collector over the latest
 :class:`~console.model.HostView` of each host (kept up to date by the caller's trackers):
 per GPU power, memory, utilisation, current session state and cause, advice count; per host
-connection state and sample age. Names are prefixed ``mtpconsole_``; the standard client library
-renders the exposition format.
+connection state and sample age. ``host_connected`` is 1 only while the agent answers (a ``stale`` link,
+whose agent answered no ping within its bound, reads 0, its GPUs' sessions ``stale``). Names are prefixed
+``mtpconsole_``; the standard client library renders the exposition format.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import get_args
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from console.model import Advice, HostView, SessionState
+from console.model import Advice, ConnState, HostView, SessionState
 
 STATES: tuple[SessionState, ...] = ("idle", "launching", "loading", "ready", "failed", "stopping", "stopped",
                                     "foreign", "stale", "unreachable")
+
+LINK_STATES: tuple[ConnState, ...] = get_args(ConnState)
 
 Views = Callable[[], Mapping[str, HostView]]
 AdviceOf = Callable[[HostView], Sequence[Advice]]
 
 
 def gpu_states(view: HostView) -> dict[int, tuple[SessionState, str | None]]:
-    """GPU index -> (state, cause) of the GPU's current session (the one rule's choice; idle when none)."""
-    out: dict[int, tuple[SessionState, str | None]] = {g.index: ("idle", None) for g in view.snapshot.gpus}
+    """GPU index -> (state, cause) of the GPU's current session (the one rule's choice; idle when none, but
+    ``stale`` on a stale link and ``unreachable`` on a down one: "idle" is a fact with an age too)."""
+    conn = view.snapshot.connection.state
+    none: SessionState = "idle" if conn in ("connected", "connecting") else "stale" if conn == "stale" else "unreachable"
+    out: dict[int, tuple[SessionState, str | None]] = {g.index: (none, None) for g in view.snapshot.gpus}
     if view.current:
         for c in view.current:
             if c.session is not None:
@@ -47,7 +54,10 @@ class ViewCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now = self.clock()
-        up = GaugeMetricFamily("mtpconsole_host_connected", "1 when the console's link to the host is up", labels=["host"])
+        up = GaugeMetricFamily("mtpconsole_host_connected", "1 when the console's link to the host is up and its agent "
+                               "answers", labels=["host"])
+        link = GaugeMetricFamily("mtpconsole_host_link_state", "1 for the state of the console's link to the host "
+                                 "(stale: the agent answered no ping within its bound)", labels=["host", "state"])
         age = GaugeMetricFamily("mtpconsole_host_sample_age_seconds", "Seconds since the host's last sample arrived",
                                 labels=["host"])
         power = GaugeMetricFamily("mtpconsole_gpu_power_watts", "GPU power draw", labels=["host", "gpu"])
@@ -64,6 +74,8 @@ class ViewCollector(Collector):
         for name, view in sorted(self.views().items()):
             snap = view.snapshot
             up.add_metric([name], 1.0 if snap.connection.state == "connected" else 0.0)
+            for ls in LINK_STATES:
+                link.add_metric([name, ls], 1.0 if ls == snap.connection.state else 0.0)
             a = snap.age_s(now)
             if a is not None:
                 age.add_metric([name], a)
@@ -90,4 +102,4 @@ class ViewCollector(Collector):
                 if current == "failed":
                     failed.add_metric([*labels, cause or "other"], 1.0)
                 adv.add_metric(labels, float(counts.get(g.index, 0)))
-        yield from (up, age, power, limit, mem, mem_total, util, state, failed, adv)
+        yield from (up, link, age, power, limit, mem, mem_total, util, state, failed, adv)

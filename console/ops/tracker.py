@@ -7,7 +7,9 @@ verified now; fills each view's advice (at most once a second, from a ring of ea
 serving figures, the followed logs and the served models' shapes, read once in the background).
 A hand-started server's own output (its stdout file: figures from its ``Decode batch`` lines and
 its last lines, as ``status`` reads them) is read in the background every few seconds, never on a
-view's path. No UI imports.
+view's path. Views are derived on each sample, on each change of the link's state, and on the link's
+ticks when no view has been emitted for an interval: the age rule (STALE) runs while nothing arrives.
+No UI imports.
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ class HostTracker:
         """The last read of the hand-started servers' own output (figures dated when read)."""
         self.foreign_logs_at = float("-inf")
         """When the last read ended (this tracker's clock): the next starts FOREIGN_LOG_EVERY_S later at the earliest."""
+        self.emitted_at = float("-inf")
+        """When the last view was emitted (``time.monotonic``): a tick re-derives one an interval old."""
         link.listeners.append(self._on)
 
     # -------------------------------------------------------------- stream
@@ -117,6 +121,8 @@ class HostTracker:
             self._spawn(f"unfollow:{sid}", self._unfollow_ended(sid))
         elif kind in ("sample", "state"):
             self.emit()
+        elif kind == "tick" and time.monotonic() - self.emitted_at >= self.interval:
+            self.emit()  # nothing arrived for an interval: the view's age (STALE) is derived again
 
     def _log(self, sid: str, data: str) -> None:
         c = self.classifiers.get(sid)
@@ -148,6 +154,8 @@ class HostTracker:
 
     # -------------------------------------------------------------- views
     def emit(self) -> None:
+        """Derive the host's view from the link's latest snapshot now and hand it to ``on_view``."""
+        self.emitted_at = time.monotonic()
         snap = self.link.snapshot()
         if snap.connection.state == "connected":
             now = self.clock()
