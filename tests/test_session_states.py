@@ -8,6 +8,7 @@ from console.model import (
     ExitRecord,
     HostSnapshot,
     LaunchSpec,
+    ProcRef,
     ServerProc,
     SessionInfo,
     SupervisorRecord,
@@ -64,10 +65,14 @@ def test_foreign_launcher_and_orphan_worker():
     child = ServerProc(pid=21, ppid=20, pgid=20, start_ticks=2, state="S", role="worker", framework="sglang",
                        argv=["sglang::scheduler_TP0"], gpu_mem_mib={0: 1000})
     orphan = ServerProc(pid=30, ppid=1, pgid=29, start_ticks=3, state="S", role="worker", framework="sglang",
-                        argv=["sglang::scheduler_TP0"], gpu_mem_mib={1: 40000})
+                        argv=["sglang::scheduler_TP0"], gpu_mem_mib={1: 40000}, uid=1000)
     zombie = ServerProc(pid=40, ppid=1, pgid=40, start_ticks=4, state="Z", role="launcher", framework="sglang")
-    snap = HostSnapshot(name="h", connection=ConnectionInfo(state="connected"), received_at=100.0,
-                        servers=[launcher, child, orphan, zombie])
+    unproven = HostSnapshot(name="h", connection=ConnectionInfo(state="connected"), received_at=100.0,
+                            servers=[launcher, child, orphan, zombie])
+    (o,) = [v for v in derive_views(unproven, {}, 100.2) if v.launcher_pid == 30]
+    assert o.flags_summary == "server worker" and "not proven an orphan" in (o.hint or "")  # no facts, no claim
+    snap = unproven.model_copy(update={"agent_uid": 1000, "relatives": [
+        ProcRef(pid=1, sid=1, pgid=1, state="S", argv=["/sbin/init"])]})
     views = derive_views(snap, {}, 100.2)
     foreign = [v for v in views if v.launcher_pid == 20]
     assert len(foreign) == 1 and foreign[0].state == "foreign" and foreign[0].gpus == [0]

@@ -5,16 +5,16 @@ An orphan may be killed, so every verdict rests on **positive evidence**; a reco
 match (a wrapper script, a router, another runs directory, another user) proves nothing. A process is
 
 * **claimed** (not listed) when it belongs to a live server: a live session of any runs directory (its
-  ``MTPCONSOLE_SESSION``, its recorded process group, a descendant of its supervisor) or a descendant of a
-  live launcher;
+  ``MTPCONSOLE_SESSION``, its recorded process group) or a descendant of a live launcher or of a live
+  mtpconsole supervisor (which kills its session's leftovers itself);
 * an **orphan** only when one of these holds, for a process of this console's user:
   (a) it carries a session whose run directory is found (ours, or another console's through
   ``MTPCONSOLE_RUN_DIR`` or the user's list of runs directories), owned by the process's user, and that
-  session has ended; and whoever started it is gone or was a leftover of that session too;
+  session has ended; and its parent is pid 1, an adopter, or a leftover of that session too (only that
+  session's processes carry its mark);
   (b) it is a server process (titled ``sglang::…``/``VLLM::…`` by its framework, or carrying a session id)
   whose original parent is proven dead, and no live process-group leader may have started it. Proof of the
-  death is one of: the agent saw its parent die (its ppid changed: only adoption changes it); it was adopted
-  by a confirmed mtpconsole supervisor (a subreaper that starts only its launcher); its parent is pid 1 or the
+  death is one of: the agent saw its parent die (its ppid changed: only adoption changes it); its parent is pid 1 or the
   user's service manager and that is a known init, or its session (setsid) is neither its own nor its
   parent's (a child inherits its parent's session, so its parent is not who started it);
 * **foreign** otherwise when it is worth naming (a server-shaped process, a GPU memory holder): with its
@@ -159,6 +159,8 @@ class _Host:
         h = cls(snap, ids, pgids, procs, sessions, supervisors, set())
         launchers = {p.pid for p in snap.servers if p.role == "launcher" and p.alive
                      and (p.session_id is None or p.session_id in ids)}
+        # a live supervisor above a process is still managing it (it kills its session's leftovers itself)
+        launchers |= {q.pid for q in procs.values() if q.role == "supervisor" and q.alive}
         h.claimed = {p.pid for p in snap.servers if h.under(p, launchers)}
         return h
 
@@ -191,12 +193,6 @@ def _adopted(h: _Host, p: ServerProc) -> tuple[str | None, str | None]:
     parent = h.procs.get(p.ppid)
     if parent is None:
         return None, f"its parent pid {p.ppid} could not be read: nothing proves who started it"
-    sup = h.supervisors.get(p.ppid)
-    if sup is not None and sup.record is not None:
-        if sup.record.pid == p.pid:
-            return None, f"it is the launcher that supervisor pid {p.ppid} started"
-        return (f"adopted by supervisor pid {p.ppid} of session {sup.session_id} (a subreaper that starts only "
-                f"its launcher, pid {sup.record.pid}): the process that started it is gone"), None
     title = parent.title
     if p.ppid == 1 or USER_SUBREAPER.search(title):
         who = "init (pid 1)" if p.ppid == 1 else f"the user's service manager (pid {p.ppid})"
@@ -253,8 +249,10 @@ def _judge(h: _Host, p: ServerProc, held_ports: dict[int, int]) -> Orphan | Fore
         if not (leader.pid == 1 or h.supervisors.get(leader.pid)):
             return foreign(f"its process group leader pid {leader.pid} ({leader.title[:60]}) is alive "
                            "and may have started it")
-    if proof and (adopted or h.leftover_of(parent, p.session_id)):
-        ev = proof + ([adopted] if adopted else [f"its parent pid {p.ppid} is a leftover of that session too"])
+    if proof and (adopted or h.leftover_of(parent, p.session_id) or p.ppid == 1):
+        ev = proof + ([adopted] if adopted else
+                      [f"its parent pid {p.ppid} is a leftover of that session too" if p.ppid != 1 else
+                       "its parent is pid 1: only that session's processes carry its mark, so pid 1 adopted it"])
     elif adopted and (worker or p.session_id is not None):
         ev = proof + [adopted]
         if p.pgid != p.pid:

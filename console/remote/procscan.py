@@ -38,6 +38,8 @@ SERVER_PATTERNS = [
     (re.compile(r"(^|\s|/)sglang(\.launch_server|\s+serve)\b|-m\s+sglang\.launch_server"), "sglang", "launcher"),
     (re.compile(r"-m\s+console\.sim\.sglang(\s|$)"), "sglang", "launcher"),
     (re.compile(r"(^|\s|/)vllm(\s+serve|\.entrypoints)"), "vllm", "launcher"),
+    (re.compile(r"-m\s+sglang_router\.launch_server\b"), "sglang", "launcher"),  # router + its own workers
+    (re.compile(r"-m\s+dynamo\.sglang(\.\w+)*(\s|$)"), "sglang", "launcher"),  # a Dynamo SGLang worker
     (re.compile(r"sglang\.(srt|data_parallel|bench)"), "sglang", "worker"),
 ]
 """(title pattern, framework, role), first match wins."""

@@ -1,6 +1,7 @@
 """The orphan hunter screen (``o``): processes of no live server that hold GPU memory or look like
-server workers, on every host, with the evidence why each is suspected; ``k`` kills the selected
-one after the Cancel-focused confirm dialog (the kill itself is confirmed step by step)."""
+server workers, on every host: proven orphans with the evidence that proves each, then foreign ones (not
+proven: another user's, started by a live wrapper...) with why they are not killable here; ``k`` kills a
+proven orphan after the Cancel-focused confirm dialog (the kill re-proves it, then confirms step by step)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from console.model import HostView, KillTarget
-from console.ops.orphans import Orphan, find_orphans
+from console.ops.orphans import Foreign, Orphan, hunt_snapshot
 from console.ui.format import clean, short
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.impact import orphan_lines
@@ -42,11 +43,11 @@ class OrphanScreen(Screen):
     def __init__(self, views: Callable[[], dict[str, HostView]], on_kill: OnKill, *, read_only: bool = False) -> None:
         super().__init__()
         self.views, self.on_kill, self.read_only = views, on_kill, read_only
-        self.orphans: list[Orphan] = []
+        self.orphans: list[Orphan | Foreign] = []
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("Orphans: processes of no live server (GPU memory, worker titles)", classes="screen-title")
+            yield Static("Orphans: processes of no live server (proven orphans first, then foreign ones)", classes="screen-title")
             yield DataTable(cursor_type="row", zebra_stripes=True, id="orphans")
             yield Static("", classes="detail", markup=False)
         yield QuietFooter()
@@ -58,18 +59,20 @@ class OrphanScreen(Screen):
         self.set_interval(1.0, self.refresh_rows)
         t.focus()
 
-    def find(self) -> list[Orphan]:
-        out = []
+    def find(self) -> list[Orphan | Foreign]:
+        out: list[Orphan | Foreign] = []
         for view in self.views().values():
             if view.snapshot.connection.state == "connected":
                 live = {s.session_id for s in view.sessions if s.session_id and s.state not in ("failed", "stopped")}
-                out.extend(find_orphans(view.snapshot, live_ids=live))
+                rep = hunt_snapshot(view.snapshot, live_ids=live)
+                out.extend(rep.orphans)
+                out.extend(rep.foreign)
         return out
 
     def refresh_rows(self) -> None:
         found = self.find()
-        if [(o.host, o.pid, o.start_ticks, o.evidence) for o in found] == \
-                [(o.host, o.pid, o.start_ticks, o.evidence) for o in self.orphans] and self.orphans:
+        if [(o.host, o.pid, o.start_ticks, o.evidence, type(o)) for o in found] == \
+                [(o.host, o.pid, o.start_ticks, o.evidence, type(o)) for o in self.orphans] and self.orphans:
             return
         t = self.query_one(DataTable)
         keep = self.selected()
@@ -77,8 +80,7 @@ class OrphanScreen(Screen):
         t.clear()
         for o in found:
             held = ", ".join(f"GPU {i} {m:,} MiB" for i, m in sorted(o.gpu_mem_mib.items())) or "none"
-            why = o.evidence[1] if len(o.evidence) > 1 and o.evidence[0].startswith("titled like") else (
-                o.evidence[0] if o.evidence else "")
+            why = ("foreign: " + o.why) if isinstance(o, Foreign) else (o.evidence[0] if o.evidence else "")
             t.add_row(clean(o.host, 40), str(o.pid), held, short(clean(o.title), 40), short(clean(why), 80),
                       key=f"{o.host}:{o.pid}:{o.start_ticks}")
         if keep is not None:
@@ -87,7 +89,7 @@ class OrphanScreen(Screen):
                 t.move_cursor(row=idx)
         self.show_detail()
 
-    def selected(self) -> Orphan | None:
+    def selected(self) -> Orphan | Foreign | None:
         t = self.query_one(DataTable)
         if not self.orphans or t.cursor_row is None or not 0 <= t.cursor_row < len(self.orphans):
             return None
@@ -99,6 +101,10 @@ class OrphanScreen(Screen):
         if o is None:
             box.update("no orphans: every server process and GPU memory holder belongs to a live server"
                        if not self.orphans else "")
+            return
+        if isinstance(o, Foreign):
+            box.update(Content("\n".join([f"pid {o.pid} of {o.user or '?'}: not proven an orphan, not killable here",
+                                          f"why: {clean(o.why)}", *[f"  - {clean(e)}" for e in o.evidence]])))
             return
         box.update(Content("\n".join(orphan_lines(o))))
 
@@ -113,11 +119,10 @@ class OrphanScreen(Screen):
         if self.read_only:
             self.app.notify("read-only: kill disabled", severity="warning", markup=False)
             return
-        if not o.start_ticks:
-            self.app.notify(f"pid {o.pid} is not visible in the host's /proc: it cannot be killed from here",
-                            severity="warning", markup=False)
+        if isinstance(o, Foreign):
+            self.app.notify(f"pid {o.pid} is not proven an orphan: {o.why}", severity="warning", markup=False)
             return
-        target = KillTarget(host=o.host, pid=o.pid, start_ticks=o.start_ticks, port=o.port)
+        target = KillTarget(host=o.host, pid=o.pid, start_ticks=o.start_ticks, port=o.port, as_orphan=True)
         lines = [*orphan_lines(o), "", "then checks: gone · no process of it left · GPU memory released · port closed"]
         def confirmed(ok: bool | None) -> None:
             if ok:
