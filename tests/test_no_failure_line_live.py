@@ -1,8 +1,9 @@
-"""No decisive line is a valid answer, on real processes (issue 24, item 3).
+"""No decisive line is a valid answer; one server run at a time - on real processes (issue 24, items 3, 4).
 
 A READY stand-in session whose launcher is SIGKILLed leaves a log that ends in the ready line and health
 probes: the session view (panel, ``sessions``) and the report's classification say the log holds no failure
-line and what ended the server; neither shows the ready line or a ``GET /health`` line as decisive.
+line and what ended the server; neither shows the ready line or a ``GET /health`` line as decisive. With an
+older server run in front of that log, the report reads (and excerpts) the last run only and says so.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,8 +71,7 @@ def _no_decisive_log_line(line: str | None) -> None:
     assert "HTTP" not in line and "fired up" not in line, line
 
 
-async def test_launcher_sigkilled_after_ready_shows_no_failure_line(link, sim, tmp_path):
-    _, model = sim
+async def _launch_then_kill_launcher(link: HostLink, model):
     req = LaunchRequest(host="local", command=[sys.executable, "-m", "console.sim.sglang"],
                         flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port())
     r = await lifecycle.launch(link, req, timeout=60)
@@ -81,6 +82,12 @@ async def test_launcher_sigkilled_after_ready_shows_no_failure_line(link, sim, t
     os.kill(info.record.pid, signal.SIGKILL)  # the launcher, as an operator's kill -9 would
     snap, info = await _ended(link, r.session_id)
     assert info.exit is not None, "the supervisor should record the launcher's end"
+    return r, snap, info
+
+
+async def test_launcher_sigkilled_after_ready_shows_no_failure_line(link, sim, tmp_path):
+    _, model = sim
+    r, snap, info = await _launch_then_kill_launcher(link, model)
 
     from console.commands.sessions import classify_sessions
 
@@ -94,3 +101,27 @@ async def test_launcher_sigkilled_after_ready_shows_no_failure_line(link, sim, t
     _no_decisive_log_line(inp.classification.line)
     assert not inp.classification.line_in_log
     assert any("ready to roll" in x for x in inp.log_lines)  # the log did reach ready: it is not what decided
+
+
+OLD_RUN = (
+    "[2026-03-01 09:00:00] server_args=ServerArgs(model_path='/models/old', port=30000)\n"
+    "[2026-03-01 09:00:30] The server is fired up and ready to roll!\n"
+    "[2026-03-01 09:05:00] Decode batch, #running-req: 48, #token: 90000, token usage: 0.40, cuda graph: True, "
+    "gen throughput (token/s): 27.00, #queue-req: 8, \n"
+)
+
+
+async def test_report_reads_the_last_server_run_of_its_log(link, sim, tmp_path):
+    _, model = sim
+    r, snap, info = await _launch_then_kill_launcher(link, model)
+    log = Path(info.run_dir) / "output.log"
+    log.write_text(OLD_RUN + log.read_text())  # an older run in front, as a restart appending to one file leaves
+    inp = await gather(link, r.session_id, audit_path=str(tmp_path / "audit.jsonl"), since_s=600)
+    c = inp.classification
+    assert c is not None and c.runs_skipped == 1 and c.state == "failed", c
+    assert c.metrics is None or c.metrics.gen_throughput != 27.0
+    assert not any("2026-03-01" in x for x in inp.log_lines) and any("ready to roll" in x for x in inp.log_lines)
+    from console.ops.report import build_report
+
+    md = build_report(inp)
+    assert "earlier runs skipped" in md and "27.00" not in md

@@ -116,6 +116,8 @@ def summary(inp: ReportInputs) -> list[str]:
         ("Ended", _ended(inp)),
     ]
     if c and c.line:
+    if c and c.runs_skipped:
+        rows.append(("Log", f"read from the last of {c.runs_skipped + 1} server runs in it (earlier runs skipped)"))
         rows.append(("Decisive line", f"`{_md(c.line)}`"))
     if c and c.hint:
         rows.append(("Hint", _md(c.hint)))

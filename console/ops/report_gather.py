@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from console.model import AuditEntry, HostSnapshot, LaunchRequest, SessionInfo, Step
-from console.ops.classify import classify
+from console.ops.classify import classify_last_run
 from console.ops.flags.launcher import split_launch_command
 from console.ops.lifecycle import memory_verdict
 from console.ops.report import GpuPoint, ReportInputs, TimelineEvent
@@ -114,7 +114,8 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
     ended = s.exit.ended_at if s.exit else now
     window = (min(started, now - since_s), min(now, ended + AFTER_END_S))
     text = await _log(link, session_id)
-    cls = classify(text, s.exit, s.first_abnormal_exit) if text or s.exit else None  # the first death decides
+    cls, run = classify_last_run(text, s.exit, s.first_abnormal_exit) if text or s.exit else (None, text)
+    # the first death decides; a log holding several server runs is read (and excerpted) from the last one
     prev = previous_on_gpu(snap, s)
     planner = None
     if s.spec is not None:
@@ -146,4 +147,4 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
         state=state, previous=prev.spec if prev else None, planner=planner, steps=steps,
         audit=audit, events=events,
         samples=await _samples(link, s.spec.gpus if s.spec else [], *window),
-        log_lines=text.splitlines(), generated_at=now)
+        log_lines=run.splitlines(), generated_at=now)

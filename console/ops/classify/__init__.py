@@ -43,6 +43,7 @@ __all__ = [
     "apply_first_death",
     "classify",
     "classify_file",
+    "classify_last_run",
     "failure_tail",
 ]
 
@@ -64,6 +65,11 @@ class LogClassifier:
         self._partial: list[str] = []
         self._partial_len = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._fed = 0
+        self._line_start = 0
+        self.run_start = 0
+        """Where the run being read begins: characters of :meth:`feed`'s text before its start banner (0 when
+        the log holds one run; meaningful for text fed whole, not across a :meth:`gap`)."""
 
     def feed(self, text_chunk: str) -> None:
         """Add the next piece of the log (text already decoded)."""
@@ -73,6 +79,8 @@ class LogClassifier:
             text_chunk = text_chunk.replace("\r", "\n")
         parts = text_chunk.split("\n")
         last = parts.pop()
+        pos = self._fed
+        st = self._st
         for i, piece in enumerate(parts):
             if i == 0 and self._partial:
                 self._append_partial(piece)
@@ -81,9 +89,15 @@ class LogClassifier:
                 self._partial_len = 0
             else:
                 line = piece[: self._max_line]
-            self._reader.line(line, self._st)
+            runs = st.runs_skipped
+            self._reader.line(line, st)
+            if st.runs_skipped != runs:
+                self.run_start = self._line_start
+            pos += len(piece) + 1
+            self._line_start = pos
         if last:
             self._append_partial(last)
+        self._fed += len(text_chunk)
 
     def feed_bytes(self, data: bytes) -> None:
         """Add raw bytes; invalid UTF-8 becomes U+FFFD, characters split across chunks are joined."""
@@ -103,6 +117,11 @@ class LogClassifier:
             piece = piece[:room]
             self._partial.append(piece)
             self._partial_len += len(piece)
+
+    @property
+    def runs_skipped(self) -> int:
+        """Server runs of the log before the one being read (complete lines only)."""
+        return self._st.runs_skipped
 
     @property
     def lines_seen(self) -> int:
@@ -136,10 +155,21 @@ def _exec_failure(exit: ExitRecord | None) -> Failure | None:
 
 
 def classify(text: str, exit: ExitRecord | None = None, first_death: ProcessExit | None = None) -> Classification:
-    """Classify a whole log text (plus the optional exit record and first death). Pure; linear."""
+    """Classify a whole log text (plus the optional exit record and first death). Pure; linear.
+
+    A log holding several server runs is classified from the last one (``runs_skipped`` says how many came
+    before)."""
+    return classify_last_run(text, exit, first_death)[0]
+
+
+def classify_last_run(text: str, exit: ExitRecord | None = None,
+                      first_death: ProcessExit | None = None) -> tuple[Classification, str]:
+    """:func:`classify`, and the text of the server run it read (``text`` itself when it holds one run)."""
     clf = LogClassifier()
     clf.feed(text)
-    return clf.result(exit, first_death)
+    c = clf.result(exit, first_death)
+    start = clf.run_start if c.runs_skipped == clf.runs_skipped else clf._line_start  # an unterminated banner
+    return c, text[start:]
 
 
 def classify_file(path: str | os.PathLike[str], exit: ExitRecord | None = None, *,

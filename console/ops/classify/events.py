@@ -41,6 +41,7 @@ from console.ops.classify.patterns import (
     SPEC_CONTEXT,
     SPEC_CONTEXT_OFF,
     SPEC_PROGRESS,
+    START_BANNERS,
     STOP_ANY,
     STOP_EXCEPTIONS,
     STOP_GATE,
@@ -76,6 +77,8 @@ class Sink(Protocol):
     def stop(self, raw: str, seq: int, sigterm: bool) -> None: ...
     def failure(self, f: Failure) -> None: ...
     def metric(self, name: str, value: float) -> None: ...
+    def run_over(self) -> bool: ...
+    def new_run(self, raw: str) -> None: ...
 
 
 class Reader:
@@ -113,6 +116,12 @@ class Reader:
         """A gap in the log: an open episode ends where the text stops."""
         self.ep = None
 
+    def _new_run(self) -> None:
+        """A new server run began: nothing read of the previous one (its step, its symptoms) carries over."""
+        self.ep = self.usage = None
+        self.spec_step = self.phase_guess = self.fired_up = self.spec_seen = False
+        self.phase = self.symptom = None
+
     def close(self, sink: Sink) -> None:
         if self.ep is not None:
             ep, self.ep = self.ep, None
@@ -137,6 +146,11 @@ class Reader:
             return
         self.seq += 1
         seq = self.seq
+        if body.startswith(START_BANNERS):
+            self.close(sink)  # what was open belongs to the run before
+            if sink.run_over():
+                sink.new_run(ln.raw)
+                self._new_run()
         sink.seen(ln)
         if not self.spec_seen and SPEC_CONTEXT.search(ln.raw):
             self.spec_seen = SPEC_CONTEXT.search(SPEC_CONTEXT_OFF.sub("", ln.raw)) is not None

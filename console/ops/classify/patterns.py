@@ -123,6 +123,12 @@ STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down",
 READY_GATE = ("ready to roll", "startup complete", "Uvicorn running", "Started server process")
 SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ")
 
+START_BANNERS = ("server_args=", "vLLM API server version ")
+"""The first line a server start prints (the message, wrappers peeled): SGLang's launcher logs its resolved
+``server_args=ServerArgs(...)`` (0.5.23: a dict), vLLM's API server its version. A new server run of the same
+log begins there - but only once the previous run reached ready or went down (several ranks or nodes of one
+start print the same banner)."""
+
 # ---------------------------------------------------------------- lines that are neither
 
 BENIGN = _rx(

@@ -21,7 +21,7 @@ a state, a cause and the decisive line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from console.model import (
     Classification,
@@ -153,6 +153,21 @@ class State:
 
     def metric(self, name: str, value: float) -> None:
         self.metrics[name] = value
+
+    def run_over(self) -> bool:
+        """The run being read reached ready or went down (a stop line, a terminal failure or a crash): a start
+        banner now begins another run. Before that, a banner is one more rank or node of the same start."""
+        if self.ready_line is not None or self.stop_seq is not None:
+            return True
+        return any(c.terminal or c.crash for group in (self.fresh, self.demoted) for c in group.values())
+
+    def new_run(self, raw: str) -> None:
+        """Forget the run read so far: only the last server run of a log is classified."""
+        skipped = self.runs_skipped + 1
+        fresh = State()
+        for f in fields(State):
+            setattr(self, f.name, getattr(fresh, f.name))
+        self.runs_skipped, self.run_line = skipped, raw
 
     def _reset(self) -> None:
         """The server became ready: what happened before did not kill it."""
