@@ -115,9 +115,9 @@ def summary(inp: ReportInputs) -> list[str]:
         ("Started", _t(inp.started_at or (spec.created_at if spec else None))),
         ("Ended", _ended(inp)),
     ]
-    if c and c.line:
     if c and c.runs_skipped:
         rows.append(("Log", f"read from the last of {c.runs_skipped + 1} server runs in it (earlier runs skipped)"))
+    if c and c.line:
         rows.append(("Decisive line", f"`{_md(c.line)}`"))
     if c and c.hint:
         rows.append(("Hint", _md(c.hint)))
