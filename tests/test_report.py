@@ -79,7 +79,7 @@ def normalise(md: str, tmp: Path) -> str:
             section = line
         if section in ("## Timeline", "## GPU around the failure") and line.startswith("| <time>"):
             # which workers the agent saw die before the launcher's teardown is a race: not compared
-            if "worker (pid" not in line:
+            if "worker (pid" not in line and "detokenizer (pid" not in line:
                 rows.append(line if section == "## Timeline" else "| <time> | <gpu sample> |")
             continue
         if rows:

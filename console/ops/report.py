@@ -20,6 +20,7 @@ from console.model import (
     ExitRecord,
     Frozen,
     LaunchSpec,
+    ProcessExit,
     Step,
 )
 from console.redact import redact_argv, redact_text
@@ -124,6 +125,20 @@ def summary(inp: ReportInputs) -> list[str]:
     if inp.planner:
         rows.append(("Memory planner", _md(inp.planner)))
     return ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+
+
+HELPER_ROLES = ("other", "resource_tracker")
+"""Processes that serve no request (multiprocessing's resource tracker...): noise in a postmortem."""
+
+
+def exit_events(exits: Sequence[ProcessExit], first: ProcessExit | None) -> list[TimelineEvent]:
+    """The session's process ends for the timeline, in the order they ended (the first death first): server
+    processes, and a helper only when it is the first death; a leftover says the supervisor killed it."""
+    def is_first(x: ProcessExit) -> bool:
+        return first is not None and (x.pid, x.start_ticks) == (first.pid, first.start_ticks)
+
+    return [TimelineEvent(at=x.at, what=x.describe(), source="exit") for x in exits
+            if x.at is not None and (x.role not in HELPER_ROLES or is_first(x))]
 
 
 def timeline(inp: ReportInputs) -> list[str]:

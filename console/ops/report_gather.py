@@ -14,7 +14,7 @@ from console.model import AuditEntry, HostSnapshot, LaunchRequest, SessionInfo, 
 from console.ops.classify import classify_last_run
 from console.ops.flags.launcher import split_launch_command
 from console.ops.lifecycle import memory_verdict
-from console.ops.report import GpuPoint, ReportInputs, TimelineEvent
+from console.ops.report import GpuPoint, ReportInputs, TimelineEvent, exit_events
 from console.remote.link import HostLink, LinkDown, RequestError
 
 LOG_TAIL_BYTES = 2 << 20
@@ -126,9 +126,7 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
             planner = f"{verdict.replace('_', ' ')}: {why}" if verdict else why
         except (RequestError, LinkDown, TimeoutError) as e:
             planner = f"not planned: {e}"
-    # server processes only: helpers such as multiprocessing's resource tracker are noise in a postmortem
-    events = [TimelineEvent(at=x.at, what=x.describe(), source="exit") for x in s.exits
-              if x.at is not None and x.role != "other"]
+    events = exit_events(s.exits, s.first_abnormal_exit)
     if s.record is not None:
         events.append(TimelineEvent(at=s.record.started_at, what=f"server spawned: pid {s.record.pid}, "
                                     f"process group {s.record.pgid}", source="record"))
