@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Button, DataTable
 
-from console.model import GpuProc, HostView, ServerProc
+from console.model import GpuProc, HostView, ProcRef, ServerProc
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.events import EventsScreen
 from console.ui.screens.log_screen import LogScreen
@@ -20,13 +20,14 @@ SIZE = (160, 50)
 
 
 def view_with_orphan() -> HostView:
-    """host-a plus an sglang::scheduler adopted by init holding 9 GiB on GPU 2 (no session of it lives)."""
+    """host-a plus an sglang::scheduler adopted by init holding 9 GiB on GPU 2, whose launcher the agent saw die."""
     v = view_a()
-    orphan = ServerProc(pid=7777, ppid=1, pgid=7777, sid=7777, start_ticks=4242, state="S", user="op",
-                        argv=["sglang::scheduler"], role="worker", framework="sglang", gpu_mem_mib={2: 9216})
+    orphan = ServerProc(pid=7777, ppid=1, pgid=7777, sid=7777, start_ticks=4242, state="S", user="op", uid=1000,
+                        argv=["sglang::scheduler"], role="worker", framework="sglang", gpu_mem_mib={2: 9216},
+                        reparented_from=ProcRef(pid=7700, state="X", argv=["python -m sglang.launch_server"]))
     gpus = [g if g.index != 2 else gpu(2, used=9300, procs=[GpuProc(pid=7777, used_mib=9216)])
             for g in v.snapshot.gpus]
-    snap = v.snapshot.model_copy(update={"servers": [*v.snapshot.servers, orphan], "gpus": gpus})
+    snap = v.snapshot.model_copy(update={"servers": [*v.snapshot.servers, orphan], "gpus": gpus, "agent_uid": 1000})
     return v.model_copy(update={"snapshot": snap})
 
 
@@ -152,7 +153,7 @@ async def test_o_orphan_hunter_kill_needs_the_dialog_with_cancel_focused():
         dialog = app.screen
         assert isinstance(dialog, ConfirmScreen)
         body = "\n".join(dialog.lines)
-        assert "pid:      7777 (start 4242" in body and "9,216 MiB on GPU 2" in body and "init (pid 1)" in body
+        assert "pid:      7777 (start 4242" in body and "9,216 MiB on GPU 2" in body and "parent pid 7700" in body
         assert app.focused is not None and app.focused.id == "cancel"
         await pilot.press("enter")  # Cancel
         await settle(pilot)

@@ -7,6 +7,8 @@ memory a kill frees. Every figure is what the last sample says, and says so when
 
 from __future__ import annotations
 
+import textwrap
+
 from console.model import HostSnapshot, SessionView
 from console.ops.orphans import Orphan
 from console.ops.sessions import flag_value
@@ -100,6 +102,7 @@ def orphan_lines(o: Orphan) -> list[str]:
         f"title:    {short(clean(o.title), 70)}",
         f"port:     {o.port or NA}",
         f"frees:    {held or 'no GPU memory held (as last sampled)'}",
-        "why:",
-        *[f"  - {short(clean(e), 74)}" for e in o.evidence],
+        "why (each fact re-checked when the kill starts):",
+        *[line for e in o.evidence for line in textwrap.wrap(clean(e), 74, initial_indent="  - ",
+                                                              subsequent_indent="    ", max_lines=3)],
     ]
