@@ -12,6 +12,7 @@ from console.ops import advisor
 from console.ops.advisor import ServerContext, advise
 from console.ops.metrics import MetricsParseError, figures_from_log, merge, parse_sglang_metrics
 from console.ops.model_config import parse_model_config
+from console.ops.orphans import Orphan
 from console.ops.planner import parse_server_flags
 
 DATA = Path(__file__).parent / "data"
@@ -96,10 +97,13 @@ def gpu(power=300.0, limit=600.0, total=97887) -> GpuSample:
     return GpuSample(index=0, power_w=power, power_limit_w=limit, mem_total_mib=total, mem_used_mib=60000)
 
 
-def ctx(argv, *, shape=SHAPE_MTP, figures=None, history=(), g=None, log_tail=(), throttle=()) -> ServerContext:
-    return ServerContext(host="h", gpu=g or gpu(), pid=4242, flags_argv=argv, flags=parse_server_flags(argv),
-                         figures=figures or ServingFigures(), history=history, shape=shape, log_tail=log_tail,
-                         throttle_reasons=throttle)
+def ctx(argv, *, shape=SHAPE_MTP, figures=None, history=(), g=None, log_tail=(), throttle=(), now=100.0,
+        gpu_at=100.0, retract_lag_s=None) -> ServerContext:
+    if retract_lag_s is None and log_tail:
+        retract_lag_s = 0.0
+    return ServerContext(host="h", gpu=g or gpu(), now=now, gpu_at=gpu_at, pid=4242, flags_argv=argv,
+                         flags=parse_server_flags(argv), figures=figures or ServingFigures(), history=history,
+                         shape=shape, log_tail=log_tail, retract_lag_s=retract_lag_s, throttle_reasons=throttle)
 
 
 BASE = ["--model-path", "/m", "--mem-fraction-static", "0.85", "--max-running-requests", "32"]
@@ -134,7 +138,7 @@ def test_underused_without_mtp_head_or_config_says_so_instead_of_fits():
 
 def test_planner_unchecked_suggestion_says_why():
     argv = BASE + ["--speculative-algorithm", "EAGLE"]
-    low = [ServingFigures(accept_length=fig(1.1)) for _ in range(3)]
+    low = [ServingFigures(accept_length=fig(1.1, at=90.0 + i)) for i in range(3)]  # three distinct readings
     a = advise([ctx(argv, shape=None, figures=ServingFigures(accept_length=fig(1.2)), history=low)])
     assert kinds(a) == ["speculation_costly"]
     assert a[0].suggestion is not None and "not checked by the planner (no model config)" in a[0].suggestion.planner
@@ -144,12 +148,12 @@ def test_planner_unchecked_suggestion_says_why():
 def test_good_acceptance_or_short_history_gives_no_advice():
     argv = BASE + ["--speculative-algorithm", "EAGLE"]
     assert advise([ctx(argv, figures=ServingFigures(accept_length=fig(2.8)),
-                       history=[ServingFigures(accept_length=fig(2.9))] * 3)]) == []
+                       history=[ServingFigures(accept_length=fig(2.9, at=90.0 + i)) for i in range(3)])]) == []
     assert advise([ctx(argv, figures=ServingFigures(accept_length=fig(1.1)))]) == []
 
 
 def test_running_at_limit_with_growing_queue_raises_it_within_the_planner():
-    hist = [ServingFigures(queue=fig(q)) for q in (2, 5, 9)]
+    hist = [ServingFigures(queue=fig(q, at=90.0 + i)) for i, q in enumerate((2, 5, 9))]
     a = advise([ctx(BASE, g=gpu(power=580), figures=ServingFigures(running=fig(32), queue=fig(14)), history=hist)])
     assert kinds(a) == ["running_at_limit"]
     assert a[0].suggestion is not None and "--max-running-requests 32 -> " in a[0].suggestion.change
@@ -169,8 +173,11 @@ def test_power_at_limit_with_throttled_clocks():
 
 
 def test_orphans_holding_memory():
-    a = advise([], advisor.HostContext(host="h", orphans=[(777, 1, 81000)]))
-    assert kinds(a) == ["orphan_memory"] and a[0].pid == 777 and "81000 MiB" in a[0].message
+    o = Orphan(host="h", pid=777, start_ticks=1, ppid=1, pgid=700, gpu_mem_mib={1: 81000},
+               evidence=["its parent, pid 700 (python3 -m sglang.launch_server), was seen to die; init adopted it"])
+    a = advise([], advisor.HostContext(host="h", orphans=[o], gpu_source="nvml"))
+    assert kinds(a) == ["orphan_memory"] and a[0].pid == 777 and a[0].gpu == 1 and "81000 MiB" in a[0].message
+    assert a[0].evidence == ["GPU 1: 81000 MiB held by pid 777 (nvml)", o.evidence[0]]
 
 
 def test_thresholds_are_named_and_explained():

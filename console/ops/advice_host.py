@@ -8,6 +8,7 @@ caller) so the planner can check suggestions.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from console.model import (
 )
 from console.ops.advisor import HostContext, ServerContext, Validator, advise
 from console.ops.flags.launcher import split_launch_command
-from console.ops.foreign_log import NoOutput, read_foreign_output
+from console.ops.foreign_log import NoOutput, output_written_at, read_foreign_output
 from console.ops.metrics import (
     MetricsParseError,
     figures_from_log,
@@ -35,12 +36,13 @@ from console.ops.metrics import (
     parse_sglang_metrics,
 )
 from console.ops.model_config import ModelConfigError, ModelShape, parse_model_config
+from console.ops.orphans import Orphan, find_orphans
 from console.ops.planner import parse_server_flags
 from console.ops.sessions import derive_views
 from console.remote.link import HostLink, LinkDown, RequestError
 
 if TYPE_CHECKING:
-    from console.model import HostSnapshot
+    from console.model import HostSnapshot, SessionInfo
     from console.ops.flags import FlagSchema
 
 ReadFile = Callable[[str], Awaitable[bytes | str]]
@@ -70,67 +72,143 @@ def view_key(s: SessionView) -> str:
 
 class LiveLogs(Frozen):
     """What the live servers' own logs say, per server key (:func:`view_key`): their last lines, their last
-    serving figures and when those figures were read (epoch seconds; a figure's age is counted from it)."""
+    serving figures, when those were read (console clock, epoch seconds) and when the line that gave the
+    figures was written as far as it can be shown (``figures_at``: a figure's age is counted from it)."""
 
     tails: dict[str, list[str]] = Field(default_factory=dict)
     metrics: dict[str, ServeMetrics] = Field(default_factory=dict)
     read_at: dict[str, float] = Field(default_factory=dict)
+    figures_at: dict[str, float] = Field(default_factory=dict)
+    """When ``metrics``' line was written at the latest (:func:`log_figures_at`); metrics without it are undated
+    and never used."""
+
+
+def to_console_clock(snap: HostSnapshot, host_t: float | None) -> float | None:
+    """A host-clock time on the console's clock (the sample's host time against when it arrived); None when
+    either is unknown."""
+    if host_t is None or snap.sampled_at is None or snap.received_at is None:
+        return None
+    return host_t + (snap.received_at - snap.sampled_at)
+
+
+def log_figures_at(lines: Sequence[str], read_at: float, written_at: float | None = None) -> float | None:
+    """When the log's last metrics line was written at the latest (console clock): the log's end (when it was
+    read, or its file's last write when earlier) less how long the log went on after that line, by the log's
+    own timestamps. None when there is no metrics line or that lag cannot be shown."""
+    from console.ops.classify.stamps import metrics_lag  # not before the first frame (tui.LATER_MODULES)
+
+    lag = metrics_lag(lines)
+    if lag is None:
+        return None
+    end = read_at if written_at is None else min(read_at, written_at)
+    return end - lag
+
+
+def dated_log_figures(lines: Sequence[str], read_at: float, written_at: float | None = None) -> tuple[
+        ServeMetrics | None, float | None]:
+    """(the last serving figures of the log's last server run, when their line was written); (None, None) when
+    it has none or they cannot be dated."""
+    from console.ops.classify import classify
+
+    m = classify("\n".join(lines)).metrics
+    at = log_figures_at(lines, read_at, written_at) if m is not None else None
+    return (m, at) if at is not None else (None, None)
 
 
 def figures_for(view: HostView, s: SessionView, logs: LiveLogs | None = None) -> ServingFigures:
-    """The session's figures: ``/metrics`` when the agent fetched it, else its log's last batch line.
+    """The server's figures: its live launcher's ``/metrics`` when the agent fetched it, else its log's last
+    batch line - each dated when it was produced, as far as that can be shown.
 
-    ``logs`` supplies the log figures of servers whose view has none (a hand-started server's
-    stdout file, read separately), dated when they were read."""
+    ``logs`` gives the log figures: dated ones (``metrics`` with ``figures_at``: a hand-started server's stdout
+    file, a session log read with its file's time), else those of a followed log's last lines (``tails``, read
+    at the view's sample). A log figure that cannot be dated is left out."""
     key = view_key(s)
-    if s.metrics is not None:
-        log = figures_from_log(s.metrics, view.snapshot.received_at)
-    elif logs is not None and key in logs.metrics:
-        log = figures_from_log(logs.metrics[key], logs.read_at.get(key, view.snapshot.received_at))
-    else:
-        log = ServingFigures()
+    snap = view.snapshot
+    log = ServingFigures()
+    if logs is not None and key in logs.metrics and key in logs.figures_at:
+        log = figures_from_log(logs.metrics[key], logs.figures_at[key])
+    elif logs is not None and key in logs.tails and snap.received_at is not None:
+        m, at = dated_log_figures(logs.tails[key], logs.read_at.get(key, snap.received_at))
+        log = figures_from_log(m, at)
     proc = _launcher(view, s)
-    if proc is None or not proc.metrics_text or proc.metrics_at is None:
+    at = to_console_clock(snap, proc.metrics_at) if proc is not None else None
+    if proc is None or not proc.alive or not proc.metrics_text or at is None:
         return log
     try:
-        return merge(parse_sglang_metrics(proc.metrics_text, proc.metrics_at), log)
+        return merge(parse_sglang_metrics(proc.metrics_text, at), log)
     except MetricsParseError:
         return log
 
 
+def live_server(view: HostView, s: SessionView) -> bool:
+    """Positive evidence that ``s`` is served by a live process: its launcher is alive in the snapshot, not a
+    worker (an orphaned worker's view is no server), and a managed session's run directory says its server is
+    alive."""
+    proc = _launcher(view, s)
+    if proc is None or not proc.alive or proc.role in ("worker", "supervisor"):
+        return False
+    if s.session_id is None:
+        return proc.role == "launcher"
+    info = next((x for x in view.snapshot.sessions if x.session_id == s.session_id), None)
+    return info is not None and info.server_alive and info.exit is None
+
+
+def advised_servers(view: HostView) -> list[SessionView]:
+    """The servers the advisor reads: per GPU its current session (``console.ops.current``), when it is live and
+    :func:`live_server` proves a live process serves it; a tp>1 server once, on its first GPU."""
+    from console.ops.current import current_by_gpu
+
+    out: list[SessionView] = []
+    for c in current_by_gpu(view.sessions, [g.index for g in view.snapshot.gpus]):
+        s = c.session
+        if s is None or s.state not in LIVE_STATES or not s.gpus or s.gpus[0] != c.index:
+            continue
+        if live_server(view, s):
+            out.append(s)
+    return out
+
+
 def server_contexts(view: HostView, shapes: Mapping[str, ModelShape] | None = None,
                     history: Mapping[str, Sequence[ServingFigures]] | None = None,
-                    logs: LiveLogs | None = None) -> list[ServerContext]:
-    """One context per live server (managed or foreign) on this host, on its first GPU."""
-    gpus: dict[int, GpuSample] = {g.index: g for g in view.snapshot.gpus}
+                    logs: LiveLogs | None = None, now: float | None = None) -> list[ServerContext]:
+    """One context per advised server (:func:`advised_servers`), on its first GPU; ``now``: the console's clock
+    (default: when the view's sample arrived)."""
+    snap = view.snapshot
+    gpus: dict[int, GpuSample] = {g.index: g for g in snap.gpus}
     tails = logs.tails if logs is not None else {}
+    when = now if now is not None else (snap.received_at or 0.0)
+    gpu_at = to_console_clock(snap, snap.gpu_sampled_at or snap.sampled_at)
     out = []
-    for s in view.sessions:
-        if s.state not in LIVE_STATES or not s.gpus or s.gpus[0] not in gpus:
-            continue
+    for s in advised_servers(view):
         argv = split_launch_command(s.argv).flags
         flags = parse_server_flags(argv)
         key = view_key(s)
         path = model_path(flags)
+        tail = tails.get(key, ())
         out.append(ServerContext(
-            host=view.snapshot.name, gpu=gpus[s.gpus[0]], session_id=s.session_id,
+            host=snap.name, gpu=gpus[s.gpus[0]], now=when, gpu_at=gpu_at, session_id=s.session_id,
             pid=None if s.session_id else s.launcher_pid, flags_argv=argv, flags=flags,
             figures=figures_for(view, s, logs), history=(history or {}).get(key, ()),
-            log_tail=tails.get(key, ()), shape=(shapes or {}).get(path) if path else None,
+            log_tail=tail, retract_lag_s=_retract_lag(tail), shape=(shapes or {}).get(path) if path else None,
             throttle_reasons=tuple(gpus[s.gpus[0]].throttle_reasons or ())))
     return out
 
 
-def orphan_holders(view: HostView) -> list[tuple[int, int | None, int]]:
-    """(pid, GPU, MiB) for every compute process on a GPU that no live session or foreign server owns."""
-    owned = {pid for s in view.sessions if s.state in LIVE_STATES | {"stopping"} for pid in s.pids}
-    owned |= {p.pid for p in view.snapshot.servers if p.role in ("launcher", "supervisor")}
-    out: list[tuple[int, int | None, int]] = []
-    for g in view.snapshot.gpus:
-        for proc in g.procs:
-            if proc.pid not in owned and (proc.used_mib or 0) > 0:
-                out.append((proc.pid, g.index, proc.used_mib or 0))
-    return out
+def _retract_lag(lines: Sequence[str]) -> float | None:
+    """How long the log went on after its last retraction line (its own clock), None if none or undated."""
+    from console.ops.classify.stamps import lag_after
+
+    for i in range(len(lines) - 1, -1, -1):
+        if "Retract requests" in lines[i] or "retract" in lines[i].lower():
+            return lag_after(lines, i)
+    return None
+
+
+def orphans_of(view: HostView) -> list[Orphan]:
+    """The proven orphans of the view's snapshot (:func:`console.ops.orphans.find_orphans`): alive, holding GPU
+    memory per the GPU source, of an ended session or adopted after whoever started them died."""
+    live = {s.session_id for s in view.sessions if s.session_id and s.state in LIVE_STATES | {"stopping"}}
+    return [o for o in find_orphans(view.snapshot, live_ids=live) if o.held_mib > 0]
 
 
 async def load_shapes(view: HostView, read_file: ReadFile, cache: dict[str, ModelShape | None]) -> dict[str, ModelShape]:
@@ -150,10 +228,12 @@ async def load_shapes(view: HostView, read_file: ReadFile, cache: dict[str, Mode
 def host_advice(view: HostView, shapes: Mapping[str, ModelShape] | None = None, *,
                 validate: Validator | None = None,
                 history: Mapping[str, Sequence[ServingFigures]] | None = None,
-                logs: LiveLogs | None = None) -> list[Advice]:
-    """The advisor's findings for one host view (``logs``: the live servers' own logs, when read)."""
-    ctxs = server_contexts(view, shapes, history, logs)
-    host = HostContext(host=view.snapshot.name, gpus=view.snapshot.gpus, orphans=orphan_holders(view))
+                logs: LiveLogs | None = None, now: float | None = None) -> list[Advice]:
+    """The advisor's findings for one host view (``logs``: the live servers' own logs, when read; ``now``: the
+    console's clock, default when the view's sample arrived)."""
+    ctxs = server_contexts(view, shapes, history, logs, now)
+    host = HostContext(host=view.snapshot.name, gpus=view.snapshot.gpus, orphans=orphans_of(view),
+                       gpu_source=view.snapshot.gpu_source)
     return advise(ctxs, host, validate=validate)
 
 
@@ -179,7 +259,7 @@ def figures_json(view: HostView, now: float, logs: LiveLogs | None = None) -> li
     for s in view.sessions:
         if s.state not in LIVE_STATES:
             continue
-        figs = figures_for(view, s, logs)
+        figs = figures_for(view, s, logs) if live_server(view, s) else ServingFigures()  # no figures of the dead
         fields = {}
         for name in ServingFigures.model_fields:
             f = getattr(figs, name)
@@ -194,16 +274,17 @@ async def read_foreign_logs(link: HostLink, view: HostView, *, tail_bytes: int =
                             clock: Callable[[], float] = time.time) -> LiveLogs:
     """The own output of each hand-started server of ``view`` whose stdout is a regular file.
 
-    Its last lines and its last ``Decode batch`` figures, keyed by :func:`view_key` and dated by
-    ``clock`` when read. A server whose output is a pipe or a terminal, or that is gone, is left
-    out (it has no log figures). The one reader of these figures, for ``status`` and the TUI."""
-    from console.ops.classify import classify  # not before the first frame (tui.LATER_MODULES)
-
+    Its last lines and its last ``Decode batch`` figures, keyed by :func:`view_key`, dated when their line was
+    written at the latest (:func:`log_figures_at`: the read by ``clock``, the file's last write, the log's own
+    timestamps). Only servers whose launcher is alive (:func:`live_server`): an orphaned worker's stdout is
+    its dead launcher's log. A server whose output is a pipe or a terminal, or that is gone, is left out (it
+    has no log figures). The one reader of these figures, for ``status`` and the TUI."""
     tails: dict[str, list[str]] = {}
     metrics: dict[str, ServeMetrics] = {}
     read_at: dict[str, float] = {}
+    figures_at: dict[str, float] = {}
     for s in view.sessions:
-        if s.session_id is not None or s.state != "foreign" or s.launcher_pid is None:
+        if s.session_id is not None or s.state != "foreign" or s.launcher_pid is None or not live_server(view, s):
             continue
         try:
             _, lines = await read_foreign_output(link, s.launcher_pid, s.launcher_start_ticks, tail_bytes)
@@ -211,18 +292,36 @@ async def read_foreign_logs(link: HostLink, view: HostView, *, tail_bytes: int =
             continue
         key = view_key(s)
         tails[key], read_at[key] = lines[-LOG_TAIL_LINES:], clock()
-        m = classify("\n".join(lines)).metrics
-        if m is not None:
-            metrics[key] = m
-    return LiveLogs(tails=tails, metrics=metrics, read_at=read_at)
+        written = to_console_clock(view.snapshot, await output_written_at(link, s.launcher_pid))
+        m, at = dated_log_figures(lines, read_at[key], written)
+        if m is not None and at is not None:
+            metrics[key], figures_at[key] = m, at
+    return LiveLogs(tails=tails, metrics=metrics, read_at=read_at, figures_at=figures_at)
 
 
-async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float) -> tuple[HostView, LiveLogs]:
-    """A HostView whose live sessions are classified from their own logs (ended ones are not read).
+async def _session_log_written_at(link: HostLink, snap: HostSnapshot, info: SessionInfo) -> float | None:
+    """When the session's ``output.log`` was last written (console clock), None when it cannot be read."""
+    try:
+        r = await link.request("run", {"argv": ["stat", "-L", "-c", "%Y", os.path.join(info.run_dir, "output.log")],
+                                       "timeout": 10}, audit=False)
+    except (RequestError, LinkDown, TimeoutError):
+        return None
+    out = str(r.get("stdout") or "").strip()
+    return to_console_clock(snap, float(out)) if r.get("rc") == 0 and out.isdigit() else None
+
+
+async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float, *,
+                                  clock: Callable[[], float] = time.time) -> tuple[HostView, LiveLogs]:
+    """A HostView whose live sessions are classified from their own logs (ended ones are not read), and the
+    logs' dated figures (read at ``clock``).
 
     A hand-started server's output is read from its stdout file when that is a regular file."""
+    from console.ops.classify import classify
+
     classes: dict[str, Classification] = {}
     tails: dict[str, list[str]] = {}
+    metrics: dict[str, ServeMetrics] = {}
+    figures_at: dict[str, float] = {}
     for info in snap.sessions:
         if not info.server_alive:
             continue
@@ -231,25 +330,30 @@ async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float
                                    audit=False)
         except (RequestError, LinkDown, TimeoutError):  # unreadable: the session stays unclassified
             continue
+        read_at = clock()
         text = str(r.get("data", ""))
-        from console.ops.classify import classify
-
         classes[info.session_id] = classify(text, info.exit)
-        tails[info.session_id] = text.splitlines()[-LOG_TAIL_LINES:]
+        lines = text.splitlines()
+        tails[info.session_id] = lines[-LOG_TAIL_LINES:]
+        m, at = dated_log_figures(lines, read_at, await _session_log_written_at(link, snap, info))
+        if m is not None and at is not None:
+            metrics[info.session_id], figures_at[info.session_id] = m, at
     view = HostView(snapshot=snap, sessions=derive_views(snap, classes, now, interval=1e9))
-    foreign = await read_foreign_logs(link, view)
-    return view, foreign.model_copy(update={"tails": {**tails, **foreign.tails}})
+    foreign = await read_foreign_logs(link, view, clock=clock)
+    return view, foreign.model_copy(update={"tails": {**tails, **foreign.tails},
+                                            "metrics": {**metrics, **foreign.metrics},
+                                            "figures_at": {**figures_at, **foreign.figures_at}})
 
 
 async def advise_link(link: HostLink, snap: HostSnapshot, *, now: float, validate: Validator | None = None,
                       shape_cache: dict[str, ModelShape | None] | None = None) -> tuple[list[Advice], list[dict[str, Any]]]:
     """The advisor's findings and the serving figures of one connected host, read through its link."""
-    view, logs = await view_with_live_sessions(link, snap, now)
+    view, logs = await view_with_live_sessions(link, snap, now, clock=lambda: now)  # read "now", as the rules see it
 
     async def read_file(path: str) -> str:
         r = await link.request("read_file", {"path": path, "max_bytes": 4 << 20}, audit=False)
         return str(r["data"])
 
     shapes = await load_shapes(view, read_file, {} if shape_cache is None else shape_cache)
-    advice = host_advice(view, shapes, validate=validate, logs=logs)
+    advice = host_advice(view, shapes, validate=validate, logs=logs, now=now)
     return advice, figures_json(view, now, logs)

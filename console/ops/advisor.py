@@ -8,6 +8,13 @@ planner cannot check it (no model config), the suggestion says so instead of "fi
 
 Thresholds are named constants below, each with the reason for its value. They were chosen
 from how SGLang and GPUs behave, not fitted to the demo.
+
+Advice rests on live evidence only: the caller gives a context only for the current session of a GPU
+whose server process is alive, and every figure a rule reads must be younger than its own age bound
+(``*_MAX_AGE_S``, one per figure, in :data:`FIGURE_MAX_AGE_S`); an older or undated figure is as good as
+none. A trend ("growing") is a series of distinct readings that rises: strictly more at its end than at its
+start, by at least a minimum; a flat series is not growing. Memory held by processes of no live session is
+what the orphan hunter proves (:func:`console.ops.orphans.find_orphans`), never what a view leaves out.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from console.model import Advice, GpuSample, ServingFigures, Suggestion
+from console.model import Advice, Figure, GpuSample, ServingFigures, Suggestion
 from console.ops.model_config import ModelShape
+from console.ops.orphans import Orphan
 from console.ops.planner import SPEC_ALGOS, plan
 
 UNDERUSED_POWER_FRACTION = 0.75
@@ -32,6 +40,50 @@ benchmarks put useful EAGLE at 2-4)."""
 
 MIN_HISTORY_POINTS = 3
 """Trends (a growing queue, a low accept length "over minutes") need at least this many readings."""
+
+MIN_QUEUE_RISE = 2
+"""A growing queue holds at least this many more requests at the end of its series than at the start: one
+request more is the noise of a queue that admits and finishes requests every step."""
+
+TREND_WINDOW_S = 300.0
+"""A trend is read over the last 5 minutes of readings; older ones describe another load."""
+
+SAME_READING_S = 1.0
+"""Two readings of a figure dated less than this apart are one observation (the same log line or /metrics
+fetch read twice): a series counts observations, not reads."""
+
+QUEUE_MAX_AGE_S = 30.0
+"""A queue length changes within seconds (busy SGLang logs a batch line every 40 decode steps, the agent
+fetches /metrics every tick): one 30 s old describes another moment's load."""
+
+RUNNING_MAX_AGE_S = 30.0
+"""Running requests: as fast-moving as the queue."""
+
+THROUGHPUT_MAX_AGE_S = 30.0
+"""Generation throughput: per batch line, as fast-moving as the queue."""
+
+TOKEN_USAGE_MAX_AGE_S = 30.0
+"""KV-cache usage follows the running batch: as fast-moving as the queue."""
+
+ACCEPT_LENGTH_MAX_AGE_S = 120.0
+"""Speculative accept length: SGLang averages it over recent steps, so it moves over minutes, not seconds."""
+
+RETRACTED_MAX_AGE_S = 60.0
+"""The retraction counter (and a retraction log line) says the KV cache overflowed within the last minute."""
+
+LATENCY_MAX_AGE_S = 120.0
+"""Mean TTFT / inter-token latency since start (histograms): slow-moving, never used by a rule yet."""
+
+GPU_SAMPLE_MAX_AGE_S = 10.0
+"""Power and clock-throttle readings: the agent samples the GPU every tick (~1 s); 10 s is a stalled sample."""
+
+FIGURE_MAX_AGE_S: dict[str, float] = {
+    "queue": QUEUE_MAX_AGE_S, "running": RUNNING_MAX_AGE_S, "gen_throughput": THROUGHPUT_MAX_AGE_S,
+    "token_usage": TOKEN_USAGE_MAX_AGE_S, "accept_length": ACCEPT_LENGTH_MAX_AGE_S,
+    "accept_rate": ACCEPT_LENGTH_MAX_AGE_S, "retracted_total": RETRACTED_MAX_AGE_S,
+    "ttft_s": LATENCY_MAX_AGE_S, "itl_s": LATENCY_MAX_AGE_S,
+}
+"""The age bound of every serving figure (``ServingFigures`` field -> seconds)."""
 
 KV_FULL_USAGE = 0.95
 """Above 95 % KV-cache usage SGLang starts retracting requests (it re-queues them and redoes
@@ -58,6 +110,10 @@ class ServerContext:
 
     host: str
     gpu: GpuSample
+    now: float
+    """The console's clock when the rules run: figures' ages are counted from it."""
+    gpu_at: float | None = None
+    """When ``gpu`` was sampled (console clock); None: undated, its power and throttling are not used."""
     session_id: str | None = None
     pid: int | None = None
     flags_argv: list[str] = field(default_factory=list)
@@ -68,6 +124,8 @@ class ServerContext:
     history: Sequence[ServingFigures] = ()
     """Older readings, oldest first (the current one not included)."""
     log_tail: Sequence[str] = ()
+    retract_lag_s: float | None = None
+    """How long the log went on after its last retraction line (its own clock); None: none, or undated."""
     shape: ModelShape | None = None
     throttle_reasons: Sequence[str] = ()
     """NVML clock event reasons active now (e.g. ``sw_power_cap``, ``hw_slowdown``)."""
@@ -79,17 +137,47 @@ class HostContext:
 
     host: str
     gpus: Sequence[GpuSample] = ()
-    orphans: Sequence[tuple[int, int | None, int]] = ()
-    """(pid, gpu index or None, MiB) of processes holding GPU memory for no live session."""
+    orphans: Sequence[Orphan] = ()
+    """Proven orphans (:func:`console.ops.orphans.find_orphans`): processes of no live session, with evidence."""
+    gpu_source: str = "GPU source"
+    """Where the memory figures come from (``nvml``, ``nvidia-smi``, ``sim``)."""
 
 
-def _value(fig: Any) -> float | None:
-    return None if fig is None else fig.value
+def fresh(ctx: ServerContext, name: str) -> float | None:
+    """The current value of figure ``name`` when it is younger than its bound (``FIGURE_MAX_AGE_S``), else None."""
+    f = getattr(ctx.figures, name)
+    if f is None or ctx.now - f.at > FIGURE_MAX_AGE_S[name] or f.at - ctx.now > SAME_READING_S:
+        return None  # too old, or dated in the future (no clock to trust)
+    return f.value
 
 
-def _series(ctx: ServerContext, name: str) -> list[float]:
-    out = [_value(getattr(h, name)) for h in ctx.history] + [_value(getattr(ctx.figures, name))]
-    return [v for v in out if v is not None]
+def gpu_fresh(ctx: ServerContext) -> bool:
+    """The GPU sample (power, throttling) is dated and younger than ``GPU_SAMPLE_MAX_AGE_S``."""
+    return ctx.gpu_at is not None and ctx.now - ctx.gpu_at <= GPU_SAMPLE_MAX_AGE_S
+
+
+def series(ctx: ServerContext, name: str) -> list[float]:
+    """The readings of figure ``name`` a trend may use, oldest first: distinct observations (one per
+    ``SAME_READING_S``) of the last ``TREND_WINDOW_S``, the newest younger than its bound (else none)."""
+    if fresh(ctx, name) is None:
+        return []
+    out: list[Figure] = []
+    for h in [*ctx.history, ctx.figures]:
+        f = getattr(h, name)
+        if f is None or ctx.now - f.at > TREND_WINDOW_S:
+            continue
+        if out and abs(f.at - out[-1].at) < SAME_READING_S:
+            out[-1] = f  # the same observation read again: one reading
+        else:
+            out.append(f)
+    return [f.value for f in out]
+
+
+def rising(values: Sequence[float], min_rise: float) -> bool:
+    """A rising series: enough readings, never falling, and strictly more at the end than at the start by at
+    least ``min_rise`` (a flat series is not rising)."""
+    return (len(values) >= MIN_HISTORY_POINTS and all(b >= a for a, b in pairwise(values))
+            and values[-1] - values[0] >= min_rise and values[-1] > values[0])
 
 
 def _spec_on(ctx: ServerContext) -> bool:
@@ -142,15 +230,15 @@ class Checker:
 
 def underused_without_speculation(ctx: ServerContext, chk: Checker) -> Advice | None:
     g = ctx.gpu
-    queue = _value(ctx.figures.queue)
-    if _spec_on(ctx) or not g.power_w or not g.power_limit_w or queue is None or queue <= 0:
+    queue = fresh(ctx, "queue")
+    if _spec_on(ctx) or not gpu_fresh(ctx) or not g.power_w or not g.power_limit_w or queue is None or queue <= 0:
         return None
     frac = g.power_w / g.power_limit_w
     if frac >= UNDERUSED_POWER_FRACTION:
         return None
     evidence = [f"power {g.power_w:.0f} W of {g.power_limit_w:.0f} W ({frac:.0%} < {UNDERUSED_POWER_FRACTION:.0%})",
                 f"{queue:.0f} request(s) queued", "speculative decoding off"]
-    tput = _value(ctx.figures.gen_throughput)
+    tput = fresh(ctx, "gen_throughput")
     if tput is not None:
         evidence.append(f"{tput:.0f} tok/s")
     # Power, not NVML's utilisation (busy even when one small kernel runs), is what says the GPU has room.
@@ -176,7 +264,7 @@ def underused_without_speculation(ctx: ServerContext, chk: Checker) -> Advice | 
 def speculation_costs_more(ctx: ServerContext, chk: Checker) -> Advice | None:
     if not _spec_on(ctx):
         return None
-    lengths = _series(ctx, "accept_length")
+    lengths = series(ctx, "accept_length")[-12:]  # the readings shown are the ones judged
     if len(lengths) < MIN_HISTORY_POINTS:
         return None
     mean = sum(lengths) / len(lengths)
@@ -197,7 +285,7 @@ def speculation_costs_more(ctx: ServerContext, chk: Checker) -> Advice | None:
                   kind="speculation_costly",
                   message="speculation costs more than it gives: accept length "
                           f"{mean:.2f} < {LOW_ACCEPT_LENGTH} over the last {len(lengths)} readings",
-                  evidence=[f"accept length readings: {', '.join(f'{v:.2f}' for v in lengths[-6:])}"],
+                  evidence=[f"accept length readings: {', '.join(f'{v:.2f}' for v in lengths)}"],
                   suggestion=sug)
 
 
@@ -229,10 +317,8 @@ def running_at_limit(ctx: ServerContext, chk: Checker) -> Advice | None:
         limit_n = int(limit) if limit is not None else None
     except (TypeError, ValueError):
         limit_n = None
-    running, queue = _value(ctx.figures.running), _series(ctx, "queue")
-    if limit_n is None or running is None or running < limit_n or len(queue) < MIN_HISTORY_POINTS:
-        return None
-    if not all(b >= a for a, b in pairwise(queue)) or queue[-1] <= queue[0]:
+    running, queue = fresh(ctx, "running"), series(ctx, "queue")[-6:]  # the readings shown are the ones judged
+    if limit_n is None or running is None or running < limit_n or not rising(queue, MIN_QUEUE_RISE):
         return None
     target = _largest_that_fits(ctx, limit_n, limit_n * RAISE_RUNNING_FACTOR)
     if target <= limit_n:
@@ -247,14 +333,24 @@ def running_at_limit(ctx: ServerContext, chk: Checker) -> Advice | None:
                             f"queue {', '.join(f'{v:.0f}' for v in queue[-6:])} (growing)"], suggestion=sug)
 
 
+def _retract_lines(ctx: ServerContext) -> list[str]:
+    """The log tail's retraction lines, when the last one is younger than ``RETRACTED_MAX_AGE_S`` (log clock)."""
+    lines = [line for line in ctx.log_tail if "Retract requests" in line or "retract" in line.lower()]
+    if not lines or ctx.retract_lag_s is None or ctx.retract_lag_s > RETRACTED_MAX_AGE_S:
+        return []
+    return lines
+
+
 def kv_cache_full(ctx: ServerContext, chk: Checker) -> Advice | None:
-    usage = _value(ctx.figures.token_usage)
-    retract = [line for line in ctx.log_tail if "Retract requests" in line or "retract" in line.lower()]
-    retracted = _value(ctx.figures.retracted_total)
-    if usage is None or usage <= KV_FULL_USAGE or not (retract or (retracted or 0) > 0):
+    usage = fresh(ctx, "token_usage")
+    retract = _retract_lines(ctx)
+    counts = series(ctx, "retracted_total")
+    risen = len(counts) >= 2 and counts[-1] > counts[0]  # the counter grew within the window: retracted lately
+    if usage is None or usage <= KV_FULL_USAGE or not (retract or risen):
         return None
     evidence = [f"KV-cache usage {usage:.0%} > {KV_FULL_USAGE:.0%}"]
-    evidence += [f"log: {retract[-1].strip()[:160]}"] if retract else [f"{retracted:.0f} request(s) retracted"]
+    evidence += [f"log: {retract[-1].strip()[:160]}"] if retract else \
+        [f"{counts[-1] - counts[0]:.0f} request(s) retracted in the last readings"]
     mem = ctx.flags.get("mem-fraction-static")
     running = ctx.flags.get("max-running-requests")
     if running:
@@ -276,7 +372,7 @@ def kv_cache_full(ctx: ServerContext, chk: Checker) -> Advice | None:
 
 def power_throttled(ctx: ServerContext, chk: Checker) -> Advice | None:
     g = ctx.gpu
-    if not g.power_w or not g.power_limit_w or not ctx.throttle_reasons:
+    if not gpu_fresh(ctx) or not g.power_w or not g.power_limit_w or not ctx.throttle_reasons:
         return None
     if g.power_w < POWER_AT_LIMIT_FRACTION * g.power_limit_w:
         return None
@@ -297,11 +393,13 @@ SERVER_RULES: tuple[tuple[str, Callable[[ServerContext, Checker], Advice | None]
 
 
 def orphans_holding_memory(host: HostContext) -> list[Advice]:
-    """GPU memory held by processes of no live session."""
-    return [Advice(host=host.host, gpu=gpu, pid=pid, kind="orphan_memory",
-                   message=f"pid {pid} holds {mib} MiB of GPU memory but belongs to no live session",
-                   evidence=[f"GPU {gpu if gpu is not None else '?'}: {mib} MiB held by pid {pid}"])
-            for pid, gpu, mib in host.orphans]
+    """GPU memory held by processes of no live session: each proven orphan's memory, per GPU, with the
+    orphan hunter's evidence (the process is alive, holds that memory per the GPU source, and its session
+    ended or whoever started it is dead)."""
+    return [Advice(host=host.host, gpu=gpu, pid=o.pid, kind="orphan_memory",
+                   message=f"pid {o.pid} holds {mib} MiB of GPU memory but belongs to no live session",
+                   evidence=[f"GPU {gpu}: {mib} MiB held by pid {o.pid} ({host.gpu_source})", *o.evidence])
+            for o in host.orphans for gpu, mib in sorted(o.gpu_mem_mib.items()) if mib > 0]
 
 
 def advise(servers: Sequence[ServerContext], host: HostContext | None = None, *,

@@ -41,3 +41,13 @@ async def read_foreign_output(link: HostLink, pid: int, start_ticks: int | None,
     except RequestError as e:
         raise NoOutput(str(e)) from None
     return path, data.splitlines()
+
+
+async def output_written_at(link: HostLink, pid: int) -> float | None:
+    """When the stdout file of process ``pid`` was last written (host clock, epoch seconds), None when that
+    cannot be read (gone, not a file, an answer that is not a time)."""
+    try:
+        out = (await _run(link, ["stat", "-L", "-c", "%Y", f"/proc/{pid}/fd/1"])).strip()
+    except (NoOutput, RequestError):
+        return None
+    return float(out) if out.isdigit() else None

@@ -222,7 +222,8 @@ class HostTracker:
         f = self.foreign_logs
         return LiveLogs(tails={**{k: v for k, v in f.tails.items() if k in keys}, **tails},
                         metrics={k: v for k, v in f.metrics.items() if k in keys},
-                        read_at={k: v for k, v in f.read_at.items() if k in keys})
+                        read_at={k: v for k, v in f.read_at.items() if k in keys},
+                        figures_at={k: v for k, v in f.figures_at.items() if k in keys})
 
     async def _read_foreign_logs(self, view: HostView) -> None:
         """Read the hand-started servers' stdout files (off the view's path; one read at a time, spaced)."""
