@@ -227,30 +227,34 @@ async def _launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: bo
     st = Stepper(["preflight"] + LAUNCH_STEPS, on_steps)
     res = dict(op="launch", host=link.name, session_id=sid)
     st.start("preflight")
-    flags_note = ""
+    snap = await _preflight_snapshot(link)  # taken now: after a relaunch's kill, what the kill left
+    refusals, hints, line, flags_note = [], [], None, ""
     if req.check_flags:  # the host's own server's flags, before anything is spawned
         fv = await check_launch_flags(link, req.command, req.flags)
         if not fv.ok:
+            refusals.append(fv.error or "the server rejects these flags")
+            line = fv.error
             fixes = "; ".join(f"{p.message}" + (f" (fix: {p.suggestion})" if p.suggestion else "")
                               for p in fv.problems[:5])
-            st.finish("preflight", "failed", f"{fv.error} — nothing was started")
-            return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps,
-                                   error=fv.error, cause="bad_flags", line=fv.error, hint=fixes)
-        flags_note = fv.note
-    verdict, plan_text = await memory_verdict(link, req)
+            hints += [fixes] if fixes else []
+        flags_note = fv.note if fv.ok else ""
+    verdict, plan_text = await memory_verdict(link, req, snap)
     if verdict == "does_not_fit" and not req.force:
-        msg = f"memory plan: does not fit — {plan_text} (launch with force to try anyway)"
-        st.finish("preflight", "failed", msg)
-        return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps, error=msg,
-                               cause="gpu_oom", hint=plan_text)
+        refusals.append(f"memory plan: does not fit — {plan_text} (launch with force to try anyway)")
+    opts = {"need_mib": need_mib, "allow_busy": allow_busy}
+    if refusals:  # nothing is started: the host's own checks too, so that every failure is listed at once
+        refusals += await _host_refusals(link, spec, env, opts)
+        return _refused(st, res, refusals, line=line, hint="; ".join(hints) or None, note=orphan_note(snap, req.gpus))
     watch = _SessionWatch(link, sid)
     try:
         try:
             info = await link.request("launch", {"spec": spec.model_dump(mode="json"), "env": env,
-                                                 "preflight": {"need_mib": need_mib, "allow_busy": allow_busy}},
-                                      timeout=60)
-        except (RequestError, LinkDown, asyncio.TimeoutError) as e:
-            msg = (str(e) or "launch request timed out") + orphan_note(link, req.gpus)
+                                                 "preflight": opts}, timeout=60)
+        except RequestError as e:  # the agent refused (its checks, the command, the run directory): nothing started
+            return _refused(st, res, [str(e).removeprefix("preflight failed: ") or "refused by the host"],
+                            note=orphan_note(snap, req.gpus))
+        except (LinkDown, asyncio.TimeoutError) as e:
+            msg = (str(e) or "launch request timed out") + orphan_note(snap, req.gpus)
             st.finish("preflight", "failed", msg)
             return OperationResult(**{**res, "session_id": None}, ok=False, state="failed", steps=st.steps,
                                    error=msg)
@@ -262,7 +266,7 @@ async def _launch(link: HostLink, req: LaunchRequest, on_steps=None, *, wait: bo
                                                + [f"memory plan: {verdict or 'skipped'}"
                                                   + (f" ({plan_text})" if plan_text and plan_text != verdict else "")]
                                                + ([flags_note] if flags_note else []))
-                   + orphan_note(link, req.gpus))
+                   + orphan_note(snap, req.gpus))
         await link.follow_log(sid, 0)
         rec = info.get("record")
         watch.rec = rec
@@ -361,11 +365,45 @@ def _with_plan(r: OperationResult, verdict: str | None, plan_text: str) -> Opera
     return r.model_copy(update={"hint": f"memory planner: {plan_text}" + (f"; {r.hint}" if r.hint else "")})
 
 
-def orphan_note(link: HostLink, gpus: list[int]) -> str:
-    """``; orphans on the target GPUs: …`` naming each orphan that holds memory there (or "")."""
+async def _preflight_snapshot(link: HostLink) -> HostSnapshot | None:
+    """A snapshot the agent takes now, for a launch's preflight: never the link's last sample, which may predate
+    what came just before (a relaunch's kill). None when the host does not answer (then nothing is said of it)."""
+    try:
+        return await _fresh(link)
+    except (RequestError, LinkDown, asyncio.TimeoutError):
+        return None
+
+
+async def _host_refusals(link: HostLink, spec: LaunchSpec, env: dict[str, str], opts: dict[str, Any]) -> list[str]:
+    """The host's launch checks that fail, run without launching (``check_only``): one line per failure."""
+    try:
+        info = await link.request("launch", {"spec": spec.model_dump(mode="json"), "env": env,
+                                             "preflight": {**opts, "check_only": True}}, timeout=60, audit=False)
+    except RequestError as e:
+        return [str(e)]
+    except (LinkDown, asyncio.TimeoutError) as e:
+        return [f"the host's checks did not run: {e or 'timed out'}"]
+    return [f"{c['name']}: {c['detail']}" for c in info.get("preflight") or [] if c.get("ok") is False]
+
+
+def _refused(st: Stepper, res: dict, refusals: list[str], *, line: str | None = None, hint: str | None = None,
+             note: str = "") -> OperationResult:
+    """A launch refused by its preflight: nothing was started, so no session, no state and no cause. ``note``: the
+    orphans on the target GPUs (:func:`orphan_note`), shown with the step and as the hint."""
+    reason = "; ".join(refusals)
+    st.finish("preflight", "failed", f"{reason}{note} — nothing was started")
+    hint = "; ".join(x for x in (hint, note.removeprefix("; ")) if x) or None
+    return OperationResult(**{**res, "session_id": None}, ok=False, steps=st.steps, error=reason + note,
+                           refused=reason, refusals=refusals, line=line, hint=hint)
+
+
+def orphan_note(snap: HostSnapshot | None, gpus: list[int]) -> str:
+    """``; orphans on the target GPUs: …`` naming each orphan that holds memory there in ``snap`` (or "")."""
     from console.ops.orphans import describe, find_orphans, orphans_on
 
-    found = orphans_on(find_orphans(link.snapshot()), gpus)
+    if snap is None:
+        return ""
+    found = orphans_on(find_orphans(snap), gpus)
     if not found:
         return ""
     return ("; orphans on the target GPUs: " + "; ".join(describe(o) for o in found[:4])
@@ -373,8 +411,9 @@ def orphan_note(link: HostLink, gpus: list[int]) -> str:
             + " — kill with 'mtpconsole orphans --kill PID' or o in the console")
 
 
-async def memory_verdict(link: HostLink, req: LaunchRequest) -> tuple[str | None, str]:
-    """The planner's verdict for this launch, from the model's config.json read on the host.
+async def memory_verdict(link: HostLink, req: LaunchRequest, snap: HostSnapshot | None = None) -> tuple[str | None, str]:
+    """The planner's verdict for this launch, from the model's config.json read on the host (GPU sizes from
+    ``snap`` when given, else the link's latest sample).
 
     Returns (None, why) when it cannot be planned (no model path, unreadable config, no GPU info).
     """
@@ -384,7 +423,7 @@ async def memory_verdict(link: HostLink, req: LaunchRequest) -> tuple[str | None
     model = flag_value(req.flags, "--model-path", "--model")
     if not model:
         return None, "no --model-path"
-    snap = link.snapshot()
+    snap = snap or link.snapshot()
     if not snap.gpus and (link.sample is None or snap.gpu_source != "none"):
         try:
             snap = await _fresh(link)
@@ -696,21 +735,23 @@ async def relaunch(link: HostLink, target: KillTarget, req: LaunchRequest, on_st
         if on_steps:
             on_steps(list(collected))
 
-    if req.check_flags:  # flags the host's server would reject: refuse before anything is killed
+    refusals, hints, line = [], [], None  # refused before anything is killed: every reason at once
+    if req.check_flags:  # flags the host's server would reject
         fv = await check_launch_flags(link, req.command, req.flags)
         if not fv.ok:
-            msg = f"{fv.error}; nothing was stopped"
-            return OperationResult(op="relaunch", host=link.name, ok=False, session_id=target.session_id,
-                                   steps=[Step(name="flags", state="failed", evidence=msg)], error=msg,
-                                   cause="bad_flags", line=fv.error,
-                                   hint="; ".join(p.message for p in fv.problems[:5]) or None)
+            refusals.append(fv.error or "the server rejects these flags")
+            line = fv.error
+            hints += ["; ".join(p.message for p in fv.problems[:5])] if fv.problems else []
         req = req.model_copy(update={"check_flags": False})  # checked once: the launch below need not again
     verdict, plan_text = await memory_verdict(link, req)
-    if verdict == "does_not_fit" and not req.force:  # refuse before anything is killed
-        msg = f"memory plan: does not fit — {plan_text} (relaunch with force to try anyway); nothing was stopped"
+    if verdict == "does_not_fit" and not req.force:
+        refusals.append(f"memory plan: does not fit — {plan_text} (relaunch with force to try anyway)")
+    if refusals:
+        reason = "; ".join(refusals)
         return OperationResult(op="relaunch", host=link.name, ok=False, session_id=target.session_id,
-                               steps=[Step(name="memory plan", state="failed", evidence=msg)], error=msg,
-                               cause="gpu_oom", hint=plan_text)
+                               steps=[Step(name="preflight", state="failed", evidence=f"{reason}; nothing was stopped")],
+                               error=f"{reason}; nothing was stopped", refused=reason, refusals=refusals, line=line,
+                               hint="; ".join(hints) or None)
     k = await kill(link, target, kill_steps, grace=grace)
     if not k.ok:
         return OperationResult(op="relaunch", host=link.name, ok=False, session_id=target.session_id,
