@@ -494,6 +494,11 @@ class OperationResult(Frozen):
     log_tail: list[str] = Field(default_factory=list)
     left: list[str] = Field(default_factory=list)
     """For an unconfirmed kill: exactly what is left (pid, title, GPU memory)."""
+    refused: str | None = None
+    """Set when the operation was refused before anything was started or stopped (its preflight failed): why,
+    every failure at once. A refusal has no ``cause``: nothing ran that could have failed."""
+    refusals: list[str] = Field(default_factory=list)
+    """Each preflight failure of a refusal, one per check (``refused`` joins them)."""
 
 
 # ---------------------------------------------------------------- hosts

@@ -624,9 +624,19 @@ async def test_relaunch_with_bad_flags_stops_nothing(tmp_path, monkeypatch):
     from console.ops import lifecycle
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    link = FakeLink()  # answers only 'run': a kill would fail loudly
+
+    class NoGpuLink(FakeLink):  # the memory plan is also asked (every refusal at once): no GPU info here
+        sample: dict = {}
+
+        def snapshot(self):
+            from console.model import ConnectionInfo, HostSnapshot
+
+            return HostSnapshot(name=self.name, connection=ConnectionInfo(state="connected"))
+
+    link = NoGpuLink()  # answers only 'run': a kill would fail loudly
     req = LaunchRequest(host="gpu1", command=CMD, flags=["--model", "m", "--mamba-scheduler-strategy", "auto"])
     r = await lifecycle.relaunch(link, KillTarget(host="gpu1", session_id="s-old"), req)
-    assert not r.ok and r.cause == "bad_flags" and r.error.endswith("nothing was stopped")
+    assert not r.ok and r.cause is None and r.error.endswith("nothing was stopped")  # refused: nothing ran
+    assert r.refusals == [r.line]
     assert r.line == "sglang serve: error: unrecognized arguments: --mamba-scheduler-strategy auto"
     assert [c[0] for c in link.calls] == ["run"]  # the version check only

@@ -122,6 +122,6 @@ def test_launch_refuses_bad_flags_before_spawning(tmp_path):
             tmp_path=tmp_path, timeout=120)
     assert r.returncode != 0, r.stdout
     out = json.loads(r.stdout)
-    assert out["cause"] == "bad_flags" and out["session_id"] is None
+    assert out["cause"] is None and out["refused"] and out["session_id"] is None  # refused: nothing ran
     assert "ambiguous option: --cuda-graph-max-bs could match" in out["line"]
     assert [s["name"] for s in out["steps"] if s["state"] == "failed"] == ["preflight"]

@@ -89,8 +89,8 @@ async def test_incident_oom_fails_fast_with_cause(link):
 
 async def test_bad_flags_fail_as_bad_flags(link):
     r = await lifecycle.launch(link, req(free_port(), "--mamba-scheduler-strategy", "x"), timeout=30)
-    assert not r.ok and r.cause == "bad_flags"
-    assert "unrecognized arguments" in r.line
+    assert not r.ok and r.cause is None and r.session_id is None  # refused by the flags check: nothing ran
+    assert "unrecognized arguments" in r.line and r.refusals == [r.line]
 
 
 async def test_sigterm_ignored_escalates_to_sigkill(link):

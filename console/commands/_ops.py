@@ -42,11 +42,22 @@ def emit_result(json_output: bool, r: OperationResult) -> int:
     """Print an operation's result (JSON or text); the exit status: 0 when it succeeded, else 1."""
     if json_output:
         print(json.dumps(redact_obj(r.model_dump(mode="json")), indent=2))
+    elif r.refused is not None:  # nothing was started (or stopped): one verdict line, then every reason
+        killed = any(x.name.startswith("kill: ") for x in r.steps)  # a relaunch whose new launch was refused
+        what = ("the old server was stopped, nothing was started" if killed else
+                "nothing was stopped or started" if r.op == "relaunch" else "nothing was started")
+        print(f"{r.op} on {r.host}: REFUSED — {what}")
+        for reason in r.refusals or [r.refused]:
+            print(f"  refused: {term(reason)}")
+        if r.line and all(r.line not in x for x in r.refusals):
+            print(f"  line:  {term(r.line)}")
+        if r.hint:
+            print(f"  hint:  {term(r.hint)}")
     else:
         head = f"{r.op} on {r.host}: {'OK' if r.ok else 'FAILED'}"
         if r.session_id:
             head += f" — session {r.session_id}"
-        if r.state:
+        if r.state and not (r.state == "failed" and not r.ok):  # "FAILED [FAILED]" says it twice
             head += f" [{r.state.upper()}]"
         print(head)
         if not r.ok:

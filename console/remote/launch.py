@@ -180,7 +180,8 @@ class Launcher(object):
         """Preflight and spawn under a host-wide lock; return the new session's info.
 
         Two consoles launching on the same GPU or port serialize on the lock; the second
-        one sees the first's live session and is told who holds it.
+        one sees the first's live session and is told who holds it. With ``preflight["check_only"]``
+        only the checks are run and returned (``{"preflight": [...], "record": None}``), each with its verdict.
         """
         preflight = preflight or {}
         env = dict(self.launch_env, **(env or {}))
@@ -194,10 +195,16 @@ class Launcher(object):
             if not _ENV_NAME.match(k) or "\0" in str(v):
                 raise OpError("bad environment variable name or value for %r" % k)
         path_env = env.get("PATH", os.environ.get("PATH", ""))
+        command = None
         if "/" not in argv[0] and shutil.which(argv[0], path=path_env) is None:
-            raise OpError("server command %r not found on the host's PATH" % argv[0])
+            command = "server command %r not found on the host's PATH" % argv[0]
         if "/" in argv[0] and not os.access(argv[0], os.X_OK):
-            raise OpError("server command %r does not exist or is not executable" % argv[0])
+            command = "server command %r does not exist or is not executable" % argv[0]
+        if preflight.get("check_only"):  # every check's verdict, nothing created (a refused launch lists them all)
+            return {"preflight": [{"name": "server command", "ok": command is None, "detail": command or argv[0]}]
+                    + self.preflight(spec, preflight), "record": None}
+        if command:
+            raise OpError(command)
         try:
             os.makedirs(self.runs_dir, exist_ok=True)
         except OSError as e:

@@ -289,7 +289,7 @@ class Operations:
                 self.form_memory.pop(forget, None)
         elif req is not None and (result.session_id is None or result.session_id == req.replaces):
             # refused before anything started (preflight, bad flags, busy GPU): no session, GPU untouched
-            why = result.error or result.cause or "refused"
+            why = result.refused or result.error or "refused"
             app.say(f"{op} refused, nothing started: {short(clean(why), 200)}", severity="error", timeout=10)
         else:
             why = result.cause or result.error or "failed"

@@ -79,9 +79,10 @@ def test_bad_flags_real_line_without_and_with_preflight(world, real_verdicts):
     # the real server runs and fails: its own error line is decisive, not the ~470 lines of usage
     r = launch_json(world, *flags, extra=("--no-validate",))
     assert not r["ok"] and r["cause"] == "bad_flags" and r["line"] == line, r
-    # the preflight says the same without starting anything
+    # the preflight says the same without starting anything: a refusal, no cause (nothing ran)
     r = launch_json(world, *flags)
-    assert not r["ok"] and r["cause"] == "bad_flags" and r["line"] == line and r["session_id"] is None
+    assert not r["ok"] and r["cause"] is None and r["line"] == line and r["session_id"] is None
+    assert r["refusals"] == [line]
     assert [s["name"] for s in r["steps"] if s["state"] == "failed"] == ["preflight"]
 
 

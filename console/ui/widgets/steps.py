@@ -99,7 +99,7 @@ class StepsView(VerticalScroll):
                 parts.append(Content.from_markup("[$text-success b]$t[/]",
                                                  t=f"{r.op} ok" + (f": {r.state.upper()}" if r.state else "")))
             else:
-                what = f"{r.op} FAILED" + (f": {r.cause}" if r.cause else "")
+                what = f"{r.op} REFUSED, nothing started" if r.refused else f"{r.op} FAILED" + (f": {r.cause}" if r.cause else "")
                 parts.append(Content.from_markup("[$text-error b]$t[/]", t=what))
                 for extra in (r.line, r.error, r.hint and f"hint: {r.hint}", *[f"left: {x}" for x in r.left]):
                     if extra:
