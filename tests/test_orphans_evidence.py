@@ -253,3 +253,31 @@ def test_another_users_server_is_foreign_even_when_its_run_dir_says_ended(sim, t
             server.wait(10)
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+async def test_an_orphan_kill_re_proves_its_target_and_signals_nothing_when_it_is_not(sim, tmp_path):
+    """The TUI lists an orphan and the operator confirms seconds later: the kill re-derives the verdict on a fresh
+    snapshot. A process that belongs to a live server by then is refused with the reason and never signalled."""
+    d, model = sim
+    runs = tmp_path / "runs"
+    link = HostLink(HostSpec(name="local", local=True), HostConfig(
+        python=sys.executable, runs_dir=str(runs), gpu_source="sim", sim_dir=str(d), launch_env=sim_env(d)),
+        interval=0.3)
+    await link.open()
+    try:
+        r = await lifecycle.launch(link, lifecycle.LaunchRequest(
+            host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+            flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port()), timeout=90)
+        assert r.ok, r
+        snap = await link.refresh()
+        (w, *_) = [p for p in snap.servers if p.session_id == r.session_id and p.role == "worker"]
+        k = await lifecycle.kill(link, lifecycle.KillTarget(host="local", pid=w.pid, start_ticks=w.start_ticks,
+                                                            as_orphan=True), grace=2)
+        assert not k.ok and "belongs to a live server" in (k.error or "") and "nothing signalled" in k.error, k
+        assert [s.state for s in k.steps if s.name == "SIGTERM"] != ["ok"]
+        assert Path(f"/proc/{w.pid}").exists()
+        again = await link.refresh()
+        assert any(p.pid == w.pid and p.alive for p in again.servers)
+    finally:
+        await link.close()
+        cleanup_runs(runs)

@@ -588,6 +588,14 @@ async def _kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: flo
             st.finish("target", "failed", err)
             return OperationResult(**res, ok=False, steps=st.steps, error=err)
         start = p.start_ticks
+        if target.as_orphan:  # every evidence line must still be true now, on this fresh snapshot
+            from console.ops.orphans import recheck
+
+            proven, why = recheck(snap, p.pid, start)
+            if proven is None:
+                err = f"{why}: nothing signalled"
+                st.finish("target", "failed", err)
+                return OperationResult(**res, ok=False, steps=st.steps, error=err)
         pgid = p.pgid if p.pgid == p.pid else None
         port = server_port(p.argv) if p.role == "launcher" else None
     port = port or target.port
