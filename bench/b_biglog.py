@@ -69,7 +69,7 @@ async def run(ctx, sec) -> None:
                 r = await link.request("read_log", {"session_id": sid, "tail_bytes": 64 * 1024}, audit=False)
                 lat[sid].append((time.perf_counter() - t0) * 1000)
                 got[sid] = r
-        from console.ops.classify import classify_file
+        from console.core.classify import classify_file
         for _ in range(nc):
             for sid in cls:
                 t0 = time.perf_counter()

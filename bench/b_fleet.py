@@ -26,8 +26,8 @@ from bench.links import open_link
 from bench.procstat import descendants, self_cpu, self_rss, stat, tree_cpu
 from bench.simhost import start_stand_in, stop, write_sim_dir
 from bench.stats import cell, summarize
+from console.core.sessions import derive_views
 from console.model import HostView
-from console.ops.sessions import derive_views
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,11 +27,11 @@ from pathlib import Path
 
 from bench.stats import summarize
 from console.config import Config, HostConfig
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.model import KillTarget, LaunchRequest, Step
 from console.ops import lifecycle
 from console.ops.backend import LiveBackend
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG, free_port
 
 GOAL_MS = 1000.0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import asyncssh
 
-from console.remote.protocol import BOOTSTRAP
+from console.link.protocol import BOOTSTRAP
 
 ALLOWED_PYTHONS = ("python3", sys.executable)
 

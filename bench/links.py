@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from console.config import HostConfig
-from console.remote.link import HostLink
-from console.remote.ssh import parse_host_spec
+from console.link.link import HostLink
+from console.link.ssh import parse_host_spec
 
 
 async def open_link(alias: str, ssh_config: Path | None, runs_dir: Path, *, gpu_source: str = "none",

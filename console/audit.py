@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from console.core.redact import redact_obj, redact_text
 from console.model import AuditEntry
-from console.redact import known_flags, redact_obj, redact_text
-from console.remote.hostsecrets import MASK, is_secret_flag
 
 
 def _open_private(path: Path):
@@ -36,22 +34,21 @@ def _open_private(path: Path):
         raise
 
 
-_CUT_TAIL = re.compile(r"""(["'])(--[A-Za-z][A-Za-z0-9_-]*)\1(\s*,\s*)(["'])[^"']*\.\.\.\Z""")
-"""A summary cut inside the value after a flag: ``"--api-key","sk-abc...``."""
+SUMMARY_CHARS = 300
+"""A request's result is stored as at most this many characters of its JSON (masked before it is cut)."""
 
 
-def redact_result(text: str) -> str:
-    """A request's result as stored: JSON is redacted as an object (argv lists, settings dumps,
-    tokens); in text cut short (``...``) an unterminated value after a secret flag is masked too."""
-    try:
-        return json.dumps(redact_obj(json.loads(text)), separators=(",", ":"))
-    except ValueError:
-        pass
-    out = redact_text(text)
-    m = _CUT_TAIL.search(out)
-    if m and is_secret_flag(m.group(2), known_flags() or None):
-        out = out[:m.start(4)] + m.group(4) + MASK + "..."
-    return out
+def summarize(result: Any) -> str:
+    """A request's result as stored: secrets masked in the whole object (argv lists, settings dumps, tokens)
+    first, then its JSON cut to :data:`SUMMARY_CHARS`; text that is no JSON (an error) is masked as text."""
+    if isinstance(result, str):
+        try:
+            result = json.loads(result)
+        except ValueError:
+            text = redact_text(result)
+            return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 3] + "..."
+    text = json.dumps(redact_obj(result), separators=(",", ":"), default=str)
+    return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 3] + "..."
 
 
 def default_audit_path() -> Path:
@@ -75,10 +72,11 @@ class Audit:
             except OSError:
                 self._fh = None
 
-    def __call__(self, host: str, op: str, args: dict, ok: bool | None, result: str | None,
+    def __call__(self, host: str, op: str, args: dict, ok: bool | None, result: Any,
                  elapsed_ms: float | None) -> AuditEntry:
+        """Record one request: ``result`` is the agent's raw answer (or the error text), redacted here once."""
         entry = AuditEntry(at=self.clock(), host=host, op=op, args=redact_obj(args), ok=ok,
-                           result=redact_result(result) if result else result,
+                           result=None if result is None and not ok else summarize(result),
                            elapsed_ms=None if elapsed_ms is None else round(elapsed_ms, 2))
         self.entries.append(entry)
         if self._fh is not None:

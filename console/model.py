@@ -613,7 +613,7 @@ class SessionView(Frozen):
 
 
 class GpuCurrent(Frozen):
-    """The current session of one GPU, as the one rule in ``console/ops/current.py`` decides.
+    """The current session of one GPU, as the one rule in ``console/core/current.py`` decides.
 
     Everything the UI shows for the GPU (badge, session line, steps, log pane, header counts,
     the targets of kill / relaunch / edit) derives from ``session``; None means IDLE.
@@ -667,7 +667,7 @@ class HostView(Frozen):
     events: list[HostEvent] = Field(default_factory=list)
     """Recent events, oldest first (bounded)."""
     advice: list[Advice] = Field(default_factory=list)
-    """The advisor's findings for this host's servers (``console/ops/advisor.py``), newest sample."""
+    """The advisor's findings for this host's servers (``console/core/advisor.py``), newest sample."""
 
     def current_of(self, index: int) -> GpuCurrent | None:
         """The current-session entry of GPU ``index``, if computed."""

@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
+from console.link.link import HostLink  # noqa: E402
+from console.link.ssh import HostSpec  # noqa: E402
 from console.ops.backend import LiveBackend  # noqa: E402
-from console.remote.link import HostLink  # noqa: E402
-from console.remote.ssh import HostSpec  # noqa: E402
 from console.sim.demo import FIXED_FLAGS, INCIDENT_FLAGS, demo_environment  # noqa: E402
 
 SIZE = (160, 44)

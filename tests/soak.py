@@ -29,11 +29,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from console.config import HostConfig  # noqa: E402
+from console.link.link import HostLink  # noqa: E402
+from console.link.ssh import HostSpec, parse_host_spec  # noqa: E402
 from console.model import KillTarget, LaunchRequest  # noqa: E402
 from console.ops import lifecycle  # noqa: E402
 from console.ops.tracker import HostTracker  # noqa: E402
-from console.remote.link import HostLink  # noqa: E402
-from console.remote.ssh import HostSpec, parse_host_spec  # noqa: E402
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG  # noqa: E402
 
 

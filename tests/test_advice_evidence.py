@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from console.core import advisor
+from console.core.advisor import FIGURE_MAX_AGE_S, ServerContext, advise, rising, series
+from console.core.classify.stamps import lag_after, metrics_lag, stamp_of
+from console.core.planner import parse_server_flags
+from console.core.sessions import derive_views
 from console.model import (
     ConnectionInfo,
     ExitRecord,
@@ -23,12 +28,7 @@ from console.model import (
     SessionInfo,
     SupervisorRecord,
 )
-from console.ops import advisor
 from console.ops.advice_host import LiveLogs, dated_log_figures, figures_for, host_advice, live_server
-from console.ops.advisor import FIGURE_MAX_AGE_S, ServerContext, advise, rising, series
-from console.ops.classify.stamps import lag_after, metrics_lag, stamp_of
-from console.ops.planner import parse_server_flags
-from console.ops.sessions import derive_views
 
 NOW = 1_800_000_000.0
 BASE = ["--model-path", "/m", "--mem-fraction-static", "0.85", "--max-running-requests", "32"]

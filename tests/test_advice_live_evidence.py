@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
+from console.core.flags.sources import bundled_schema
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.ops import lifecycle
 from console.ops.advice_host import advise_link, schema_validator
-from console.ops.flags.sources import bundled_schema
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly, wait_until

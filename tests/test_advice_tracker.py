@@ -11,10 +11,10 @@ import json
 import os
 import re
 
+from console.core.flags.sources import bundled_schema
 from console.model import Advice, ConnectionInfo, GpuProc, GpuSample, HostSnapshot, HostView, ServerProc
 from console.ops import tracker as tracker_mod
 from console.ops.advice_host import advise_link, schema_validator
-from console.ops.flags.sources import bundled_schema
 from console.sim.demo import MODEL_CONFIG
 from tests.helpers.wait import await_until
 
@@ -151,8 +151,8 @@ def _shape(advice: list[Advice]) -> list[tuple]:
 async def test_demo_server_without_metrics_advised_in_the_tui_as_in_status(monkeypatch):
     """Real processes: the demo's hand-started server, here without --enable-metrics, under load. Its stdout file
     is all there is; the tracker's view and ``status`` give the same advice."""
-    from console.remote.link import HostLink
-    from console.remote.ssh import HostSpec
+    from console.link.link import HostLink
+    from console.link.ssh import HostSpec
     from console.sim import demo
 
     monkeypatch.setenv("MTPCONSOLE_AUDIT_LOG", os.devnull)

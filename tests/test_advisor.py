@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from console.core import advisor
+from console.core.advisor import ServerContext, advise
+from console.core.metrics import MetricsParseError, figures_from_log, merge, parse_sglang_metrics
+from console.core.model_config import parse_model_config
+from console.core.orphans import Orphan
+from console.core.planner import parse_server_flags
 from console.model import Figure, GpuSample, ServeMetrics, ServingFigures
-from console.ops import advisor
-from console.ops.advisor import ServerContext, advise
-from console.ops.metrics import MetricsParseError, figures_from_log, merge, parse_sglang_metrics
-from console.ops.model_config import parse_model_config
-from console.ops.orphans import Orphan
-from console.ops.planner import parse_server_flags
 
 DATA = Path(__file__).parent / "data"
 METRICS_0523 = json.loads((DATA / "sglang" / "sglang-0.5.23-metrics.json").read_text())
@@ -38,7 +38,7 @@ def test_the_names_we_read_exist_in_sglang_0523():
 
 
 def advisor_metric_names():
-    from console.ops import metrics
+    from console.core import metrics
     yield from metrics.SUMMED.values()
     yield from metrics.AVERAGED.values()
     yield from metrics.HISTOGRAM_MEANS.values()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from console.remote import gpus as gpus_module
-from console.remote.protocol import BOOTSTRAP, shipped_payload
+from console.host import gpus as gpus_module
+from console.link.protocol import BOOTSTRAP, shipped_payload
 from tests.helpers.wait import await_until
 
 
@@ -191,8 +191,8 @@ async def test_truncated_log_is_followed_from_the_start_again(tmp_path):
     import asyncio
 
     from console.config import HostConfig
-    from console.remote.link import HostLink
-    from console.remote.ssh import HostSpec
+    from console.link.link import HostLink
+    from console.link.ssh import HostSpec
 
     runs = tmp_path / "runs"
     (runs / "s1").mkdir(parents=True)

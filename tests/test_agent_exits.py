@@ -10,8 +10,8 @@ import sys
 import uuid
 from pathlib import Path
 
+from console.host.watch import first_abnormal_exit, merge_exits
 from console.model import SessionInfo
-from console.remote.watch import first_abnormal_exit, merge_exits
 from tests.helpers.agent_proc import AgentProc
 
 RETITLE = Path(__file__).resolve().parent / "helpers" / "retitle.py"

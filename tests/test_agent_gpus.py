@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from console.remote import gpus
+from console.host import gpus
 from tests.helpers.agent_proc import FAKE_NVML, AgentProc, start_ticks
 
 SMI = str(FAKE_NVML / "nvidia-smi")

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from console.host.metrics import MAX_BYTES, fetch, metrics_port
 from console.model import ServerProc
-from console.remote.metrics import MAX_BYTES, fetch, metrics_port
 from tests.helpers import metrics_server
 from tests.helpers.agent_proc import AgentProc
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from console.host.hostlib import proc_cmdline, proc_environ
+from console.host.procscan import classify_title, title_ranks
 from console.model import ServerProc
-from console.remote.hostlib import proc_cmdline, proc_environ
-from console.remote.procscan import classify_title, title_ranks
 from tests.helpers.agent_proc import AgentProc
 
 RETITLE = Path(__file__).resolve().parent / "helpers" / "retitle.py"

@@ -1,4 +1,4 @@
-"""The one masker (console/remote/hostsecrets.py, shipped to hosts and used by console/redact.py) on
+"""The one masker (console/host/hostsecrets.py, shipped to hosts and used by console/core/redact.py) on
 real-looking lines: SGLang's settings dump in both forms, argv as JSON, tokens; no over-masking."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from console.redact import redact_argv, redact_obj, redact_text
-from console.remote.hostsecrets import SECRET_FLAGS, is_secret_flag, mask_argv, mask_text
+from console.core.redact import redact_argv, redact_obj, redact_text
+from console.host.hostsecrets import SECRET_FLAGS, is_secret_flag, mask_argv, mask_text
 
 HF = "hf_" + "QzTkVbNwLpRs" + "XyMaGhJdEcUf" + "oiWvBnKt39"  # the shape of a real token: 34 mixed-case chars
 KEY = "sglang-demo-" + "5f3c2a9e"

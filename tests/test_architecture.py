@@ -1,20 +1,23 @@
-"""The import graph of ``console/`` keeps its layers: no cycles, no upward imports.
+"""The import graph of ``console/`` keeps its rooms: no cycles, no upward imports, one rule per folder.
 
 Every ``import`` in every module counts — at module level, inside functions and under
-``if TYPE_CHECKING:`` — because a function-level import is still a dependency (it only hides a
-cycle until the function runs). Cycles are counted on runtime imports (``TYPE_CHECKING``
-blocks never execute).
+``if TYPE_CHECKING:`` — because a function-level or type-only import is still a dependency (it only hides
+a cycle until the function runs, or until the annotation is read). Cycles count every import too.
 
-Layers, bottom up:
+The rooms, bottom up (``docs/architecture.md`` draws the flow):
 
-- data: ``console.model``, ``console.config``, ``console.errors``, ``console.redact``, ``console.audit``,
-  ``console.remote`` (agent, transports), ``console.ops`` (lifecycle, classification, planner, flags,
-  tracker, the live backend), ``console.sim`` (stand-ins) — never textual, never ``console.ui``;
-- the seam: ``console.backend`` (the protocol the UI talks to);
-- ``console.ui``: renders views and calls the backend; imports the seam, the models, its own modules
-  and the pure helpers listed in :data:`UI_PURE_HELPERS`;
-- the CLI: ``console.cli`` and ``console.commands`` (the CLI context lives in
-  ``console.commands.context``); nothing else imports them.
+- ground: ``console.model``, ``console.errors``, ``console.config``, ``console.paths`` — pydantic and stdlib;
+- ``console.host``: what runs on the host (agent, supervisor, their helpers): stdlib and its siblings only;
+- ``console.link``: the wire and transports: host facts, ground — nothing above;
+- ``console.core``: pure functions over models: ground, host facts, itself — never asyncio, subprocess,
+  sockets, the link, ops, the UI or textual;
+- ``console.audit``: ground, core, host facts;
+- ``console.ops``: I/O services (lifecycle, tracker, the live backend, learning, gathering): core, link, audit
+  — never the UI, the CLI, textual or argparse;
+- ``console.backend``: the seam the UI talks to: ground only;
+- ``console.ui``: backend, ground, core, itself, textual — never link, ops, host or the CLI;
+- ``console.commands`` + ``console.cli``: anything below; imported only by ``console.__main__``;
+- ``console.sim``: stand-ins: ground, core.flags, itself; imported by the CLI (the demo) and tests only.
 """
 
 from __future__ import annotations
@@ -28,29 +31,27 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "console"
 
-UI_PURE_HELPERS = {
-    "console.redact": "masks secrets in text the UI shows",
-    "console.ops.flags.argv": "the one argv resolver (how the host's argparse reads a flag list): pure functions",
-    "console.ops.flags.launcher": "the one launcher/flags split of a command line: a pure function",
-    "console.ops.flags.sources": "the bundled flag schema the resolver falls back to (package data, read once)",
-    "console.ops.flags.models": "the flag schema's models",
-    "console.ops.sessions": "derive_views: sessions as the operator sees them, a pure function of a snapshot",
-    "console.ops.orphans": "find_orphans: a pure function of a snapshot",
-    "console.ops.events": "a host's event list, pure functions over models",
-    "console.ops.metrics": "parses a server's /metrics text into serving figures (prometheus_client's parser)",
-}
-"""Modules of the data layer the UI may import: pure functions over models (no I/O, no host, no loop).
-Each is checked below to stay pure: no asyncio, subprocess, socket, SSH, and no link or lifecycle."""
-
-IMPURE = ("asyncio", "subprocess", "socket", "asyncssh", "textual", "console.remote.link", "console.remote.ssh",
-          "console.ops.lifecycle", "console.ops.backend", "console.ops.tracker")
-
+GROUND = ("console.model", "console.errors", "console.config", "console.paths")
 CLI_LAYER = ("console.cli", "console.commands")
 ENTRY_POINTS = {"console.__main__"}
 """``python -m console`` runs the CLI."""
-DATA_LAYER = ("console.model", "console.config", "console.errors", "console.redact", "console.audit",
-              "console.remote", "console.ops", "console.sim")
+IMPURE = ("asyncio", "subprocess", "socket", "asyncssh", "textual", "threading", "console.link", "console.ops",
+          "console.ui", "console.commands", "console.cli", "console.backend", "console.sim", "console.audit")
+"""What a pure core module may never import."""
 
+ROOMS: dict[str, tuple[str, ...]] = {
+    "console.model": GROUND, "console.errors": GROUND, "console.config": GROUND, "console.paths": GROUND,
+    "console.host": ("console.host",),
+    "console.link": ("console.link", "console.host", *GROUND),
+    "console.core": ("console.core", "console.host", *GROUND),
+    "console.audit": ("console.audit", "console.core", "console.host", *GROUND),
+    "console.ops": ("console.ops", "console.core", "console.link", "console.audit", "console.backend", "console.host",
+                    *GROUND),
+    "console.backend": ("console.backend", *GROUND),
+    "console.ui": ("console.ui", "console.backend", "console.core", *GROUND),
+    "console.sim": ("console.sim", "console.core.flags", *GROUND),
+}
+"""Room -> the console modules it may import (every import counted). The CLI may import anything."""
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
@@ -106,7 +107,7 @@ def test_modules_found():
 
 
 def test_no_import_cycles():
-    graph = {m: {d for d, _ in imports_of(m, runtime_only=True) if d in MODULES and d != m} for m in MODULES}
+    graph = {m: {d for d, _ in imports_of(m) if d in MODULES and d != m} for m in MODULES}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -139,7 +140,7 @@ def test_no_import_cycles():
     for m in sorted(graph):
         if m not in index:
             strongconnect(m)
-    assert cycles == [], "import cycles (function-level imports included): " + "; ".join(
+    assert cycles == [], "import cycles (function-level and TYPE_CHECKING imports included): " + "; ".join(
         " <-> ".join(c) for c in cycles)
 
 
@@ -161,49 +162,66 @@ def test_only_the_cli_imports_the_cli_and_its_context():
     assert violations(rule) == []
 
 
-def test_ui_imports_only_the_seam_models_and_pure_helpers():
-    allowed = ("console.backend", "console.model", "console.ui", *UI_PURE_HELPERS)
+def room_of(m: str) -> str | None:
+    return next((r for r in sorted(ROOMS, key=len, reverse=True) if under(m, r)), None)
 
+
+def test_every_module_lives_in_a_room():
+    homeless = [m for m in MODULES if room_of(m) is None and not under(m, CLI_LAYER)
+                and m not in ENTRY_POINTS and m != "console"]
+    assert homeless == [], "a module outside every room: put it in a folder the rules know"
+
+
+def test_each_room_imports_only_what_its_rule_allows():
     def rule(m: str, dep: str) -> str | None:
-        if under(m, "console.ui") and under(dep, "console") and not under(dep, allowed) and dep != "console":
-            return "the UI talks to the data layer through console.backend.Backend only"
-        return None
-    assert violations(rule) == []
-
-
-def test_ui_pure_helpers_stay_pure():
-    def rule(m: str, dep: str) -> str | None:
-        if m in UI_PURE_HELPERS and under(dep, IMPURE):
-            return "a helper the UI imports must be a pure function over models"
-        return None
-    assert violations(rule) == []
-    assert all(m in MODULES for m in UI_PURE_HELPERS), "a listed helper no longer exists: update the list"
-
-
-def test_remote_imports_nothing_above_it():
-    def rule(m: str, dep: str) -> str | None:
-        if under(m, "console.remote") and under(dep, ("console.ops", "console.ui", "console.commands",
-                                                       "console.cli", "console.sim", "console.backend")):
-            return "console.remote (agent, transports) is below ops, sim, UI and CLI"
-        return None
-    assert violations(rule) == []
-
-
-DATA_RICH_OK = {
-    "console.ops.report_svg": "draws the incident report's panel as an SVG file with rich's recorder (a file "
-                              "format shared by the CLI and the TUI's p, no terminal, no textual)",
-}
-"""Data-layer modules that may import rich (never textual or console.ui), each with its reason."""
-
-
-def test_data_layer_never_imports_textual_or_the_ui():
-    def rule(m: str, dep: str) -> str | None:
-        if m in DATA_RICH_OK and under(dep, "rich"):
+        room = room_of(m)
+        if room is None or not under(dep, "console") or dep == "console":
             return None
-        if under(m, DATA_LAYER) and under(dep, ("textual", "rich", "console.ui")):
-            return "the data layer never imports the UI"
+        if not under(dep, ROOMS[room]):
+            return f"{room} may import only {', '.join(ROOMS[room])}"
         return None
     assert violations(rule) == []
+
+
+def test_core_stays_pure():
+    def rule(m: str, dep: str) -> str | None:
+        if under(m, "console.core") and under(dep, IMPURE):
+            return "console.core holds pure functions over models (no I/O services, no loop, no UI)"
+        return None
+    assert violations(rule) == []
+
+
+def test_the_sim_is_imported_only_by_the_cli():
+    def rule(m: str, dep: str) -> str | None:
+        if under(dep, "console.sim") and not under(m, ("console.sim", *CLI_LAYER)):
+            return "stand-ins are for the demo (the CLI) and tests only"
+        return None
+    assert violations(rule) == []
+
+
+def test_nothing_below_the_ui_imports_textual_or_rich():
+    rich_ok = {"console.core.report_svg": "draws the incident report's panel as an SVG file with rich's recorder"}
+
+    def rule(m: str, dep: str) -> str | None:
+        if under(m, ("console.ui", *CLI_LAYER)) or (m in rich_ok and under(dep, "rich")):
+            return None
+        if under(dep, ("textual", "rich")):
+            return "only the UI (and the CLI) draw"
+        return None
+    assert violations(rule) == []
+
+
+def test_only_the_link_sends_requests():
+    """``request(`` on a link is the client's private business: no ``link.request(`` outside console/link."""
+    found = []
+    for m, path in MODULES.items():
+        if under(m, "console.link"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "request" \
+                    and "link" in ast.unparse(node.func.value):
+                found.append(f"{m}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert found == [], "\n".join(found)
 
 
 @pytest.mark.parametrize("name", ["console.ops.backend", "console.ops.lifecycle", "console.ops.tracker"])

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from console.model import ExitRecord, ProcessExit, ServeMetrics
-from console.ops.classify import (
+from console.core.classify import (
     MAX_LINE,
     LogClassifier,
     apply_first_death,
@@ -19,7 +18,8 @@ from console.ops.classify import (
     classify_file,
     failure_tail,
 )
-from console.ops.classify.hints import CUT_GUESS
+from console.core.classify.hints import CUT_GUESS
+from console.model import ExitRecord, ProcessExit, ServeMetrics
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from console.ops.classify import classify
+from console.core.classify import classify
 
 START = ("[2025-01-01 00:00:00] Load weight begin. avail mem=70.00 GB\n"
          "Traceback (most recent call last):\n  File \"launch.py\", line 1, in <module>\n    main()\n")

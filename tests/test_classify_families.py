@@ -7,8 +7,8 @@ messages are in ``test_classify_messages.py``.
 
 from __future__ import annotations
 
-from console.ops.classify import classify
-from console.ops.classify.hints import CUT_GUESS
+from console.core.classify import classify
+from console.core.classify.hints import CUT_GUESS
 
 
 def test_faulthandler_dump_belongs_to_the_fatal_error_line():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.ops.classify import classify
+from console.core.classify import classify
 
 CASES = {
     "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.": "cuda_driver",

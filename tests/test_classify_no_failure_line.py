@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from console.core.classify import apply_first_death, classify, classify_file
+from console.core.classify.rules import NO_FAILURE_LINE
 from console.model import Classification, ExitRecord, ProcessExit
-from console.ops.classify import apply_first_death, classify, classify_file
-from console.ops.classify.rules import NO_FAILURE_LINE
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO / "tests" / "data" / "real-logs"
@@ -103,7 +103,7 @@ class _Events:
 
 def _normal_line(line: str) -> bool:
     """The line, read alone, is a ready, serving, probe, progress or metrics line (no failure line)."""
-    from console.ops.classify.events import Reader
+    from console.core.classify.events import Reader
 
     sink, reader = _Events(), Reader()
     reader.line(line, sink)  # type: ignore[arg-type]

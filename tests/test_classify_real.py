@@ -23,10 +23,10 @@ from typing import get_args
 
 import pytest
 
+from console.core.classify import classify_file
+from console.core.classify.lines import clean
+from console.core.classify.rules import MAX_RETURNED_LINE
 from console.model import Classification, FailureCause
-from console.ops.classify import classify_file
-from console.ops.classify.lines import clean
-from console.ops.classify.rules import MAX_RETURNED_LINE
 
 REAL = Path(__file__).resolve().parent / "data" / "real-logs"
 LABEL_FILES = ("labels-sglang.jsonl", "labels-vllm.jsonl")

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from console.core.classify import LogClassifier, classify, classify_file, classify_last_run
+from console.core.report import ReportInputs, build_report
 from console.model import Classification, ExitRecord
-from console.ops.classify import LogClassifier, classify, classify_file, classify_last_run
-from console.ops.report import ReportInputs, build_report
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO / "tests" / "data" / "real-logs"

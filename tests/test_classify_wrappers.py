@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from console.ops.classify import classify
+from console.core.classify import classify
 
 REAL = Path(__file__).resolve().parent / "data" / "real-logs"
 

@@ -7,6 +7,14 @@ from __future__ import annotations
 import json
 import sys
 
+from console.core.events import (
+    audit_events,
+    kernel_oom_events,
+    log_time,
+    merge,
+    parse_since,
+    session_events,
+)
 from console.model import (
     AuditEntry,
     ExitRecord,
@@ -15,14 +23,6 @@ from console.model import (
     SupervisorRecord,
 )
 from console.ops import lifecycle
-from console.ops.events import (
-    audit_events,
-    kernel_oom_events,
-    log_time,
-    merge,
-    parse_since,
-    session_events,
-)
 from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
 from tests.helpers.rel_util import cli

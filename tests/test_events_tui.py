@@ -14,10 +14,10 @@ import sys
 import time
 
 from console.audit import Audit, read_tail
+from console.core.current import CurrentState
+from console.core.events import name_other_killers, other_kill
 from console.model import AuditEntry, HostEvent, HostView
 from console.ops import lifecycle
-from console.ops.current import CurrentState
-from console.ops.events import name_other_killers, other_kill
 from console.ops.tracker import HostTracker
 from console.sim.demo import FIXED_FLAGS
 from console.ui.screens.events import EventsScreen, host_events

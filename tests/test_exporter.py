@@ -7,8 +7,8 @@ import urllib.request
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
+from console.core.exporter import ViewCollector
 from console.model import Advice, ConnectionInfo, GpuCurrent, GpuSample, HostSnapshot, HostView, SessionView
-from console.ops.exporter import ViewCollector
 from tests.helpers.sshd import free_port
 
 

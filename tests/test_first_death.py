@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
+from console.core.sessions import derive_views
+from console.host.watch import first_abnormal_exit, merge_exits
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.model import LaunchRequest, ProcessExit, SessionInfo
 from console.ops import lifecycle
-from console.ops.sessions import derive_views
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
-from console.remote.watch import first_abnormal_exit, merge_exits
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs, cli, wait_until, write_config

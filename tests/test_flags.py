@@ -9,18 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from console.errors import HostError
-from console.ops.flags import (
+from console.core.flags import (
     KEY_FLAGS,
     RENAMES,
     FlagSchema,
     HelpParseError,
-    cache_path,
     check_all,
     diff_flags,
     find_rename,
     key_flags,
-    learn_schema,
     parse_help,
     resolve,
     search,
@@ -29,7 +26,9 @@ from console.ops.flags import (
     split_launch_command,
     validate,
 )
-from console.ops.flags.sources import PROBE_SOURCE, bundled_schema
+from console.core.flags.sources import PROBE_SOURCE, bundled_schema
+from console.errors import HostError
+from console.ops.flag_learning import cache_path, learn_schema
 
 DATA = Path(__file__).resolve().parents[1] / "console" / "data"
 HELP_0523 = DATA / "sglang-0.5.23-launch-server-help.txt"
@@ -601,7 +600,7 @@ async def test_learn_schema_failures_are_clear(tmp_path):
 
 
 async def test_launch_preflight_uses_the_bundled_schema_for_0_5_23_and_reports_argparse_line(tmp_path, monkeypatch):
-    from console.ops.flags.preflight import check_launch_flags
+    from console.ops.flag_preflight import check_launch_flags
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     link = FakeLink()

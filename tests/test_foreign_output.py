@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from console.config import HostConfig
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.ops.foreign_log import NoOutput, read_foreign_output
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
 from tests.helpers.rel_util import kill_quietly
 
 CHATTY = "import sys, time\nfor i in range(3): print('line', i, flush=True)\ntime.sleep(60)"

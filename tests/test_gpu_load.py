@@ -113,7 +113,7 @@ def test_log_lines_have_sglangs_timestamp_prefix(capsys):
 
 
 def test_the_console_classifier_reads_the_load_as_sglang():
-    from console.ops.classify import classify
+    from console.core.classify import classify
 
     stamp = "[2026-11-29 21:08:10] "
     text = "".join(stamp + line + "\n" for line in [
@@ -259,7 +259,7 @@ def _fake_pynvml(v2_error: Exception | None = None, v1_error: Exception | None =
 
 
 def _agent():
-    from console.remote import gpus
+    from console.host import gpus
 
     return gpus
 

@@ -142,7 +142,7 @@ def test_agent_refuses_to_signal_pid_1_or_its_own_group(sshd, runs_dir):
     """The agent's own guard, below the console's: pid 1 and the agent's group are never signalled."""
     import asyncio
 
-    from console.remote.link import RequestError
+    from console.link.link import RequestError
     from tests.helpers.rel_util import ssh_link
 
     async def go():

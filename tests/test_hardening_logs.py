@@ -124,8 +124,8 @@ def test_follow_keeps_up_with_a_fast_log(tmp_path):
     import sys
 
     from console.config import HostConfig
-    from console.remote.link import HostLink
-    from console.remote.ssh import HostSpec
+    from console.link.link import HostLink
+    from console.link.ssh import HostSpec
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -175,8 +175,8 @@ def test_exit_events_are_not_delayed_by_a_fast_follow(tmp_path):
     import sys
 
     from console.config import HostConfig
-    from console.remote.link import HostLink
-    from console.remote.ssh import HostSpec
+    from console.link.link import HostLink
+    from console.link.ssh import HostSpec
 
     runs = tmp_path / "runs"
     runs.mkdir()

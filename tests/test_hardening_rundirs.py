@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from console.remote.link import sessions_each
-from console.remote.protocol import shipped_sources
+from console.link.link import sessions_each
+from console.link.protocol import shipped_sources
 from tests.conftest import free_port
 from tests.helpers.rel_util import cleanup_runs, cli, ssh_link, write_config
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from console.audit import Audit, redact_result
-from console.redact import redact_argv, redact_obj, redact_text
+from console.audit import SUMMARY_CHARS, Audit, summarize
+from console.core.redact import redact_argv, redact_obj, redact_text
 from tests.conftest import free_port
 from tests.helpers.rel_util import cleanup_runs, cli, write_config
 
@@ -68,11 +68,15 @@ def test_no_over_masking(line):
     assert redact_text(line) == line
 
 
-def test_audit_result_with_argv_as_json_is_masked_even_when_cut():
-    full = json.dumps({"session": {"spec": {"argv": ["x", "--api-key", KEY, "--ap", KEY]}}}, separators=(",", ":"))
-    assert KEY not in redact_result(full)
-    cut = '{"session":{"spec":{"argv":["x","--model-path","/m","--ap","' + KEY[:12] + "..."
-    assert KEY[:12] not in redact_result(cut) and redact_result(cut).endswith('"***...')
+def test_audit_result_with_argv_is_masked_before_it_is_cut():
+    """The link hands the audit the raw result: it is masked as an object first, then cut, so a secret
+    that sits where the summary is cut can never survive in a half-masked tail."""
+    full = {"session": {"spec": {"argv": ["x", "--api-key", KEY, "--ap", KEY]}}}
+    assert KEY not in summarize(full) and KEY not in summarize(json.dumps(full))
+    for pad in range(SUMMARY_CHARS - 60, SUMMARY_CHARS + 5):
+        long = {"session": {"spec": {"argv": ["x", "--model-path", "/m" + "x" * pad, "--ap", KEY]}}}
+        out = summarize(long)
+        assert len(out) <= SUMMARY_CHARS and KEY[:6] not in out, out
 
 
 def test_audit_log_is_private(tmp_path):

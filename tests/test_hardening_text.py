@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from console.errors import UserError
-from console.remote.ssh import parse_host_spec
+from console.link.ssh import parse_host_spec
 from tests.helpers.rel_util import cli, write_config
 
 

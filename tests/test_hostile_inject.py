@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from console.errors import UserError
+from console.link.link import RequestError
+from console.link.ssh import parse_host_spec
 from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
-from console.remote.link import RequestError
-from console.remote.ssh import parse_host_spec
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs, cli, ssh_link, wait_until, write_config
 

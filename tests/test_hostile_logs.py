@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
-from console.ops.classify import LogClassifier, classify
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
+from console.core.classify import LogClassifier, classify
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.ui.format import clean
 
 SID = "20260101-000000-gpu0-hostile"
@@ -107,7 +107,7 @@ async def test_read_log_tail_with_nul_and_invalid_bytes(local_link, runs_dir):
 
 @pytest.mark.parametrize("sid", ["../etc", "..", ".hidden", "", "a/b", "x\x00y", "ok\n", "a b", "$(id)"])
 async def test_read_log_rejects_bad_session_ids(local_link, sid):
-    from console.remote.link import RequestError
+    from console.link.link import RequestError
 
     with pytest.raises(RequestError) as e:
         await local_link.request("read_log", {"session_id": sid, "tail_bytes": 100})

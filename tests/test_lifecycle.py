@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
+from console.link.link import HostLink
+from console.link.ssh import parse_host_spec
 from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
-from console.remote.link import HostLink
-from console.remote.ssh import parse_host_spec
 from tests.conftest import free_port
 from tests.helpers.wait import await_until
 

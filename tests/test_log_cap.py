@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
+from console.core.classify import classify, failure_tail
+from console.host.launch import SUPERVISOR_BOOT, materialize
+from console.host.logcap import HEAD_BYTES, READ_SIZE, LogPump, cap_bytes
+from console.host.logfollow import LogFollower, read_log
+from console.link.link import HostLink
+from console.link.protocol import shipped_sources
+from console.link.ssh import HostSpec
 from console.model import ExitRecord
-from console.ops.classify import classify, failure_tail
 from console.ops.tracker import TAIL_BYTES
-from console.remote.launch import SUPERVISOR_BOOT, materialize
-from console.remote.link import HostLink
-from console.remote.logcap import HEAD_BYTES, READ_SIZE, LogPump, cap_bytes
-from console.remote.logfollow import LogFollower, read_log
-from console.remote.protocol import shipped_sources
-from console.remote.ssh import HostSpec
 from tests.helpers.log_flood import HEAD, TRACEBACK, TRAILER, stream
 from tests.helpers.rel_util import cleanup_runs, cli, write_config
 from tests.helpers.wait import await_until, wait_until

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
+from console.core.classify.rules import NO_FAILURE_LINE
+from console.core.sessions import derive_views
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.model import LaunchRequest
 from console.ops import lifecycle
-from console.ops.classify.rules import NO_FAILURE_LINE
 from console.ops.report_gather import gather
-from console.ops.sessions import derive_views
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs
@@ -121,7 +121,7 @@ async def test_report_reads_the_last_server_run_of_its_log(link, sim, tmp_path):
     assert c is not None and c.runs_skipped == 1 and c.state == "failed", c
     assert c.metrics is None or c.metrics.gen_throughput != 27.0
     assert not any("2026-03-01" in x for x in inp.log_lines) and any("ready to roll" in x for x in inp.log_lines)
-    from console.ops.report import build_report
+    from console.core.report import build_report
 
     md = build_report(inp)
     assert "earlier runs skipped" in md and "27.00" not in md

@@ -12,11 +12,11 @@ import sys
 import time
 
 from console.config import HostConfig
-from console.ops.classify import classify
-from console.ops.orphans import KNOWN_INIT
-from console.ops.sessions import derive_views
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
+from console.core.classify import classify
+from console.core.orphans import KNOWN_INIT
+from console.core.sessions import derive_views
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.sim.demo import MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import kill_quietly

@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
+from console.core.orphans import find_orphans, hunt_snapshot
+from console.core.sessions import derive_views
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.model import (
     ConnectionInfo,
     GpuProc,
@@ -26,10 +30,6 @@ from console.model import (
     SessionInfo,
 )
 from console.ops import lifecycle
-from console.ops.orphans import find_orphans, hunt_snapshot
-from console.ops.sessions import derive_views
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import (

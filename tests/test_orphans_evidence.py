@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.ops import lifecycle
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs, cli, kill_quietly, write_config

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from console.core.orphans import hunt_snapshot
 from console.model import (
     ConnectionInfo,
     ExitRecord,
@@ -30,7 +31,6 @@ from console.model import (
     SessionInfo,
     SupervisorRecord,
 )
-from console.ops.orphans import hunt_snapshot
 
 ME, OTHER = 1000, 65534
 SHAPES = ["managed", "managed_other_runs", "managed_other_user", "hand", "wrapper", "router", "engine_app",

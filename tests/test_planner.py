@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from console.cli import main as cli_main
-from console.errors import UserError
-from console.ops.model_config import ModelConfigError, load_model_config, parse_model_config
-from console.ops.planner import (
+from console.core.model_config import ModelConfigError, load_model_config, parse_model_config
+from console.core.planner import (
     GIB,
     MIB,
     auto_mem_fraction_static,
@@ -20,6 +19,7 @@ from console.ops.planner import (
     parse_mem,
     plan,
 )
+from console.errors import UserError
 
 DATA = Path(__file__).resolve().parent / "data"
 QWEN_LIKE = DATA / "models" / "qwen3.6-27b-like.json"
@@ -286,7 +286,7 @@ def test_cli_plan_reads_flags_like_argparse(capsys):
 
 
 def test_parse_server_flags_one_resolver():
-    from console.ops.planner import parse_server_flags
+    from console.core.planner import parse_server_flags
 
     flags = parse_server_flags(["--model", "m", "--tensor-parallel-size", "2", "--enable-hicache",
                                 "--max-running=64", "--port", "1", "--port", "2", "--unknown-x", "v"])

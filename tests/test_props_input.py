@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from console.core.classify import LogClassifier, classify
+from console.core.redact import redact_argv, redact_obj, redact_text
 from console.errors import ConfigError, UserError
-from console.ops.classify import LogClassifier, classify
-from console.redact import redact_argv, redact_obj, redact_text
-from console.remote.ssh import HostSpec, parse_host_spec, resolve
+from console.link.ssh import HostSpec, parse_host_spec, resolve
 from console.ui.flag_values import (
     FlagValues,
     field_errors,
@@ -198,7 +198,7 @@ def test_redaction_hides_secret_flag_values(sec, noise, flag):
 def test_agent_read_chunk_reassembles_exactly(data, max_bytes):
     """The agent's log reader (what follow_log and read_log use): chunks read from the returned offsets
     reassemble the file's bytes exactly, up to its last complete line; nothing lost, nothing twice."""
-    from console.remote.logfollow import read_chunk
+    from console.host.logfollow import read_chunk
 
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "output.log")

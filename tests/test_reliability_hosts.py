@@ -266,7 +266,7 @@ async def test_host_printing_banner_before_agent_still_connects(sshd, runs_dir):
 
 
 async def test_host_whose_python_hangs_is_bounded_and_says_what_it_printed(sshd, runs_dir, monkeypatch):
-    from console.remote import link as link_mod
+    from console.link import link as link_mod
 
     monkeypatch.setattr(link_mod, "AGENT_START_TIMEOUT_S", 2.0)
     lk = ssh_link(sshd, runs_dir, python=HUNG)
@@ -282,9 +282,9 @@ async def test_long_outage_retries_leak_no_descriptors(bad_hosts, sshd, monkeypa
     """Hours of an unreachable or stalling host, compressed: many reconnect attempts (backoff shortened),
     each failing clearly; the console's open file descriptors do not grow."""
     from console.config import HostConfig
-    from console.remote import link as link_mod
-    from console.remote.link import HostLink
-    from console.remote.ssh import parse_host_spec
+    from console.link import link as link_mod
+    from console.link.link import HostLink
+    from console.link.ssh import parse_host_spec
 
     monkeypatch.setattr(link_mod, "BACKOFF_BASE_S", 0.01)
     monkeypatch.setattr(link_mod, "BACKOFF_CAP_S", 0.05)

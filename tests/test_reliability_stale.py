@@ -19,6 +19,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.config import Config, HostConfig
+from console.core.sessions import derive_views
+from console.link.link import SILENT_TICKS, HostLink
+from console.link.ssh import parse_host_spec
 from console.model import (
     ConnectionInfo,
     HostSnapshot,
@@ -31,10 +34,7 @@ from console.model import (
     SupervisorRecord,
 )
 from console.ops import lifecycle
-from console.ops.sessions import derive_views
 from console.ops.tracker import HostTracker
-from console.remote.link import SILENT_TICKS, HostLink
-from console.remote.ssh import parse_host_spec
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from console.ui.widgets.badge import badge_for, staleness
 from tests.conftest import free_port

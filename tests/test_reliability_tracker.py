@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from console.core.classify import LogClassifier
 from console.model import ConnectionInfo, HostSnapshot, SessionInfo
-from console.ops.classify import LogClassifier
 from console.ops.tracker import HostTracker
 
 

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from console.remote.protocol import SHIPPED_MODULES
+from console.link.protocol import shipped_modules
 
 ROOT = Path(__file__).resolve().parents[1]
-REMOTE = ROOT / "console" / "remote"
-SHIPPED = [f"console/remote/{m}.py" for m in SHIPPED_MODULES] + ["console/remote/shipboot.py",
+REMOTE = ROOT / "console" / "host"
+SHIPPED_MODULES = shipped_modules()
+SHIPPED = [f"console/host/{m}.py" for m in SHIPPED_MODULES] + ["console/host/shipboot.py",
                                                                   "console/sim/simgpu.py"]
 CHECK = """
 import ast, json, sys
@@ -49,8 +50,10 @@ def test_shipped_file_is_py38_and_stdlib_only(rel):
         assert level == 1 and module in SHIPPED_MODULES, (level, module)
 
 
-def test_every_shipped_sibling_module_is_in_the_list():
-    """A module of console/remote imported by a shipped one is shipped (else the host fails to import it)."""
+def test_every_module_of_the_host_folder_is_shipped():
+    """The folder is the list: every module of console/host but the package marker and the loader is shipped,
+    and a sibling a shipped module imports is shipped too (else the host fails to import it)."""
+    assert set(SHIPPED_MODULES) == {p.stem for p in REMOTE.glob("*.py")} - {"__init__", "shipboot"}
     for name in SHIPPED_MODULES:
         tree = ast.parse((REMOTE / f"{name}.py").read_text())
         for n in ast.walk(tree):
@@ -83,13 +86,13 @@ def test_each_host_fact_has_one_definition():
         assert len(assigned.get(name, [])) == 1, (name, assigned.get(name))
     for name in ONE_FUNCTION:
         assert len(defined.get(name, [])) == 1, (name, defined.get(name))
-    assert "SECRET_FLAGS" not in assigned or assigned["SECRET_FLAGS"] == ["console/remote/hostsecrets.py"]
+    assert "SECRET_FLAGS" not in assigned or assigned["SECRET_FLAGS"] == ["console/host/hostsecrets.py"]
 
 
 def test_shipped_modules_run_from_the_bootstrap_alone(tmp_path):
     """The bootstrap installs the shipped modules in a bare interpreter (no console package on the path)
     and the agent answers hello."""
-    from console.remote.protocol import BOOTSTRAP, shipped_payload
+    from console.link.protocol import BOOTSTRAP, shipped_payload
 
     p = subprocess.run([sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP], cwd=tmp_path, timeout=30,
                        input=(json.dumps(shipped_payload()) + "\n" + json.dumps(

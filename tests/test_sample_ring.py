@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from console.remote.protocol import BOOTSTRAP, shipped_payload
-from console.remote.samplering import RING_FILE, SampleRing, read_samples
+from console.host.samplering import RING_FILE, SampleRing, read_samples
+from console.link.protocol import BOOTSTRAP, shipped_payload
 
 GPU = {"index": 0, "power_w": 300.0, "power_limit_w": 600.0, "mem_used_mib": 1000, "mem_total_mib": 97887,
        "util_pct": 50.0}

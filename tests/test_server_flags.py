@@ -1,4 +1,4 @@
-"""One split of a server command line into launcher and flags (console.ops.flags.launcher), for every reader:
+"""One split of a server command line into launcher and flags (console.core.flags.launcher), for every reader:
 the advisor, the report's planner check, ``mtpconsole check`` and the flag resolver behind the views."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from console.core.flags import split_launch_command
+from console.core.flags.argv import resolve_cmdline
+from console.core.sessions import flag_value, server_port
 from console.ops.advice_host import argv_model_path
-from console.ops.flags import split_launch_command
-from console.ops.flags.argv import resolve_cmdline
-from console.ops.sessions import flag_value, server_port
 
 REPO = Path(__file__).resolve().parents[1]
 HELP_0523 = REPO / "console" / "data" / "sglang-0.5.23-launch-server-help.txt"
@@ -87,7 +87,7 @@ def test_one_definition_of_the_split():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
                 found.append(f"{path.relative_to(REPO)}:{node.name}")
-    assert found == ["console/ops/flags/launcher.py:split_launch_command"]
+    assert found == ["console/core/flags/launcher.py:split_launch_command"]
 
 
 def test_check_refuses_an_unrecognised_command_line(tmp_path):

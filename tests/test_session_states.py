@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from console.core.sessions import derive_views, flags_summary, session_state
 from console.model import (
     Classification,
     ConnectionInfo,
@@ -13,7 +14,6 @@ from console.model import (
     SessionInfo,
     SupervisorRecord,
 )
-from console.ops.sessions import derive_views, flags_summary, session_state
 
 REC = SupervisorRecord(supervisor_pid=10, pid=11, pgid=11, start_ticks=5, started_at=1.0)
 SPEC = LaunchSpec(session_id="s1", argv=["python3", "-m", "sglang.launch_server", "--port", "31000"], gpus=[0],
@@ -90,8 +90,8 @@ def test_flags_summary_defaults():
 
 # ---------------------------------------------------------------- the current session of a GPU (issue 13)
 
+from console.core.current import CurrentState, current_by_gpu, header_counts  # noqa: E402
 from console.model import GpuSample, HostView, OperationResult, PendingLaunch, SessionView  # noqa: E402
-from console.ops.current import CurrentState, current_by_gpu, header_counts  # noqa: E402
 
 
 def sv(sid, state, gpus=(0,), started=1.0, **kw) -> SessionView:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from console.commands import tui
 from console.config import HostConfig
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.ui.app import MtpConsoleApp
 from console.ui.themes import NAMES
 from console.ui.widgets.gpu_panel import GpuPanel

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from console.remote.launch import SUPERVISOR_BOOT, materialize
-from console.remote.protocol import shipped_sources
+from console.host.launch import SUPERVISOR_BOOT, materialize
+from console.link.protocol import shipped_sources
 from tests.helpers.wait import holds_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,10 +176,11 @@ def fake(*args):
 # ------------------------------------------------------------------ tests
 
 def test_import_has_no_side_effects(tmp_path):
-    module = importlib.import_module("console.remote.supervisor")
+    module = importlib.import_module("console.host.supervisor")
     assert callable(module.main)
     assert module.RUN_LOG == "output.log" and module.SESSION_ENV == "MTPCONSOLE_SESSION"
-    from console.remote import hostlib, protocol
+    from console.host import hostlib
+    from console.link import protocol
     assert module.atomic_write_json is hostlib.atomic_write_json  # imported, not a copy
     for name in ("RUN_SPEC", "RUN_RECORD", "RUN_LOG", "RUN_SUPERVISOR_LOG", "RUN_STOP_REQUEST",
                  "RUN_EXIT", "SESSION_ENV"):
@@ -431,6 +432,6 @@ def test_supervisor_records_member_exits_without_an_agent(launcher, tmp_path):
     assert e["source"] == "supervisor" and e["session_id"] == run.session_id and not e["after_stop_request"]
     os.killpg(run.record["pgid"], signal.SIGTERM)
     run.wait_exit()
-    from console.remote.watch import first_abnormal_exit, merge_exits
+    from console.host.watch import first_abnormal_exit, merge_exits
     first = first_abnormal_exit(merge_exits(exits()))
     assert first["pid"] == tp1

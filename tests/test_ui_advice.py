@@ -22,9 +22,9 @@ from tests.test_report import FLAGS, SECRET, local_host, mtp  # noqa: F401 (loca
 async def test_tracker_fills_advice_for_the_demos_underused_foreign_server(monkeypatch):
     """The demo's hand-started server (busy, no speculative decoding, ~half its power) gets the
     gpu_underused advice in the live view, as ``status --demo --json`` shows it."""
+    from console.link.link import HostLink
+    from console.link.ssh import HostSpec
     from console.ops.tracker import HostTracker
-    from console.remote.link import HostLink
-    from console.remote.ssh import HostSpec
     from console.sim.demo import demo_environment
 
     monkeypatch.setenv("MTPCONSOLE_AUDIT_LOG", os.devnull)
@@ -192,9 +192,9 @@ async def test_live_backend_report_writes_markdown_and_svg_under_the_state_dir(l
     import json
 
     from console.config import load_config
+    from console.link.link import HostLink
+    from console.link.ssh import HostSpec
     from console.ops.backend import LiveBackend
-    from console.remote.link import HostLink
-    from console.remote.ssh import HostSpec
     from tests.helpers.sshd import free_port
 
     tmp = local_host
@@ -221,9 +221,9 @@ async def test_live_backend_report_writes_markdown_and_svg_under_the_state_dir(l
 
 async def test_demo_tui_shows_the_advice_on_the_hand_started_servers_panel(monkeypatch):
     """The whole path on the demo: link → tracker (advice) → LiveBackend → app → the GPU panel's line."""
+    from console.link.link import HostLink
+    from console.link.ssh import HostSpec
     from console.ops.backend import LiveBackend
-    from console.remote.link import HostLink
-    from console.remote.ssh import HostSpec
     from console.sim.demo import demo_environment
     from console.ui.app import make_app
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from textual.widgets import Button
 
 from console.config import Config, HostConfig
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
 from console.ops.backend import LiveBackend
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec
 from console.ui.app import make_app
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.orphans import OrphanScreen

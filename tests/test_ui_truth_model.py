@@ -4,7 +4,7 @@ and the header must show what an independent model says is each GPU's current se
 
 The model is written from the operator's point of view, event by event ("a launch sent to GPU 1
 is what GPU 1 shows", "a kill leaves STOPPED", "a refused launch leaves the GPU as it was", "a
-foreign server vanishing leaves IDLE"), not from ``console/ops/current.py``'s rule.
+foreign server vanishing leaves IDLE"), not from ``console/core/current.py``'s rule.
 
 The host is a fake (no processes): launches sent by the app wait until a rule spawns, readies,
 fails or refuses them; other consoles (the CLI) launch and stop sessions directly; foreign
@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from ui_fakes import NOW
 
+from console.core.current import CurrentState
 from console.model import (
     ConnectionInfo,
     GpuSample,
@@ -35,7 +36,6 @@ from console.model import (
     PendingLaunch,
     SessionView,
 )
-from console.ops.current import CurrentState
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
 from console.ui.widgets.host_header import HostHeader, counts_text

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from ui_fakes import ARGV, NOW, failed, foreign, ready, session, snapshot
 
-from console.ops.current import current_by_gpu
+from console.core.current import current_by_gpu
 from console.ui.flag_values import FlagValues, field_errors, flag_diff, from_argv, split_argv
 from console.ui.format import MAX_LINE, age_text, clean
 from console.ui.widgets.badge import badge_for, staleness
@@ -184,7 +184,7 @@ def test_form_hook_helpers():
 def test_zombie_foreign_servers_are_not_shown():
     from ui_fakes import proc, snapshot
 
-    from console.ops.sessions import derive_views
+    from console.core.sessions import derive_views
 
     z = proc(5150, ["python", "-m", "sglang.launch_server"], None, {3: 0}).model_copy(update={"state": "Z"})
     assert derive_views(snapshot(servers=[z]), {}, NOW) == []  # a zombie is not a server

@@ -254,8 +254,8 @@ async def test_edit_form_on_a_short_terminal_shows_the_field_being_typed_in():
 
 
 def test_kill_dialog_counts_a_hand_started_servers_uptime_from_its_process_start():
+    from console.core.sessions import derive_views
     from console.model import SessionView
-    from console.ops.sessions import derive_views
     from console.ui.screens.impact import impact_lines
 
     now = NOW
@@ -269,7 +269,7 @@ def test_kill_dialog_counts_a_hand_started_servers_uptime_from_its_process_start
 
 
 def test_snapshot_like_idle_host_has_no_orphans():
-    from console.ops.orphans import find_orphans
+    from console.core.orphans import find_orphans
 
     assert find_orphans(snapshot(gpus=[gpu(0)], servers=[proc(1, ["python", "-m", "sglang.launch_server"], None,
                                                                    {})])) == []

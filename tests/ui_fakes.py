@@ -7,6 +7,7 @@ import os
 import time
 from typing import Callable
 
+from console.core.current import CurrentState
 from console.model import (
     AuditEntry,
     ConnectionInfo,
@@ -23,7 +24,6 @@ from console.model import (
     SessionView,
     Step,
 )
-from console.ops.current import CurrentState
 
 NOW = 1_700_000_000.0
 ARGV = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/demo-27b", "--tp-size", "2",

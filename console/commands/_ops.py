@@ -6,8 +6,8 @@ import json
 import sys
 from typing import Callable
 
+from console.core.redact import redact_obj, redact_text
 from console.model import OperationResult, Step
-from console.redact import redact_obj, redact_text
 
 MARK = {"ok": "✓", "failed": "✗", "running": "…", "pending": " ", "skipped": "-", "warning": "⚠"}
 

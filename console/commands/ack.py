@@ -10,10 +10,10 @@ import socket
 
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
+from console.core.redact import redact_obj
 from console.errors import UserError
+from console.link.link import RequestError
 from console.model import SessionInfo
-from console.redact import redact_obj
-from console.remote.link import RequestError
 
 
 def configure(p: argparse.ArgumentParser) -> None:

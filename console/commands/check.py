@@ -15,8 +15,8 @@ import json
 
 from console.commands.context import CliContext
 from console.commands.flags import add_source_options, command_of, load_schema
+from console.core.flags import check_all, split_launch_command
 from console.errors import UserError
-from console.ops.flags import check_all, split_launch_command
 
 
 def configure(p: argparse.ArgumentParser) -> None:

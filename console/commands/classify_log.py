@@ -5,7 +5,7 @@ holding several server runs is read from the last run's start banner (``runs_ski
 before).
 
 Files are read as bytes and decoded as UTF-8 with replacement; a big file is classified from
-its tail plus a light scan of its head (see :func:`console.ops.classify.classify_file`), so a
+its tail plus a light scan of its head (see :func:`console.core.classify.classify_file`), so a
 1 GB log is never loaded. An exit record can be supplied with ``--exit-code``/``--signal``
 (and friends) or ``--exit-json`` (a run directory's ``exit.json``). Exit status: 0, or 1 when
 a file could not be read (its entry carries ``error``), 2 for bad options.
@@ -117,7 +117,7 @@ def _entry(name: str, c: Classification | None, error: str | None = None) -> dic
 
 
 def _classify_one(name: str, exit: ExitRecord | None) -> dict[str, Any]:
-    from console.ops.classify import classify_file
+    from console.core.classify import classify_file
 
     path = Path(name)
     try:

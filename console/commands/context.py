@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from console.audit import Audit, default_audit_path
 from console.config import Config, HostConfig
 from console.errors import HostKeyError, UserError
-from console.remote.link import HostLink
-from console.remote.ssh import HostSpec, default_ssh_config, parse_host_spec
+from console.link.link import HostLink
+from console.link.ssh import HostSpec, default_ssh_config, parse_host_spec
 
 
 class CliContext(BaseModel):

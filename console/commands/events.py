@@ -11,9 +11,7 @@ from pathlib import Path
 
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
-from console.errors import UserError
-from console.model import AuditEntry, HostEvent, SessionInfo
-from console.ops.events import (
+from console.core.events import (
     audit_events,
     kernel_oom_events,
     merge,
@@ -21,8 +19,10 @@ from console.ops.events import (
     ready_event,
     session_events,
 )
-from console.redact import redact_obj
-from console.remote.link import LinkDown, RequestError
+from console.core.redact import redact_obj
+from console.errors import UserError
+from console.link.link import LinkDown, RequestError
+from console.model import AuditEntry, HostEvent, SessionInfo
 
 READY_SCAN = 20
 """At most this many sessions' logs are read for their READY time."""

@@ -20,11 +20,11 @@ from console.commands.context import (
     make_audit,
     make_links,
 )
+from console.core.exporter import ViewCollector
 from console.errors import UserError
 from console.model import HostView
 from console.ops.advice_host import host_advice
 from console.ops.backend import LiveBackend
-from console.ops.exporter import ViewCollector
 
 
 def configure(p: argparse.ArgumentParser) -> None:

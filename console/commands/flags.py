@@ -15,10 +15,10 @@ import shlex
 from pathlib import Path
 
 from console.commands.context import CliContext, open_hosts, server_command
+from console.core.flags import DEFAULT_COMMAND, Flag, FlagSchema, key_flags, parse_help, search
+from console.core.flags.help import MAX_HELP_CHARS
 from console.errors import UserError
-from console.ops.flags import DEFAULT_COMMAND, Flag, FlagSchema, key_flags, learn_schema, parse_help, search
-from console.ops.flags.help import MAX_HELP_CHARS
-from console.ops.flags.learn import default_cache_dir
+from console.ops.flag_learning import default_cache_dir, learn_schema
 
 
 def add_source_options(p: argparse.ArgumentParser) -> None:

@@ -15,12 +15,12 @@ from typing import Callable
 
 from console.commands._ops import emit_result, step_printer, term
 from console.commands.context import CliContext, connect_hosts, single_host
+from console.core.redact import redact_argv
+from console.core.sessions import derive_views
 from console.errors import UserError
+from console.link.link import HostLink
 from console.model import HostSnapshot, KillTarget, SessionView
 from console.ops.lifecycle import kill
-from console.ops.sessions import derive_views
-from console.redact import redact_argv
-from console.remote.link import HostLink
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -8,9 +8,9 @@ import json
 import sys
 
 from console.commands.context import CliContext, connect_hosts, single_host
+from console.core.redact import redact_text
 from console.errors import UserError
-from console.redact import redact_text
-from console.remote.link import LinkDown, RequestError
+from console.link.link import LinkDown, RequestError
 
 
 def configure(p: argparse.ArgumentParser) -> None:

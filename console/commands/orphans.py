@@ -10,12 +10,12 @@ import json
 
 from console.commands._ops import emit_result, step_printer, term
 from console.commands.context import CliContext, connect_hosts, single_host
+from console.core.orphans import Foreign, OrphanReport, ended_ports, hunt_snapshot
+from console.core.redact import redact_obj
 from console.errors import UserError
+from console.link.link import LinkDown, RequestError
 from console.model import KillTarget
 from console.ops.lifecycle import kill
-from console.ops.orphans import Foreign, OrphanReport, ended_ports, hunt_snapshot
-from console.redact import redact_obj
-from console.remote.link import LinkDown, RequestError
 
 PORTS_ASKED = 32
 """At most this many ended sessions' ports are checked for a listener that outlived them."""

@@ -11,13 +11,13 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from console.core.planner import parse_server_flags
 from console.errors import UserError
-from console.ops.planner import parse_server_flags
 
 if TYPE_CHECKING:
     from console.commands.context import CliContext
-    from console.ops.model_config import ModelShape
-    from console.ops.planner import MemoryPlan
+    from console.core.model_config import ModelShape
+    from console.core.planner import MemoryPlan
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -71,8 +71,8 @@ def render(plan: MemoryPlan, shape: ModelShape) -> str:
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
-    from console.ops.model_config import ModelConfigError, load_model_config
-    from console.ops.planner import parse_mem, plan
+    from console.core.model_config import ModelConfigError, load_model_config
+    from console.core.planner import parse_mem, plan
 
     try:
         shape = load_model_config(args.model_config)

@@ -7,11 +7,11 @@ import argparse
 from console.commands._ops import emit_result, step_printer
 from console.commands.context import CliContext, open_hosts, single_host
 from console.commands.launch import parse_env, require_utf8
+from console.core.redact import redact_argv
 from console.errors import UserError
+from console.host.hostsecrets import MASK
 from console.model import HostSnapshot, KillTarget, SessionInfo
 from console.ops.lifecycle import find_session, host_env, relaunch, request_from_argv
-from console.redact import redact_argv
-from console.remote.hostsecrets import MASK
 
 
 def configure(p: argparse.ArgumentParser) -> None:

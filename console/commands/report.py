@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from console.commands.context import CliContext, connect_hosts, single_host
+from console.core.report import build_report
+from console.core.report_svg import panel_svg
 from console.errors import UserError
-from console.ops.report import build_report
 from console.ops.report_gather import ReportError, gather
-from console.ops.report_svg import panel_svg
 
 
 def configure(p: argparse.ArgumentParser) -> None:

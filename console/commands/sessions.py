@@ -8,9 +8,9 @@ import time
 
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
-from console.ops.sessions import derive_views
-from console.redact import redact_obj
-from console.remote.link import sessions_each
+from console.core.redact import redact_obj
+from console.core.sessions import derive_views
+from console.link.link import sessions_each
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -46,7 +46,7 @@ def age(started: float | None, now: float) -> str:
 
 async def classify_sessions(link, snap) -> dict:
     """Classify each session from the tail of its own log plus its exit record."""
-    from console.ops.classify import classify
+    from console.core.classify import classify
 
     out = {}
     for s in snap.sessions:

@@ -11,11 +11,11 @@ import json
 import time
 
 from console.commands.context import CliContext, connect_hosts
+from console.core.flags.sources import bundled_schema
+from console.core.redact import redact_obj
+from console.link.link import HostLink, LinkDown, RequestError
 from console.model import Advice, HostSnapshot
 from console.ops.advice_host import advise_link, schema_validator
-from console.ops.flags.sources import bundled_schema
-from console.redact import redact_obj
-from console.remote.link import HostLink, LinkDown, RequestError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -101,7 +101,7 @@ def render_advice(a: Advice) -> str:
 def render_text(s: HostSnapshot, now: float | None = None) -> str:
     c = s.connection
     from console.commands._ops import term
-    from console.redact import redact_argv
+    from console.core.redact import redact_argv
 
     age = s.age_s(time.time() if now is None else now)
     when = ("no sample received" if age is None else f"last sample {age:.0f} s ago") if c.state == "stale" else ""

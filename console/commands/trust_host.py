@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from console.errors import UserError
-from console.remote import ssh
+from console.link import ssh
 
 if TYPE_CHECKING:
     from console.commands.context import CliContext

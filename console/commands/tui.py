@@ -23,7 +23,7 @@ from console.errors import UserError
 
 UI_MODULES = ("console.ops.backend", "console.ui.app")
 """Imported off the event loop while the links start (a few hundred ms of imports)."""
-LATER_MODULES = ("console.ops.classify", "console.ui.screens.sessions", "console.ui.screens.log_screen", "console.ui.screens.orphans",
+LATER_MODULES = ("console.core.classify", "console.ui.screens.sessions", "console.ui.screens.log_screen", "console.ui.screens.orphans",
                  "console.ui.screens.events", "console.ui.operations", "prometheus_client.parser")
 """Not needed for the first frame (the log classifier, the screens behind keys, the ``/metrics`` parser): imported off the event
 loop once the first frames are drawn (:data:`WARM_AFTER_S`), so a key pressed then does not wait for them."""
@@ -65,7 +65,7 @@ def _import_ui() -> None:
     live server's flags with it), off the event loop."""
     for name in UI_MODULES:
         importlib.import_module(name)
-    from console.ops.flags.sources import bundled_schema
+    from console.core.flags.sources import bundled_schema
 
     bundled_schema()
 

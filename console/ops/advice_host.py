@@ -15,6 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from console.core.advisor import HostContext, ServerContext, Validator, advise
+from console.core.flags.launcher import split_launch_command
+from console.core.metrics import (
+    MetricsParseError,
+    figures_from_log,
+    merge,
+    parse_sglang_metrics,
+)
+from console.core.model_config import ModelConfigError, ModelShape, parse_model_config
+from console.core.orphans import Orphan, find_orphans
+from console.core.planner import parse_server_flags
+from console.core.sessions import derive_views
+from console.link.link import HostLink, LinkDown, RequestError
 from console.model import (
     Advice,
     Classification,
@@ -26,24 +39,11 @@ from console.model import (
     ServingFigures,
     SessionView,
 )
-from console.ops.advisor import HostContext, ServerContext, Validator, advise
-from console.ops.flags.launcher import split_launch_command
 from console.ops.foreign_log import NoOutput, output_written_at, read_foreign_output
-from console.ops.metrics import (
-    MetricsParseError,
-    figures_from_log,
-    merge,
-    parse_sglang_metrics,
-)
-from console.ops.model_config import ModelConfigError, ModelShape, parse_model_config
-from console.ops.orphans import Orphan, find_orphans
-from console.ops.planner import parse_server_flags
-from console.ops.sessions import derive_views
-from console.remote.link import HostLink, LinkDown, RequestError
 
 if TYPE_CHECKING:
+    from console.core.flags import FlagSchema
     from console.model import HostSnapshot, SessionInfo
-    from console.ops.flags import FlagSchema
 
 ReadFile = Callable[[str], Awaitable[bytes | str]]
 
@@ -95,7 +95,7 @@ def log_figures_at(lines: Sequence[str], read_at: float, written_at: float | Non
     """When the log's last metrics line was written at the latest (console clock): the log's end (when it was
     read, or its file's last write when earlier) less how long the log went on after that line, by the log's
     own timestamps. None when there is no metrics line or that lag cannot be shown."""
-    from console.ops.classify.stamps import metrics_lag  # not before the first frame (tui.LATER_MODULES)
+    from console.core.classify.stamps import metrics_lag  # not before the first frame (tui.LATER_MODULES)
 
     lag = metrics_lag(lines)
     if lag is None:
@@ -108,7 +108,7 @@ def dated_log_figures(lines: Sequence[str], read_at: float, written_at: float | 
         ServeMetrics | None, float | None]:
     """(the last serving figures of the log's last server run, when their line was written); (None, None) when
     it has none or they cannot be dated."""
-    from console.ops.classify import classify
+    from console.core.classify import classify
 
     m = classify("\n".join(lines)).metrics
     at = log_figures_at(lines, read_at, written_at) if m is not None else None
@@ -154,9 +154,9 @@ def live_server(view: HostView, s: SessionView) -> bool:
 
 
 def advised_servers(view: HostView) -> list[SessionView]:
-    """The servers the advisor reads: per GPU its current session (``console.ops.current``), when it is live and
+    """The servers the advisor reads: per GPU its current session (``console.core.current``), when it is live and
     :func:`live_server` proves a live process serves it; a tp>1 server once, on its first GPU."""
-    from console.ops.current import current_by_gpu
+    from console.core.current import current_by_gpu
 
     out: list[SessionView] = []
     for c in current_by_gpu(view.sessions, [g.index for g in view.snapshot.gpus]):
@@ -196,7 +196,7 @@ def server_contexts(view: HostView, shapes: Mapping[str, ModelShape] | None = No
 
 def _retract_lag(lines: Sequence[str]) -> float | None:
     """How long the log went on after its last retraction line (its own clock), None if none or undated."""
-    from console.ops.classify.stamps import lag_after
+    from console.core.classify.stamps import lag_after
 
     for i in range(len(lines) - 1, -1, -1):
         if "Retract requests" in lines[i] or "retract" in lines[i].lower():
@@ -205,7 +205,7 @@ def _retract_lag(lines: Sequence[str]) -> float | None:
 
 
 def orphans_of(view: HostView) -> list[Orphan]:
-    """The proven orphans of the view's snapshot (:func:`console.ops.orphans.find_orphans`): alive, holding GPU
+    """The proven orphans of the view's snapshot (:func:`console.core.orphans.find_orphans`): alive, holding GPU
     memory per the GPU source, of an ended session or adopted after whoever started them died."""
     live = {s.session_id for s in view.sessions if s.session_id and s.state in LIVE_STATES | {"stopping"}}
     return [o for o in find_orphans(view.snapshot, live_ids=live) if o.held_mib > 0]
@@ -245,7 +245,7 @@ LOG_TAIL_LINES = 200
 
 def schema_validator(schema: FlagSchema) -> Validator:
     """The flag validator as the advisor uses it: the first error, or None when the flags are accepted."""
-    from console.ops.flags import validate
+    from console.core.flags import validate
 
     def check(argv: list[str]) -> str | None:
         errors = [p for p in validate(argv, schema) if p.severity == "error"]
@@ -316,7 +316,7 @@ async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float
     logs' dated figures (read at ``clock``).
 
     A hand-started server's output is read from its stdout file when that is a regular file."""
-    from console.ops.classify import classify
+    from console.core.classify import classify
 
     classes: dict[str, Classification] = {}
     tails: dict[str, list[str]] = {}

@@ -17,11 +17,12 @@ from typing import Callable, Sequence
 from console.audit import Audit
 from console.backend import OnAudit, OnLog, OnSteps, OnView
 from console.config import Config
+from console.core.flags import FlagSchema, check_all
+from console.link.link import HostLink
 from console.model import AuditEntry, KillTarget, LaunchRequest, OperationResult, PendingLaunch, Step
 from console.ops import lifecycle
-from console.ops.flags import FlagSchema, check_all, default_cache_dir, learn_schema
+from console.ops.flag_learning import default_cache_dir, learn_schema
 from console.ops.tracker import HostTracker
-from console.remote.link import HostLink
 
 
 def reports_dir() -> Path:
@@ -167,9 +168,9 @@ class LiveBackend:
         """The incident report of ``session_id``: gathered through the host's link, written as Markdown
         with the panel's SVG beside it under :func:`reports_dir`; returns the Markdown file's path."""
         from console.audit import default_audit_path
-        from console.ops.report import build_report
+        from console.core.report import build_report
+        from console.core.report_svg import panel_svg
         from console.ops.report_gather import gather
-        from console.ops.report_svg import panel_svg
 
         audit = self.audit.path if self.audit is not None and self.audit.path is not None else default_audit_path()
         inp = await gather(self.links[host], session_id, audit_path=str(audit), since_s=self.REPORT_SINCE_S,

@@ -8,7 +8,7 @@ argv as data.
 
 from __future__ import annotations
 
-from console.remote.link import HostLink, RequestError
+from console.link.link import HostLink, RequestError
 
 TAIL_BYTES = 256 * 1024
 

@@ -24,6 +24,8 @@ import time
 from typing import Any, Callable
 
 from console import __version__
+from console.core.sessions import flag_value, has_flag, new_session_id, server_port
+from console.link.link import HostLink, LinkDown, RequestError, sessions_each
 from console.model import (
     Classification,
     HostSnapshot,
@@ -35,9 +37,7 @@ from console.model import (
     SessionInfo,
     Step,
 )
-from console.ops.flags.preflight import check_launch_flags
-from console.ops.sessions import flag_value, has_flag, new_session_id, server_port
-from console.remote.link import HostLink, LinkDown, RequestError, sessions_each
+from console.ops.flag_preflight import check_launch_flags
 
 LAUNCH_STEPS = ["spawned", "logging", "listening", "healthy", "ready", "on GPU"]
 READY_LINE = "The server is fired up and ready to roll!"
@@ -104,7 +104,7 @@ def build_spec(req: LaunchRequest, session_id: str, now: float) -> tuple[LaunchS
 
 
 def _classifier():
-    from console.ops.classify import LogClassifier
+    from console.core.classify import LogClassifier
 
     return LogClassifier()
 
@@ -399,7 +399,7 @@ def _refused(st: Stepper, res: dict, refusals: list[str], *, line: str | None = 
 
 def orphan_note(snap: HostSnapshot | None, gpus: list[int]) -> str:
     """``; orphans on the target GPUs: …`` naming each orphan that holds memory there in ``snap`` (or "")."""
-    from console.ops.orphans import describe, find_orphans, orphans_on
+    from console.core.orphans import describe, find_orphans, orphans_on
 
     if snap is None:
         return ""
@@ -417,8 +417,8 @@ async def memory_verdict(link: HostLink, req: LaunchRequest, snap: HostSnapshot 
 
     Returns (None, why) when it cannot be planned (no model path, unreadable config, no GPU info).
     """
-    from console.ops.model_config import ModelConfigError, parse_model_config
-    from console.ops.planner import parse_server_flags, plan
+    from console.core.model_config import ModelConfigError, parse_model_config
+    from console.core.planner import parse_server_flags, plan
 
     model = flag_value(req.flags, "--model-path", "--model")
     if not model:
@@ -467,7 +467,7 @@ async def _failed(link: HostLink, watch: _SessionWatch, st: Stepper, res: dict, 
             await asyncio.wait_for(watch.exited.wait(), 3.0 if watch.exited.is_set() else 0.5)
         except asyncio.TimeoutError:
             pass
-    from console.ops.classify import failure_tail
+    from console.core.classify import failure_tail
 
     tail: list[str] = []
     try:
@@ -589,7 +589,7 @@ async def _kill(link: HostLink, target: KillTarget, on_steps=None, *, grace: flo
             return OperationResult(**res, ok=False, steps=st.steps, error=err)
         start = p.start_ticks
         if target.as_orphan:  # every evidence line must still be true now, on this fresh snapshot
-            from console.ops.orphans import recheck
+            from console.core.orphans import recheck
 
             proven, why = recheck(snap, p.pid, start)
             if proven is None:

@@ -1,7 +1,7 @@
 """Gathering a report's inputs for one session: run directory, log, audit log, GPU ring, planner.
 
 Everything is read through the host's link (the agent's ops) and the console's own audit log;
-nothing here formats text (that is :mod:`console.ops.report`).
+nothing here formats text (that is :mod:`console.core.report`).
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import json
 import time
 from pathlib import Path
 
+from console.core.classify import classify_last_run
+from console.core.flags.launcher import split_launch_command
+from console.core.report import GpuPoint, ReportInputs, TimelineEvent, exit_events
+from console.link.link import HostLink, LinkDown, RequestError
 from console.model import AuditEntry, HostSnapshot, LaunchRequest, SessionInfo, Step
-from console.ops.classify import classify_last_run
-from console.ops.flags.launcher import split_launch_command
 from console.ops.lifecycle import memory_verdict
-from console.ops.report import GpuPoint, ReportInputs, TimelineEvent, exit_events
-from console.remote.link import HostLink, LinkDown, RequestError
 
 LOG_TAIL_BYTES = 2 << 20
 """The report's excerpt and classification read at most the last 2 MiB of the session's log."""

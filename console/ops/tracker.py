@@ -21,6 +21,13 @@ from collections.abc import Collection
 from functools import lru_cache
 from typing import TYPE_CHECKING, Callable
 
+from console.core.advisor import Validator
+from console.core.current import CurrentState
+from console.core.flags import FlagSchema
+from console.core.flags.sources import bundled_schema
+from console.core.model_config import ModelShape
+from console.core.sessions import derive_views
+from console.link.link import HostLink, LinkDown, RequestError
 from console.model import (
     Advice,
     Classification,
@@ -42,16 +49,9 @@ from console.ops.advice_host import (
     schema_validator,
     view_key,
 )
-from console.ops.advisor import Validator
-from console.ops.current import CurrentState
-from console.ops.flags import FlagSchema
-from console.ops.flags.sources import bundled_schema
-from console.ops.model_config import ModelShape
-from console.ops.sessions import derive_views
-from console.remote.link import HostLink, LinkDown, RequestError
 
 if TYPE_CHECKING:
-    from console.ops.classify import LogClassifier
+    from console.core.classify import LogClassifier
 
 TAIL_BYTES = 256 * 1024
 RING_LINES = 5000
@@ -280,7 +280,7 @@ class HostTracker:
 
     async def _start_follow(self, sid: str) -> None:
         r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
-        from console.ops.classify import LogClassifier  # not before the first frame (tui.LATER_MODULES)
+        from console.core.classify import LogClassifier  # not before the first frame (tui.LATER_MODULES)
 
         c = LogClassifier()
         self.classifiers[sid] = c
@@ -295,7 +295,7 @@ class HostTracker:
 
     async def _classify_ended(self, sid: str, ex: ExitRecord) -> None:
         r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
-        from console.ops.classify import classify
+        from console.core.classify import classify
 
         self.classes[sid] = classify(r["data"], ex)
         self.rings[sid] = deque(r["data"].splitlines(), maxlen=RING_LINES)

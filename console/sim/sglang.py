@@ -232,7 +232,7 @@ class Launcher:
             "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n"
             "  warnings.warn(" % SITE)
         cfg = load_config(a.model_path)
-        from console.ops.model_config import ModelConfigError, parse_model_config
+        from console.core.model_config import ModelConfigError, parse_model_config
         try:
             self.shape = parse_model_config(cfg)
         except ModelConfigError as e:
@@ -341,7 +341,7 @@ class Launcher:
 
     def plan_ranks(self) -> list[dict]:
         """Per rank: the physical GPU, free memory, the planner's numbers and the scheduler script."""
-        from console.ops.planner import auto_mem_fraction_static, plan
+        from console.core.planner import auto_mem_fraction_static, plan
         from console.sim import simgpu
         a = self.args
         gpus = self.gpus()

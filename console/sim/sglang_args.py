@@ -13,8 +13,8 @@ import argparse
 import json
 from typing import Any
 
-from console.ops.flags.models import Flag
-from console.ops.flags.sources import BUNDLED_FLAGS, BUNDLED_PROG, bundled_schema
+from console.core.flags.models import Flag
+from console.core.flags.sources import BUNDLED_FLAGS, BUNDLED_PROG, bundled_schema
 
 
 def _type_function(f: Flag) -> Any:
@@ -27,7 +27,7 @@ def _type_function(f: Flag) -> Any:
     if name == "loads":
         return json.loads
     if name in ("human_readable_int", "json_list_type", "parse_cuda_graph_backend_arg", "nullable_str"):
-        from console.ops.flags import argv as resolver
+        from console.core.flags import argv as resolver
 
         def convert(text: str) -> Any:
             try:

@@ -19,10 +19,10 @@ from pydantic import (
     model_validator,
 )
 
+from console.core.flags.argv import resolve_argv
+from console.core.flags.launcher import split_launch_command
+from console.core.flags.sources import bundled_schema
 from console.model import SPECULATIVE_ALGORITHMS
-from console.ops.flags.argv import resolve_argv
-from console.ops.flags.launcher import split_launch_command
-from console.ops.flags.sources import bundled_schema
 
 SPEC_ALGOS = ("none", *SPECULATIVE_ALGORITHMS)
 """The form's choices: off, or one of SGLang's built-in algorithms (the one list in console.model)."""
@@ -199,7 +199,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 def parse_flags(flags: list[str]) -> list[tuple[str, str | None]]:
     """``(flag, value)`` per option, in order, read as the server's argparse reads them.
 
-    The one argv resolver (``console.ops.flags.argv``, bundled SGLang schema): abbreviations and
+    The one argv resolver (``console.core.flags.argv``, bundled SGLang schema): abbreviations and
     aliases come back as the canonical name (``--max-running`` -> ``--max-running-requests``),
     ``--x=v`` as ``(--x, v)``, a switch as ``(--switch, None)``, several values joined by spaces;
     unknown options as typed.

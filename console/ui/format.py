@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from console.redact import redact_text
+from console.core.redact import redact_text
 
 NA = "N/A"
 MAX_LINE = 2000

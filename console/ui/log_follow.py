@@ -1,7 +1,7 @@
 """Which session's log the log pane shows, and the lines on their way to it.
 
 The app owns one :class:`LogFollower`. It shows the *current session* of the selected GPU
-panel (as the HostView says, see ``console/ops/current.py``) and nothing else: when that
+panel (as the HostView says, see ``console/core/current.py``) and nothing else: when that
 changes (a launch just sent, a relaunch from another console, a kill) the pane switches at
 once, to an empty log saying "waiting for output" if need be. It follows exactly one
 (host, session) at a time through the backend, drops lines of any other session, and

@@ -7,10 +7,11 @@ import subprocess
 
 import pytest
 
-from console.ops.flags import check_all, learn_schema, parse_help, validate
-from console.ops.flags.argv import resolve_argv
-from console.ops.flags.check import argparse_error
-from console.ops.flags.sources import bundled_schema
+from console.core.flags import check_all, parse_help, validate
+from console.core.flags.argv import resolve_argv
+from console.core.flags.check import argparse_error
+from console.core.flags.sources import bundled_schema
+from console.ops.flag_learning import learn_schema
 from tests.contract.conftest import offline_env
 from tests.contract.flag_cases import CASES
 

@@ -393,7 +393,7 @@ def tick_cost(run: Run) -> dict:
     """Time the agent's sampling pieces in this process (the agent module imported from its file)."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from console.remote import gpus as agent  # the agent's GPU sources (its package imports relatively)
+    from console.host import gpus as agent  # the agent's GPU sources (its package imports relatively)
 
     out = {}
     nv = agent.NvmlGpus()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from console.remote.protocol import BOOTSTRAP, shipped_payload
+from console.link.protocol import BOOTSTRAP, shipped_payload
 
 FAKE_NVML = Path(__file__).resolve().parents[1] / "gpu" / "fake_nvml"
 

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from console.config import HostConfig
+from console.link.link import HostLink
+from console.link.ssh import parse_host_spec
 from console.model import LaunchRequest
-from console.remote.link import HostLink
-from console.remote.ssh import parse_host_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = str(REPO / "tests" / "helpers" / "sgl_like.py")

@@ -17,8 +17,8 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from console.core.events import KILL_BEFORE_VANISH_S, NOT_BY_THIS_CONSOLE, merge, name_other_killers, run_dir_events
 from console.model import AuditEntry, HostEvent, HostView
-from console.ops.events import KILL_BEFORE_VANISH_S, NOT_BY_THIS_CONSOLE, merge, name_other_killers, run_dir_events
 from console.ui.format import clean, gpu_list, short
 from console.ui.widgets.footer import QuietFooter
 

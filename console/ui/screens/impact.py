@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import textwrap
 
+from console.core.orphans import Orphan
+from console.core.sessions import flag_value
 from console.model import HostSnapshot, SessionView
-from console.ops.orphans import Orphan
-from console.ops.sessions import flag_value
 from console.ui.format import NA, age_text, clean, gpu_list, short
 
 
@@ -37,7 +37,7 @@ def metrics_figures(s: SessionView, snap: HostSnapshot | None) -> str | None:
     p = next((x for x in snap.servers if x.pid == s.launcher_pid and x.metrics_text), None)
     if p is None or p.metrics_text is None:
         return None
-    from console.ops.metrics import MetricsParseError, parse_sglang_metrics
+    from console.core.metrics import MetricsParseError, parse_sglang_metrics
 
     try:
         f = parse_sglang_metrics(p.metrics_text, p.metrics_at or 0.0)

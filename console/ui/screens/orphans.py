@@ -14,8 +14,8 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from console.core.orphans import Foreign, Orphan, hunt_snapshot
 from console.model import HostView, KillTarget
-from console.ops.orphans import Foreign, Orphan, hunt_snapshot
 from console.ui.format import clean, short
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.impact import orphan_lines

@@ -14,7 +14,7 @@ from console.ui.format import clean, short
 from console.ui.main_screen import MainScreen
 
 if TYPE_CHECKING:
-    from console.ops.orphans import Orphan
+    from console.core.orphans import Orphan
     from console.ui.app import MtpConsoleApp
 
 # The screens are imported when first opened (and by the start's warm-up, console/commands/tui.py), not with

@@ -1,7 +1,7 @@
 """One host: its header, one GpuPanel per GPU (mounted once), and what has no GPU.
 
 Each panel shows its GPU's *current session* as the HostView carries it (``HostView.current``,
-decided once below the UI by ``console/ops/current.py``); nothing here chooses a session.
+decided once below the UI by ``console/core/current.py``); nothing here chooses a session.
 """
 
 from __future__ import annotations

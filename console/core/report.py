@@ -1,0 +1,240 @@
+"""The incident report: one session's failure written up as Markdown a team can paste into a postmortem.
+
+:func:`build_report` is pure: it takes :class:`ReportInputs` (gathered by ``mtpconsole report``
+from the run directory, the audit log, the host's ring of GPU samples and the planner) and
+returns the Markdown text. Every string from the host goes through :func:`redact_text`, so a
+secret in a log line, a flag or an audit entry never reaches the report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from console.core.redact import redact_argv, redact_text
+from console.model import (
+    AuditEntry,
+    Classification,
+    ExitRecord,
+    Frozen,
+    LaunchSpec,
+    ProcessExit,
+    Step,
+)
+
+EXCERPT_BEFORE = 12
+"""Log lines shown before the decisive line (enough for the step that led to it)."""
+EXCERPT_AFTER = 6
+
+
+class GpuPoint(Frozen):
+    """One GPU reading from the host's sample ring."""
+
+    at: float
+    gpu: int
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    mem_used_mib: int | None = None
+    mem_total_mib: int | None = None
+    util_pct: float | None = None
+
+
+class TimelineEvent(Frozen):
+    """Something that happened around the session, with its time."""
+
+    at: float
+    what: str
+    source: str
+    """audit, step, exit, event, record."""
+
+
+class ReportInputs(Frozen):
+    """Everything the report says, gathered before it is written."""
+
+    host: str
+    session_id: str
+    spec: LaunchSpec | None = None
+    started_at: float | None = None
+    exit: ExitRecord | None = None
+    classification: Classification | None = None
+    state: str | None = None
+    previous: LaunchSpec | None = None
+    """The session launched on the same GPU just before this one."""
+    planner: str | None = None
+    steps: list[Step] = Field(default_factory=list)
+    audit: list[AuditEntry] = Field(default_factory=list)
+    events: list[TimelineEvent] = Field(default_factory=list)
+    samples: list[GpuPoint] = Field(default_factory=list)
+    log_lines: list[str] = Field(default_factory=list)
+    generated_at: float = Field(default_factory=time.time)
+    panel_svg: str | None = None
+    """File name of the panel's SVG beside the report, when one was written."""
+
+
+def _t(at: float | None) -> str:
+    return "–" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) + f".{int(at * 1000) % 1000:03d}Z"
+
+
+def _md(text: str) -> str:
+    """Text safe inside a Markdown table cell or a line of prose (secrets masked)."""
+    return redact_text(text).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _code(lines: Sequence[str]) -> list[str]:
+    fence = "```"
+    while any(fence in line for line in lines):
+        fence += "`"
+    return [fence + "text", *(redact_text(line) for line in lines), fence]
+
+
+def _ended(inp: ReportInputs) -> str:
+    ex = inp.exit
+    if ex is None:
+        return "still running" if inp.state in ("ready", "loading", "launching") else "no exit record"
+    how = (f"exit code {ex.exit_code}" if ex.exit_code is not None else
+           f"signal {ex.signal}" if ex.signal is not None else ex.error or "unknown")
+    if ex.stopped_by_operator:
+        how += ", stopped by an operator"
+    if ex.host_oom_killed:
+        how += f", kernel OOM killer fired (oom_kill {ex.oom_kill_before} -> {ex.oom_kill_after})"
+    return f"{how} at {_t(ex.ended_at)}"
+
+
+def summary(inp: ReportInputs) -> list[str]:
+    c = inp.classification
+    spec = inp.spec
+    gpus = ", ".join(str(g) for g in spec.gpus) if spec and spec.gpus else "?"
+    state = (inp.state or (c.state if c else "unknown")).upper()
+    cause = f": {c.cause}" if c and c.cause else ""
+    rows = [
+        ("Host", inp.host), ("Session", f"`{inp.session_id}`"), ("GPU(s)", gpus),
+        ("Port", str(spec.port) if spec and spec.port else "–"),
+        ("Outcome", f"**{state}{cause}**"),
+        ("Started", _t(inp.started_at or (spec.created_at if spec else None))),
+        ("Ended", _ended(inp)),
+    ]
+    if c and c.runs_skipped:
+        rows.append(("Log", f"read from the last of {c.runs_skipped + 1} server runs in it (earlier runs skipped)"))
+    if c and c.line:
+        rows.append(("Decisive line", f"`{_md(c.line)}`"))
+    if c and c.hint:
+        rows.append(("Hint", _md(c.hint)))
+    if inp.planner:
+        rows.append(("Memory planner", _md(inp.planner)))
+    return ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+
+
+HELPER_ROLES = ("other", "resource_tracker")
+"""Processes that serve no request (multiprocessing's resource tracker...): noise in a postmortem."""
+
+
+def exit_events(exits: Sequence[ProcessExit], first: ProcessExit | None) -> list[TimelineEvent]:
+    """The session's process ends for the timeline, in the order they ended (the first death first): server
+    processes, and a helper only when it is the first death; a leftover says the supervisor killed it."""
+    def is_first(x: ProcessExit) -> bool:
+        return first is not None and (x.pid, x.start_ticks) == (first.pid, first.start_ticks)
+
+    return [TimelineEvent(at=x.at, what=x.describe(), source="exit") for x in exits
+            if x.at is not None and (x.role not in HELPER_ROLES or is_first(x))]
+
+
+def timeline(inp: ReportInputs) -> list[str]:
+    events = list(inp.events)
+    for a in inp.audit:
+        verdict = "ok" if a.ok else ("failed" if a.ok is False else "sent")
+        args = " ".join(f"{k}={v}" for k, v in a.args.items() if k in ("session_id", "gpus", "port", "pid"))
+        events.append(TimelineEvent(at=a.at, what=" ".join(filter(None, (f"`{a.op}`", args, f"→ {verdict}"))),
+                                    source="audit"))
+    for s in inp.steps:
+        if s.started_at is not None:
+            ev = f" — {s.evidence}" if s.evidence else ""
+            events.append(TimelineEvent(at=s.started_at, what=f"step **{s.name}**: {s.state}{ev}", source="step"))
+    if inp.exit is not None:
+        events.append(TimelineEvent(at=inp.exit.ended_at, what=f"server ended: {_ended(inp)}", source="exit"))
+    events.sort(key=lambda e: e.at)
+    if not events:
+        return ["No recorded events."]
+    return ["| time (UTC) | what | source |", "|---|---|---|",
+            *(f"| {_t(e.at)} | {_md(e.what)} | {e.source} |" for e in events)]
+
+
+def flags_section(inp: ReportInputs) -> list[str]:
+    if inp.spec is None:
+        return ["The run directory has no launch spec."]
+    argv = redact_argv(inp.spec.argv)
+    out = ["```text", " ".join(argv), "```"]
+    if inp.previous is not None:
+        prev = redact_argv(inp.previous.argv)
+        diff = list(difflib.unified_diff(_flag_lines(prev), _flag_lines(argv), f"previous ({inp.previous.session_id})",
+                                         f"this ({inp.session_id})", lineterm="", n=0))
+        out += ["", f"Changed from the previous session on this GPU (`{inp.previous.session_id}`):", ""]
+        out += ["```diff", *diff, "```"] if diff else ["No flag changed."]
+    return out
+
+
+def _flag_lines(argv: Sequence[str]) -> list[str]:
+    """One line per flag with its values, so a diff reads per flag."""
+    lines: list[str] = []
+    for tok in argv:
+        if tok.startswith("-") and not _is_number(tok) or not lines:
+            lines.append(tok)
+        else:
+            lines[-1] += " " + tok
+    return lines
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return False
+    return True
+
+
+def gpu_section(inp: ReportInputs) -> list[str]:
+    if not inp.samples:
+        return ["No GPU samples were kept for this period (the host's sample ring was empty or unreadable)."]
+    out = ["| time (UTC) | GPU | power | memory | util |", "|---|---|---|---|---|"]
+    for p in inp.samples:
+        power = f"{p.power_w:.0f} / {p.power_limit_w:.0f} W" if p.power_w is not None and p.power_limit_w else "–"
+        mem = (f"{p.mem_used_mib / 1024:.1f} / {p.mem_total_mib / 1024:.1f} GiB"
+               if p.mem_used_mib is not None and p.mem_total_mib else "–")
+        util = f"{p.util_pct:.0f} %" if p.util_pct is not None else "–"
+        out.append(f"| {_t(p.at)} | {p.gpu} | {power} | {mem} | {util} |")
+    return out
+
+
+def excerpt(inp: ReportInputs) -> list[str]:
+    lines = inp.log_lines
+    if not lines:
+        return ["The session's log is empty."]
+    line = inp.classification.line if inp.classification else None
+    idx = max((i for i, x in enumerate(lines) if line and x.strip() == line.strip()), default=None)
+    if idx is None:
+        lo, hi, where = max(0, len(lines) - EXCERPT_BEFORE - EXCERPT_AFTER), len(lines), "the last lines"
+    else:
+        lo, hi, where = max(0, idx - EXCERPT_BEFORE), min(len(lines), idx + EXCERPT_AFTER + 1), \
+            f"lines {max(0, idx - EXCERPT_BEFORE) + 1}–{min(len(lines), idx + EXCERPT_AFTER + 1)}"
+    return [f"From the session's own `output.log` ({where} of {len(lines)}):", "", *_code(lines[lo:hi])]
+
+
+def build_report(inp: ReportInputs) -> str:
+    """The whole report as Markdown."""
+    c = inp.classification
+    title = f"Incident report: {inp.session_id} on {inp.host}"
+    if c and c.cause:
+        title += f" — {c.cause}"
+    byline = (f"_Written by mtpconsole at {_t(inp.generated_at)} from the run directory, the audit log and the "
+              "host's GPU samples; secrets masked._")
+    parts = [f"# {_md(title)}", "", byline, "",
+             "## Summary", "", *summary(inp), ""]
+    if inp.panel_svg:
+        parts += [f"![the GPU panel at the failure]({inp.panel_svg})", ""]
+    parts += ["## Timeline", "", *timeline(inp), "",
+              "## Flags", "", *flags_section(inp), "",
+              "## GPU around the failure", "", *gpu_section(inp), "",
+              "## Log excerpt", "", *excerpt(inp), ""]
+    return "\n".join(parts)

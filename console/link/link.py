@@ -1,0 +1,563 @@
+"""HostLink: one connection and one agent per host, requests, pushed events, reconnects.
+
+``local`` runs the same agent as a subprocess (same code path minus SSH). Over SSH the
+agent is started on an exec channel without a pty and bootstrapped over stdin. The link
+keeps the latest sample and its connection state, so :meth:`HostLink.snapshot` is always
+an honest, immutable :class:`HostSnapshot` (state, last error, RTT, sample age). An open channel whose
+agent answers nothing (frozen, the TCP connection still up) is ``stale``, not ``connected``; listeners
+hear a ``tick`` every half interval while the link is kept up, so what depends on age is re-derived
+while nothing arrives.
+
+Longer than ~400 lines on purpose: it is one connection's whole life (transport, bootstrap,
+requests, reconnects, followed logs) around state they all share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shlex
+import time
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import ValidationError
+
+from console.config import HostConfig
+from console.errors import HostError, HostKeyError
+from console.link import protocol
+from console.link.ssh import HostSpec
+from console.model import ConnectionInfo, HostSnapshot, SessionInfo
+
+if TYPE_CHECKING:
+    import asyncssh
+
+STREAM_LIMIT = 64 * 1024 * 1024
+"""The longest agent message read (and the SSH channel's receive window: a JSON line larger than the window
+would never complete, since asyncssh stops the sender when its buffer holds a window's worth)."""
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 60.0
+PING_EVERY_S = 5.0
+"""Seconds between pings of a link that hears from its agent (the RTT shown)."""
+SILENT_TICKS = 2
+"""A link that has heard nothing from its agent (no sample, no reply) for this many sample intervals pings it
+at once; no answer within ``HostConfig.ping_timeout`` makes the link ``stale`` until the agent speaks again."""
+AGENT_START_TIMEOUT_S = 30.0
+"""How long the agent may take to say hello once the channel is open (a slow host's Python start)."""
+
+
+def _source(name: str, package: str = "console.host") -> str:
+    """Source of a file shipped to the host (empty if absent from this build)."""
+    try:
+        return resources.files(package).joinpath(name).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+class RequestError(Exception):
+    """The agent answered a request with an error (message is the agent's, operator-readable)."""
+
+
+class LinkDown(Exception):
+    """The link is not connected (or dropped while a request was in flight)."""
+
+
+class _Channel:
+    """The agent's stdin/stdout, over SSH or a local subprocess."""
+
+    def __init__(self, writer, reader, stderr, closer, waiter):
+        self.writer, self.reader, self.stderr = writer, reader, stderr
+        self._close, self._wait = closer, waiter
+
+    async def write_line(self, obj: Any) -> None:
+        self.writer.write((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        await self.writer.drain()
+
+    async def close(self) -> None:
+        """Stop the agent's channel and reap it (no transport left for a closed event loop)."""
+        try:
+            self._close()
+        except Exception:
+            pass
+        try:
+            self.writer.close()
+        except Exception:
+            pass
+        try:
+            await asyncio.wait_for(self._wait(), 3)
+        except Exception:
+            pass
+
+
+class HostLink:
+    """A live link to one host's agent. Never raises from :meth:`run`; reconnects with backoff."""
+
+    def __init__(self, spec: HostSpec, host_cfg: HostConfig | None = None, *, ssh_config: str | None = None,
+                 interval: float = 1.0, audit: Callable | None = None, clock: Callable[[], float] = time.time,
+                 connect_timeout: float | None = None):
+        self.spec = spec
+        self.name = spec.name
+        self.cfg = host_cfg or HostConfig()
+        self.ssh_config = ssh_config
+        self.interval = interval
+        self.audit = audit
+        self.clock = clock
+        self.connect_timeout = connect_timeout or self.cfg.connect_timeout
+        self.ping_timeout = self.cfg.ping_timeout
+        self.heard_at = float("-inf")
+        """When the agent last said anything on the current channel (``time.monotonic``)."""
+        self._pinged_at = float("-inf")
+        self._ping_task: asyncio.Task | None = None
+        self.conn: asyncssh.SSHClientConnection | None = None
+        self.chan: _Channel | None = None
+        self.state = "connecting"
+        self.error: str | None = None
+        self.rtt_ms: float | None = None
+        self.attempts = 0
+        self.since = clock()
+        self.next_retry_at: float | None = None
+        self.hello: dict | None = None
+        self.sample: dict | None = None
+        self.received_at: float | None = None
+        self._snapshot: HostSnapshot | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = 0
+        self._reader_task: asyncio.Task | None = None
+        self._closed = False
+        self._wake = asyncio.Event()
+        self.follows: dict[str, int] = {}
+        self.follow_files: dict[str, int | None] = {}
+        """The inode each followed offset is in (a capped log is rotated: offsets restart in the new file)."""
+        self.listeners: list[Callable[[str, dict], None]] = []
+        """Called with (kind, message) for every sample, event and log message, and on state changes."""
+        self.connected = asyncio.Event()
+        self.running = False
+        """True while :meth:`run` keeps the link up (operations may then wait out a drop)."""
+        self._stopped = asyncio.Event()
+
+    # ------------------------------------------------------------ connection
+    def _set_state(self, state: str, error: str | None = None) -> None:
+        if state != self.state or error != self.error:
+            self.state, self.error, self.since = state, error, self.clock()
+            self._snapshot = None
+            self._notify("state", {"state": state, "error": error})
+
+    def mark_down(self, error: str, *, refused: bool = False) -> None:
+        """Record that this host could not be reached (``refused``: it was refused, e.g. its host key), with
+        the reason its snapshot reports; for callers that gave up on it without :meth:`run`."""
+        self._set_state("failed" if refused else "unreachable", error)
+
+    def _notify(self, kind: str, msg: dict) -> None:
+        for fn in list(self.listeners):
+            try:
+                fn(kind, msg)
+            except Exception:  # a listener must never kill the link
+                pass
+
+    async def _open_channel(self) -> _Channel:
+        argv = [self.cfg.python, "-u", "-c", protocol.BOOTSTRAP]
+        if self.spec.local:
+            try:
+                local = await asyncio.create_subprocess_exec(
+                    *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT, start_new_session=True,
+                    env=local_agent_env())
+            except FileNotFoundError:
+                raise HostError(f"local: no Python at {self.cfg.python!r}") from None
+            return _Channel(local.stdin, local.stdout, local.stderr, local.kill, local.wait)
+        from console.link import ssh
+
+        # The only shell line we ever send: a fixed program; the python path is quoted.
+        line = shlex.join(argv)
+        if self.conn is not None:
+            try:
+                proc = await self.conn.create_process(line, encoding=None, window=STREAM_LIMIT)
+                return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
+            except Exception:  # the connection died with the channel: open a fresh one now, not after a backoff
+                self.conn.close()
+                self.conn = None
+        self.conn = await ssh.connect(self.spec, self.ssh_config, connect_timeout=self.connect_timeout)
+        proc = await self.conn.create_process(line, encoding=None, window=STREAM_LIMIT)
+        return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
+
+    async def open(self) -> None:
+        """Connect, bootstrap the agent, wait for its hello. Raises HostError/HostKeyError."""
+        self._set_state("connecting" if self.attempts == 0 and self.hello is None else "reconnecting", self.error)
+        t0 = time.perf_counter()
+        try:
+            chan = await asyncio.wait_for(self._open_channel(), self.connect_timeout + 5)
+        except asyncio.TimeoutError:
+            raise HostError(f"{self.name}: connection timed out after {self.connect_timeout:.0f} s") from None
+        agent_cfg = {
+            "interval": self.interval, "runs_dir": self.cfg.runs_dir, "gpu_source": self.cfg.gpu_source,
+            "sim_dir": self.cfg.sim_dir, "launch_env": self.cfg.launch_env, "log_cap_mb": self.cfg.log_cap_mb,
+            "sim_src": _source("simgpu.py", "console.sim") if self.cfg.gpu_source == "sim" or self.cfg.sim_dir else "",
+        }
+        noise: list[str] = []
+        try:
+            await chan.write_line(protocol.shipped_payload())
+            await chan.write_line(agent_cfg)
+            msg = await asyncio.wait_for(_first_message(chan, noise), AGENT_START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await chan.close()
+            raise HostError(f"{self.name}: the agent did not answer within {AGENT_START_TIMEOUT_S:.0f} s"
+                            + (f" (the host printed: {' | '.join(noise)[-300:]})" if noise else "")) from None
+        except (OSError, ConnectionError, ValueError) as e:
+            await chan.close()
+            raise HostError(f"{self.name}: agent did not start: {str(e) or type(e).__name__}") from None
+        if msg is None:
+            err = b""
+            try:
+                err = await asyncio.wait_for(chan.stderr.read(4096), 2)
+            except Exception:
+                pass
+            await chan.close()
+            text = err.decode("utf-8", "replace").strip()
+            if "not found" in text or "No such file" in text:
+                raise HostError(f"{self.name}: cannot start the agent: no {self.cfg.python!r} on the host ({text[-200:]})")
+            if noise:
+                text = (text + " | stdout: " + " | ".join(noise)).strip(" |")
+            raise HostError(f"{self.name}: the agent exited at start: {text[-500:] or 'no output'}")
+        if msg.get("type") != "ready":
+            await chan.close()
+            raise HostError(f"{self.name}: agent failed to start: {msg.get('message', msg)}")
+        self.hello = msg["hello"]
+        self.chan = chan
+        self.heard_at = self._pinged_at = time.monotonic()
+        self.rtt_ms = (time.perf_counter() - t0) * 1000.0
+        self._reader_task = asyncio.create_task(self._read_loop(chan))
+        self.attempts = 0
+        self.next_retry_at = None
+        self._set_state("connected")
+        self.connected.set()
+        for sid, off in self.follows.items():  # re-follow from where we were: nothing lost, nothing twice
+            await self._send("follow_log", {"session_id": sid, "offset": off, "file": self.follow_files.get(sid)})
+
+    async def _read_loop(self, chan: _Channel) -> None:
+        try:
+            while True:
+                line = await chan.reader.readline()
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if self.chan is chan:
+                    self._heard()
+                self._dispatch(msg)
+        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # asyncssh connection-lost errors and the like
+            pass
+        finally:
+            self._on_lost(chan)
+
+    def _on_lost(self, chan: _Channel) -> None:
+        if self.chan is chan:
+            self.chan = None
+            self.connected.clear()
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(LinkDown(f"{self.name}: connection lost"))
+            self._pending.clear()
+            if not self._closed:
+                self._set_state("reconnecting", self.error or "connection lost")
+            self._wake.set()
+
+    def _heard(self) -> None:
+        """The agent said something: it is alive now (a stale link is connected again)."""
+        self.heard_at = time.monotonic()
+        if self.state == "stale":
+            self._pinged_at = float("-inf")  # measure the RTT again at the next tick
+            self._set_state("connected")
+
+    def _dispatch(self, msg: dict) -> None:
+        t = msg.get("type")
+        if t == "reply":
+            rid = msg.get("id")
+            fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
+            if fut and not fut.done():
+                if msg.get("ok"):
+                    fut.set_result(msg.get("result"))
+                else:
+                    fut.set_exception(RequestError(msg.get("error") or "failed"))
+        elif t == "sample":
+            self.sample, self.received_at, self._snapshot = msg["data"], self.clock(), None
+            self._notify("sample", msg)
+        elif t == "log":
+            sid = msg.get("session_id")
+            if sid in self.follows and msg.get("offset") == self.follows[sid]:
+                # "end" is the agent's byte offset after this chunk. The data was decoded with
+                # replacement, so its UTF-8 length differs from the bytes read when the log holds
+                # invalid UTF-8 (or a chunk split a character): counting it would lose the rest.
+                end = msg.get("end")
+                self.follows[sid] = end if isinstance(end, int) and end >= self.follows[sid] else (
+                    self.follows[sid] + len(msg.get("data", "").encode("utf-8")))
+                if isinstance(msg.get("file"), int):
+                    self.follow_files[sid] = msg["file"]
+                self._notify("log", msg)
+        elif t == "event":
+            if msg.get("kind") == "log_truncated" and msg.get("session_id") in self.follows:
+                self.follows[msg["session_id"]] = 0  # the agent restarts the follow from the beginning
+            if msg.get("kind") == "log_rotated" and msg.get("session_id") in self.follows:
+                # the old segment was pushed to its end; the new file's lines come from its offset 0
+                self.follows[msg["session_id"]], self.follow_files[msg["session_id"]] = 0, msg.get("file")
+            self._notify("event", msg)
+        elif t in ("error", "fatal"):
+            self._notify("error", msg)
+
+    async def run(self) -> None:
+        """Keep the link up until :meth:`close`: reconnect with exponential backoff and jitter.
+
+        Idempotent: a second call while the link is kept up (it was started early, before the UI
+        that also runs it) does not open a second agent; it waits until the first loop ends."""
+        if self.running:
+            await self._stopped.wait()
+            return
+        self.running = True
+        self._stopped.clear()
+        try:
+            await self._keep_up()
+        finally:
+            self.running = False
+            self._stopped.set()
+
+    async def _keep_up(self) -> None:
+        while not self._closed:
+            if self.chan is None:
+                try:
+                    await self.open()
+                except (HostError, HostKeyError) as e:
+                    await self._fail(str(e), fatal=isinstance(e, HostKeyError))
+                    continue
+                except Exception as e:  # never let one host's failure escape
+                    await self._fail(f"{self.name}: {type(e).__name__}: {e}")
+                    continue
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._tick_wait())
+            except asyncio.TimeoutError:
+                self._tick()
+
+    def _pinging(self) -> bool:
+        return self._ping_task is not None and not self._ping_task.done()
+
+    def _ping_due(self) -> float:
+        """When the next ping is due (``time.monotonic``): after SILENT_TICKS intervals of silence, or
+        PING_EVERY_S after the last one."""
+        return min(self.heard_at + SILENT_TICKS * self.interval, self._pinged_at + PING_EVERY_S)
+
+    def _tick_wait(self) -> float:
+        """Seconds until the next tick: half an interval, or sooner when a ping falls due."""
+        wait = max(0.05, self.interval / 2)
+        if self.chan is not None and not self._pinging():
+            wait = min(wait, max(0.01, self._ping_due() - time.monotonic()))
+        return wait
+
+    def _tick(self) -> None:
+        """Ping when due (one at a time, in the background: the ticks go on), then tell the listeners."""
+        if self.chan is not None and not self._pinging() and time.monotonic() >= self._ping_due():
+            self._pinged_at = time.monotonic()
+            self._ping_task = asyncio.create_task(self._ping())
+        self._notify("tick", {})
+
+    async def _fail(self, error: str, fatal: bool = False) -> None:
+        self.attempts += 1
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(self.attempts - 1, 10)) * random.uniform(0.5, 1.0)
+        self.next_retry_at = self.clock() + delay
+        self._set_state("failed" if fatal else "unreachable", error)
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _ping(self) -> None:
+        """One ping; no answer (and nothing else from the agent) within ``ping_timeout`` makes the link stale."""
+        sent = time.monotonic()
+        try:
+            t0 = time.perf_counter()
+            await self.request("ping", timeout=self.ping_timeout, audit=False)
+            self.rtt_ms, self._snapshot = (time.perf_counter() - t0) * 1000.0, None
+        except asyncio.TimeoutError:
+            if self.heard_at < sent:
+                self.mark_stale(f"{self.name}: the agent answered no ping within {self.ping_timeout:g} s")
+        except (LinkDown, RequestError):
+            pass
+
+    def mark_stale(self, error: str) -> None:
+        """The channel is open but the agent does not answer (frozen, or a network that drops silently): the
+        link reads ``stale`` with ``error`` (its last RTT is no longer true) until the agent speaks again."""
+        if self.chan is None or self.state not in ("connected", "stale"):
+            return
+        self.rtt_ms = None
+        self._set_state("stale", error)
+
+    def retry_now(self) -> None:
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._ping_task is not None:
+            self._ping_task.cancel()  # a ping in flight ends with the link (done: a no-op)
+        chan, self.chan = self.chan, None
+        if chan:
+            await chan.close()
+        if self._reader_task:
+            self._reader_task.cancel()
+        if self.conn is not None:
+            self.conn.close()
+            try:
+                await asyncio.wait_for(self.conn.wait_closed(), 2)
+            except Exception:
+                pass
+            self.conn = None
+        self._set_state("closed", self.error)
+
+    def abort_connection(self) -> None:
+        """Drop the transport abruptly (tests and fault injection): no goodbye, like a dead network."""
+        if self.conn is not None:
+            self.conn.abort()
+        elif self.chan is not None:
+            self.chan._close()
+
+    # ------------------------------------------------------------ requests
+    async def _send(self, op: str, args: dict | None) -> asyncio.Future:
+        if self.chan is None:
+            raise LinkDown(f"{self.name}: not connected ({self.error or self.state})")
+        self._ids += 1
+        rid = self._ids
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            await self.chan.write_line({"id": rid, "op": op, "args": args or {}})
+        except (OSError, ConnectionError) as e:
+            self._pending.pop(rid, None)
+            raise LinkDown(f"{self.name}: connection lost: {e}") from None
+        return fut
+
+    async def request(self, op: str, args: dict | None = None, *, timeout: float = 30.0, audit: bool = True) -> Any:
+        """Send one request and wait for its reply. Raises RequestError, LinkDown or TimeoutError."""
+        t0 = time.perf_counter()
+        ok, result_text = False, None
+        try:
+            fut = await self._send(op, args)
+            result = await asyncio.wait_for(fut, timeout)
+            ok = True
+            result_text = result  # the raw result: the audit redacts it once, before it is cut
+            return result
+        except RequestError as e:
+            result_text = str(e)
+            raise
+        except asyncio.TimeoutError:
+            result_text = f"timed out after {timeout:.0f} s"
+            for rid in [k for k, v in self._pending.items() if v is fut]:
+                del self._pending[rid]  # a late reply finds nothing; no future kept for an agent that never answers
+            raise
+        except LinkDown as e:
+            result_text = str(e)
+            raise
+        finally:
+            if audit and self.audit is not None:
+                self.audit(self.name, op, args or {}, ok, result_text, (time.perf_counter() - t0) * 1000.0)
+
+    async def follow_log(self, session_id: str, offset: int, file: int | None = None) -> None:
+        """Follow a session's log from ``offset`` of the file with inode ``file`` (``read_log``'s ``file``;
+        None: output.log as the agent finds it)."""
+        self.follows[session_id], self.follow_files[session_id] = offset, file
+        await self.request("follow_log", {"session_id": session_id, "offset": offset, "file": file})
+
+    async def unfollow_log(self, session_id: str) -> None:
+        self.follows.pop(session_id, None)
+        self.follow_files.pop(session_id, None)
+        if self.chan is not None:
+            await self.request("unfollow_log", {"session_id": session_id})
+
+    # ------------------------------------------------------------ snapshots
+    async def refresh(self, timeout: float = 30.0) -> HostSnapshot:
+        """Ask the agent for a sample now (not the next tick) and return the new snapshot."""
+        t0 = time.perf_counter()
+        self.sample = await self.request("snapshot", timeout=timeout, audit=False)
+        self.rtt_ms = (time.perf_counter() - t0) * 1000.0
+        self.received_at, self._snapshot = self.clock(), None
+        return self.snapshot()
+
+    def snapshot(self) -> HostSnapshot:
+        """The latest immutable view of this host (rebuilt only when something changed)."""
+        if self._snapshot is not None:
+            return self._snapshot
+        conn = ConnectionInfo(state=self.state, error=self.error, rtt_ms=self.rtt_ms, since=self.since,
+                              attempts=self.attempts, next_retry_at=self.next_retry_at)
+        s = self.sample or {}
+        try:
+            snap = HostSnapshot(
+                name=self.name, connection=conn, sampled_at=s.get("sampled_at"), received_at=self.received_at,
+                hostname=(self.hello or {}).get("hostname"), gpu_source=s.get("gpu_source", "none"),
+                gpu_error=s.get("gpu_error"), gpus=s.get("gpus", []), servers=s.get("servers", []),
+                sessions=sessions_each(s.get("sessions", [])), other_sessions=sessions_each(s.get("other_sessions", [])),
+                relatives=s.get("relatives", []), agent_uid=(self.hello or {}).get("uid"), agent_tick_ms=s.get("tick_ms"),
+                gpu_sampled_at=s.get("gpu_sampled_at"))
+        except ValidationError as e:
+            snap = HostSnapshot(name=self.name, connection=conn.model_copy(
+                update={"error": f"agent sent an invalid sample: {e.errors()[0]['msg']}"}))
+        self._snapshot = snap
+        return snap
+
+
+def sessions_each(raw: Any) -> list[SessionInfo] | Any:
+    """Each session of a sample validated on its own: one the agent sent malformed is listed as broken
+    (with pydantic's reason) instead of voiding the whole sample (GPUs, servers and the other sessions)."""
+    if not isinstance(raw, list):
+        return raw
+    out: list[SessionInfo] = []
+    for item in raw:
+        try:
+            out.append(SessionInfo.model_validate(item))
+        except ValidationError as e:
+            d = item if isinstance(item, dict) else {}
+            sid, run_dir = d.get("session_id"), d.get("run_dir")
+            err = e.errors()[0]
+            out.append(SessionInfo(
+                session_id=sid if isinstance(sid, str) else "?", run_dir=run_dir if isinstance(run_dir, str) else "?",
+                broken=f"invalid run directory: {'.'.join(map(str, err['loc']))}: {err['msg']}"))
+    return out
+
+
+async def _first_message(chan: _Channel, noise: list[str]) -> dict | None:
+    """The agent's first JSON object; lines before it that are not JSON (a shell rc file or MOTD printing
+    on a non-interactive login) are kept in ``noise`` (bounded) instead of failing the handshake."""
+    while True:
+        line = await chan.reader.readline()
+        if not line:
+            return None
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            msg = None
+        if isinstance(msg, dict):
+            return msg
+        if len(noise) < 20:
+            noise.append(line.decode("utf-8", "replace").strip()[:200])
+
+
+LOCAL_ENV_BASE = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
+                  "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH")
+"""What the local agent (and so every server it launches) inherits from the console's environment: the
+paths and locale a login gives, nothing else. Launch values travel as ``launch_env``/``env_names``."""
+
+
+def local_agent_env() -> dict[str, str]:
+    """The local agent's environment: :data:`LOCAL_ENV_BASE` and ``LC_*`` from ours, never the whole of it
+    (a secret in the console's environment must not reach a server unless ``env_names`` says so)."""
+    return {k: v for k, v in os.environ.items() if k in LOCAL_ENV_BASE or k.startswith("LC_")}
+
+
