@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO, Protocol
 
-if TYPE_CHECKING:
-    from console.core.classify import LogClassifier
+
+class Feedable(Protocol):
+    """What a file is fed to (a ``LogClassifier``): bytes, and a mark where bytes were skipped."""
+
+    def feed_bytes(self, data: bytes) -> None: ...
+
+    def gap(self) -> None: ...
+
 
 TAIL_BYTES = 8 * 1024 * 1024
 """classify_file reads at most this many bytes from the end of a file."""
@@ -25,7 +31,7 @@ def _read_at(f: BinaryIO, offset: int, size: int) -> bytes:
     return f.read(size)
 
 
-def feed_file(clf: LogClassifier, f: BinaryIO, *, tail_bytes: int, head_scan_bytes: int) -> None:
+def feed_file(clf: Feedable, f: BinaryIO, *, tail_bytes: int, head_scan_bytes: int) -> None:
     """Feed ``clf`` what it needs of an open file: all of a small one; head, ready line, tail of a big one.
 
     A big file's skipped middle is also searched (its last ``head_scan_bytes`` before the tail) for the last
