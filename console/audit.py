@@ -15,6 +15,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
+from console import paths
 from console.core.redact import redact_obj, redact_text
 from console.model import AuditEntry
 
@@ -52,8 +53,7 @@ def summarize(result: Any) -> str:
 
 
 def default_audit_path() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "mtpconsole" / "audit.jsonl"
+    return paths.audit_log()
 
 
 class Audit:

@@ -38,6 +38,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
+from console import paths
 from console.errors import ConfigError
 
 
@@ -108,8 +109,7 @@ class Config(Strict):
 
 
 def default_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "mtpconsole" / "config.toml"
+    return paths.config_file()
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import re
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from console import paths
 from console.audit import Audit
 from console.backend import OnAudit, OnLog, OnSteps, OnView
 from console.config import Config
@@ -26,9 +26,8 @@ from console.ops.tracker import HostTracker
 
 
 def reports_dir() -> Path:
-    """Where the TUI writes incident reports: ``$XDG_STATE_HOME/mtpconsole/reports`` (else ``~/.local/state/...``)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "mtpconsole" / "reports"
+    """Where the TUI writes incident reports (:func:`console.paths.reports_dir`)."""
+    return paths.reports_dir()
 
 
 def safe_name(text: str) -> str:

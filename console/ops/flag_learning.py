@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from console import paths
 from console.core.flags.help import HelpParseError, parse_help
 from console.core.flags.models import FlagSchema
 from console.core.flags.sources import (
@@ -57,9 +58,8 @@ class CachedSchema(BaseModel):
 
 
 def default_cache_dir() -> Path:
-    """Where learned schemas are cached: ``$XDG_CACHE_HOME/mtpconsole/flags`` (``~/.cache/...``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mtpconsole" / "flags"
+    """Where learned schemas are cached (:func:`console.paths.flags_cache_dir`)."""
+    return paths.flags_cache_dir()
 
 
 def version_command(command: list[str]) -> list[str] | None:
