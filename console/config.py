@@ -40,6 +40,7 @@ from pydantic_core import ErrorDetails
 
 from console import paths
 from console.errors import ConfigError
+from console.model import DEFAULT_SERVER_COMMAND
 
 
 class Strict(BaseModel):
@@ -52,7 +53,7 @@ class HostConfig(Strict):
     python: str = "python3"
     """The host's Python for the agent and the supervisor (>= 3.8, stdlib only)."""
     runs_dir: str = "~/.mtpconsole/runs"
-    server_command: list[str] = Field(default_factory=lambda: ["python3", "-m", "sglang.launch_server"])
+    server_command: list[str] = Field(default_factory=lambda: list(DEFAULT_SERVER_COMMAND))
     env_names: list[str] = Field(default_factory=list)
     """Environment variables copied from the console's environment into each launch."""
     gpu_source: Literal["auto", "nvml", "nvidia-smi", "sim", "none"] = "auto"

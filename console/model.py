@@ -17,6 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+DEFAULT_SERVER_COMMAND: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
+"""The server command a host launches (and whose flags are learned) when its config names none."""
+DEFAULT_PORT = 30000
+"""SGLang's own default ``--port``: a server started without one listens there."""
+
 SPECULATIVE_ALGORITHMS: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK",
                                           "UNO", "FROZEN_KV_MTP")
 """SGLang 0.5.23's built-in speculative algorithms (``SpeculativeAlgorithm`` in
@@ -678,7 +683,7 @@ class LaunchRequest(Frozen):
     """An operator's launch: command + server flags as argv lists, env values in transit only."""
 
     host: str
-    command: list[str] = Field(default_factory=lambda: ["python3", "-m", "sglang.launch_server"])
+    command: list[str] = Field(default_factory=lambda: list(DEFAULT_SERVER_COMMAND))
     flags: list[str] = Field(default_factory=list)
     gpus: list[int] = Field(default_factory=lambda: [0])
     port: int | None = None

@@ -15,7 +15,7 @@ import secrets
 from typing import Iterable
 
 from console.core.flags.argv import flag_text, resolve_cmdline
-from console.model import Classification, HostSnapshot, ServerProc, SessionInfo, SessionView
+from console.model import DEFAULT_PORT, Classification, HostSnapshot, ServerProc, SessionInfo, SessionView
 
 STALE_FACTOR = 3.0
 
@@ -69,7 +69,7 @@ def flags_summary(argv: list[str]) -> str:
 def server_port(argv: list[str]) -> int | None:
     v = flag_value(argv, "--port")
     try:
-        return int(v) if v else (30000 if argv else None)
+        return int(v) if v else (DEFAULT_PORT if argv else None)
     except ValueError:
         return None
 

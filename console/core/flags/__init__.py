@@ -19,6 +19,7 @@ from console.core.flags.models import Flag, FlagSchema, Problem
 from console.core.flags.notes import security_notes, speculative_notes
 from console.core.flags.renames import RENAMES, Rename, find_rename
 from console.core.flags.search import KEY_FLAGS, key_flags, search
+from console.model import DEFAULT_SERVER_COMMAND
 
 __all__ = [
     "DEFAULT_COMMAND",
@@ -45,7 +46,7 @@ __all__ = [
     "validate",
 ]
 
-DEFAULT_COMMAND = ["python3", "-m", "sglang.launch_server"]
+DEFAULT_COMMAND = list(DEFAULT_SERVER_COMMAND)
 """The server command whose flags are learned when none is given."""
 
 
