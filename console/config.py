@@ -40,7 +40,7 @@ from pydantic_core import ErrorDetails
 
 from console import paths
 from console.errors import ConfigError
-from console.model import DEFAULT_SERVER_COMMAND
+from console.model import DEFAULT_SERVER_COMMAND, LaunchRequest
 
 
 class Strict(BaseModel):
@@ -107,6 +107,16 @@ class Config(Strict):
 
     def host(self, name: str) -> HostConfig:
         return self.hosts.get(name) or HostConfig()
+
+    def profile_request(self, name: str, host: str, gpus: list[int] | None = None) -> LaunchRequest:
+        """Profile ``name`` as a launch request on ``host`` (the one translation, for the CLI and the TUI): its
+        command (else the host's), ``--model-path`` then its flags, its GPUs (unless ``gpus``), port and env.
+        Env precedence at launch, lowest first: the host's ``env_names``, the profile's env, explicit ``--env``."""
+        prof = self.profiles[name]
+        return LaunchRequest(host=host, command=list(prof.command or self.host(host).server_command),
+                             flags=(["--model-path", prof.model_path] if prof.model_path else []) + list(prof.flags),
+                             gpus=list(gpus if gpus is not None else prof.gpus) or [0], port=prof.port,
+                             env=dict(prof.env), profile=name)
 
 
 def default_path() -> Path:

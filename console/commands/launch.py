@@ -70,15 +70,14 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
     """The launch request the options describe, with the host's server command and profile from ``cfg``."""
     hc = cfg.host(host)
     command = list(hc.server_command)
-    flags, gpus, port, env, profile = [], [0], None, {}, None
+    flags: list[str] = []
+    gpus, port, env, profile = [0], None, host_env(hc.env_names), None
     if args.profile:
-        prof = cfg.profiles.get(args.profile)
-        if prof is None:
+        if args.profile not in cfg.profiles:
             raise UserError(f"no profile {args.profile!r} in the config")
-        profile = args.profile
-        command = list(prof.command or command)
-        flags = (["--model-path", prof.model_path] if prof.model_path else []) + list(prof.flags)
-        gpus, port, env = list(prof.gpus), prof.port, dict(prof.env)
+        base = cfg.profile_request(args.profile, host)
+        profile, command, flags, gpus, port = base.profile, base.command, base.flags, base.gpus, base.port
+        env.update(base.env)  # the profile's env over the host's env_names, explicit --env over both
     if args.server_command:
         try:
             command = shlex.split(args.server_command)
@@ -89,7 +88,6 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
     require_utf8(list(args.flags), "flag")
     require_utf8(command, "--command")
     flags += list(args.flags)
-    env.update(host_env(hc.env_names))
     env.update(parse_env(args.env))
     if not flags:
         names = ", ".join(sorted(cfg.profiles))

@@ -19,7 +19,7 @@ from console.backend import OnAudit, OnLog, OnSteps, OnView
 from console.config import Config
 from console.core.flags import FlagSchema, check_all
 from console.link.link import HostLink
-from console.model import AuditEntry, KillTarget, LaunchRequest, OperationResult, PendingLaunch, Step
+from console.model import DEFAULT_PORT, AuditEntry, KillTarget, LaunchRequest, OperationResult, PendingLaunch, Step
 from console.ops import lifecycle
 from console.ops.flag_learning import default_cache_dir, learn_schema
 from console.ops.tracker import HostTracker
@@ -192,19 +192,12 @@ class LiveBackend:
         hc = cfg.host(host)
         for name, prof in cfg.profiles.items():
             if (prof.host in (None, host)) and gpu in prof.gpus:
-                return LaunchRequest(host=host, command=list(prof.command or hc.server_command),
-                                     flags=(["--model-path", prof.model_path] if prof.model_path else [])
-                                     + list(prof.flags), gpus=[gpu], port=prof.port, env=dict(prof.env),
-                                     profile=name)
-        return LaunchRequest(host=host, command=list(hc.server_command), gpus=[gpu], port=30000 + gpu)
+                return cfg.profile_request(name, host, [gpu])
+        return LaunchRequest(host=host, command=list(hc.server_command), gpus=[gpu], port=DEFAULT_PORT + gpu)
 
     def launch_profiles(self, host: str) -> dict[str, LaunchRequest]:
         """The config's profiles usable on ``host`` (no host, or this one), as requests for the form's picker."""
-        hc = self.cfg.host(host)
-        return {name: LaunchRequest(host=host, command=list(prof.command or hc.server_command),
-                                    flags=(["--model-path", prof.model_path] if prof.model_path else [])
-                                    + list(prof.flags), gpus=list(prof.gpus) or [0], port=prof.port,
-                                    env=dict(prof.env), profile=name)
+        return {name: self.cfg.profile_request(name, host)
                 for name, prof in self.cfg.profiles.items() if prof.host in (None, host)}
 
     # ---- flag form hooks (console/ui/screens/flag_form.py calls them with host=)
