@@ -112,16 +112,20 @@ def entry_key(e: AuditEntry) -> tuple:
     return (e.at, e.host, e.op, e.ok, json.dumps(e.args, sort_keys=True, default=str))
 
 
-def read_tail(path: str | os.PathLike, since: float, ops: tuple[str, ...] | None = None,
-              max_bytes: int = READ_TAIL_BYTES) -> list[AuditEntry]:
-    """The entries of the audit file at ``path`` from ``since`` on (of ``ops`` when given), read from its last
-    ``max_bytes``; lines that are not entries are skipped; [] when the file cannot be read."""
+def read_entries(path: str | os.PathLike, since: float, *, until: float | None = None,
+                 ops: tuple[str, ...] | None = None, max_bytes: int = READ_TAIL_BYTES,
+                 ) -> tuple[list[AuditEntry], str | None]:
+    """The one reader of an audit file: its entries in [since, until] (of ``ops`` when given), read from its
+    last ``max_bytes``; lines that are not entries are skipped. Returns (entries, why none could be read): a
+    missing file is no entry and no note; an unreadable one says why."""
     try:
-        with open(path, "rb") as f:
+        with open(Path(path).expanduser(), "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
             raw = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return []
+    except FileNotFoundError:
+        return [], None
+    except OSError as err:
+        return [], f"audit log {path} not readable: {err.strerror or err}"
     marks = tuple(f'"op":"{op}"' for op in ops) if ops is not None else None
     out = []
     for line in raw:
@@ -131,6 +135,12 @@ def read_tail(path: str | os.PathLike, since: float, ops: tuple[str, ...] | None
             e = AuditEntry.model_validate_json(line)
         except ValueError:
             continue
-        if e.at >= since and (ops is None or e.op in ops):
+        if e.at >= since and (until is None or e.at <= until) and (ops is None or e.op in ops):
             out.append(e)
-    return out
+    return out, None
+
+
+def read_tail(path: str | os.PathLike, since: float, ops: tuple[str, ...] | None = None,
+              max_bytes: int = READ_TAIL_BYTES) -> list[AuditEntry]:
+    """:func:`read_entries` without the note ([] when the file cannot be read)."""
+    return read_entries(path, since, ops=ops, max_bytes=max_bytes)[0]

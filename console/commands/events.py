@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
+from console.audit import read_entries
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.events import (
@@ -37,24 +37,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def read_audit(path: Path, since: float) -> tuple[list[AuditEntry], str | None]:
     """The audit entries from ``since`` on (the file's tail), or a note why there are none."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - AUDIT_TAIL))
-            raw = f.read().decode("utf-8", "replace").splitlines()
-    except FileNotFoundError:
-        return [], None
-    except OSError as e:
-        return [], f"audit log {path} not readable: {e.strerror}"
-    out = []
-    for line in raw:
-        try:
-            entry = AuditEntry.model_validate_json(line)
-        except ValueError:
-            continue
-        if entry.at >= since:
-            out.append(entry)
-    return out, None
+    return read_entries(path, since, max_bytes=AUDIT_TAIL)
 
 
 async def gather(link, since: float, audit_path: Path) -> tuple[list[HostEvent], list[str]]:

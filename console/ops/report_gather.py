@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+from console.audit import read_entries
 from console.core.classify import classify_last_run
 from console.core.flags.launcher import split_launch_command
 from console.core.report import GpuPoint, ReportInputs, TimelineEvent, exit_events
@@ -47,25 +48,9 @@ def previous_on_gpu(snap: HostSnapshot, s: SessionInfo) -> SessionInfo | None:
 
 def read_audit(path: str | Path, host: str, session_id: str, since: float, until: float) -> list[AuditEntry]:
     """Audit entries for ``host`` in [since, until] that concern this session (or launch/kill on the host)."""
-    p = Path(path).expanduser()
-    try:
-        with p.open("rb") as f:
-            f.seek(max(0, p.stat().st_size - MAX_AUDIT_BYTES))
-            raw = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in raw:
-        try:
-            e = AuditEntry.model_validate(json.loads(line))
-        except (ValueError, TypeError):
-            continue
-        if e.host != host or not since <= e.at <= until:
-            continue
-        blob = json.dumps(e.args) + (e.result or "")
-        if session_id in blob or e.op in ("launch", "kill", "ack"):
-            out.append(e)
-    return out
+    entries, _ = read_entries(path, since, until=until, max_bytes=MAX_AUDIT_BYTES)
+    return [e for e in entries if e.host == host
+            and (session_id in json.dumps(e.args) + (e.result or "") or e.op in ("launch", "kill", "ack"))]
 
 
 def split_steps(entries: list[AuditEntry], session_id: str) -> tuple[list[AuditEntry], list[Step]]:
