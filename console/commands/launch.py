@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shlex
 
 from console.commands._ops import emit_result, step_printer
 from console.commands.context import CliContext, open_hosts, single_host
+from console.commands.flags import command_of
 from console.config import Config
 from console.errors import UserError
 from console.model import LaunchRequest
@@ -78,13 +78,7 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
         base = cfg.profile_request(args.profile, host)
         profile, command, flags, gpus, port = base.profile, base.command, base.flags, base.gpus, base.port
         env.update(base.env)  # the profile's env over the host's env_names, explicit --env over both
-    if args.server_command:
-        try:
-            command = shlex.split(args.server_command)
-        except ValueError as e:
-            raise UserError(f"--command: {e}") from None
-        if not command:
-            raise UserError("--command is empty")
+    command = command_of(args, command) or command
     require_utf8(list(args.flags), "flag")
     require_utf8(command, "--command")
     flags += list(args.flags)
