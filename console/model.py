@@ -13,9 +13,9 @@ splitting by layer would invite copies.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_SERVER_COMMAND: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
 """The server command a host launches (and whose flags are learned) when its config names none."""
@@ -369,6 +369,227 @@ class SessionInfo(Frozen):
     first_abnormal_exit: ProcessExit | None = None
     """The earliest end that was a failure (signal, non-zero code, OOM kill), not after a stop request:
     the first death decides the cause."""
+
+
+# ---------------------------------------------------------------- the wire: the agent's replies and pushes
+# One model per reply of an op (``console/link/client.py`` returns them) and per pushed message.
+
+
+class AgentHello(Frozen):
+    """The agent's ``hello``: who and where it runs."""
+
+    agent_version: str | None = None
+    python: str | None = None
+    hostname: str | None = None
+    uid: int | None = None
+    user: str | None = None
+    boot_id: str | None = None
+    pid: int | None = None
+    gpu_source: str | None = None
+    gpu_error: str | None = None
+    clk_tck: int | None = None
+    runs_dir: str | None = None
+    pidfd: bool = False
+
+
+class ProcInfo(Frozen):
+    """One process as ``/proc/<pid>/stat`` and ``cmdline`` read it now (the ``proc`` op)."""
+
+    pid: int
+    comm: str = ""
+    state: str = "?"
+    ppid: int = 0
+    pgid: int = 0
+    sid: int | None = None
+    start_ticks: int
+    rss_kib: int | None = None
+    wait_status: int | None = None
+    """A zombie's raw wait status (0 while it runs)."""
+    argv: list[str] | None = None
+    """None when the command line could not be read (gone, another user's)."""
+
+    @property
+    def alive(self) -> bool:
+        """Running (not a zombie, not dead)."""
+        return self.state not in ("Z", "X")
+
+    def same(self, start_ticks: int | None) -> bool:
+        """Still the process of ``start_ticks`` (None: any), and alive."""
+        return self.alive and (start_ticks is None or self.start_ticks == start_ticks)
+
+
+class LogChunk(Frozen):
+    """Bytes of a session's ``output.log``: a ``read_log`` reply or a pushed ``log`` message.
+
+    ``offset``/``end`` are byte offsets of the file whose inode is ``file`` (``end`` is where the next read
+    starts; the text was decoded with replacement, so its length is no offset)."""
+
+    session_id: str
+    offset: int = 0
+    end: int = 0
+    size: int | None = None
+    """The file's size when read (``read_log`` only)."""
+    file: int | None = None
+    data: str = ""
+    capped: bool = False
+    """A ``tail_lines`` read stopped at ``cap_bytes`` before it had the lines asked for."""
+    cap_bytes: int | None = None
+    previous_bytes: int | None = None
+    """How much of ``data`` came from ``output.log.1`` (a tail reaching back over a rotation)."""
+    mtime: float | None = None
+    """When the file was last written (host clock, ``read_log`` only)."""
+
+    @property
+    def lines(self) -> list[str]:
+        return self.data.splitlines()
+
+
+class Signalled(Frozen):
+    """What a ``kill`` signalled: pids, and process groups as negative numbers."""
+
+    signalled: list[int] = Field(default_factory=list)
+
+
+class PortOwner(Frozen):
+    """Who listens on a port (``port_owner``); ``pid`` None when the socket's process is not visible."""
+
+    pid: int | None = None
+    argv: list[str] | None = None
+
+
+class HttpResult(Frozen):
+    """A GET on 127.0.0.1 of the host (``http_get``): status 0 when it did not connect (``body`` says why)."""
+
+    status: int = 0
+    body: str = ""
+
+
+class RunResult(Frozen):
+    """A command run on the host without a shell (``run``)."""
+
+    rc: int = -1
+    stdout: str = ""
+    stderr: str = ""
+
+
+class GpuPoint(Frozen):
+    """One GPU reading from the host's sample ring."""
+
+    at: float
+    gpu: int
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    mem_used_mib: int | None = None
+    mem_total_mib: int | None = None
+    util_pct: float | None = None
+
+
+class GpuSamples(Frozen):
+    """The host's recent GPU readings (``gpu_samples``); ``error`` when the ring cannot be written."""
+
+    points: list[GpuPoint] = Field(default_factory=list)
+    error: str | None = None
+
+
+class VmStat(Frozen):
+    """The kernel's OOM-kill counter (``vmstat``; None where /proc/vmstat has none)."""
+
+    oom_kill: int | None = None
+
+
+class PreflightCheck(Frozen):
+    """One of the host's launch checks: ``ok`` None when it could not be judged (skipped)."""
+
+    name: str
+    ok: bool | None = None
+    detail: str = ""
+
+
+class LaunchResult(Frozen):
+    """A ``launch`` reply: the new session as scanned (None for ``check_only``) and the host's checks."""
+
+    session: SessionInfo | None = None
+    preflight: list[PreflightCheck] = Field(default_factory=list)
+
+
+class ForeignOutput(Frozen):
+    """A hand-started server's stdout file (``foreign_output``): its path, size, last write (host clock)
+    and last ``tail_bytes`` from ``offset`` (a partial first line dropped)."""
+
+    pid: int
+    start_ticks: int
+    path: str
+    size: int
+    mtime: float
+    offset: int = 0
+    data: str = ""
+
+    @property
+    def lines(self) -> list[str]:
+        return self.data.splitlines()
+
+
+class ExitEvent(Frozen):
+    """A watched process ended (pushed ``exit``): code and signal None when unknown (not our child)."""
+
+    kind: Literal["exit"] = "exit"
+    pid: int
+    start_ticks: int | None = None
+    at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    session_id: str | None = None
+
+
+class SessionEnded(Frozen):
+    """A session's server ended (pushed once ``exit.json`` is in, or its wait ran out: ``exit`` None)."""
+
+    kind: Literal["session_ended"] = "session_ended"
+    session_id: str
+    exit: ExitRecord | None = None
+
+    @field_validator("exit", mode="before")
+    @classmethod
+    def _exit_or_none(cls, v: Any) -> Any:
+        """An exit record that is not one (no end time, malformed) reads as unknown, not as a lost event."""
+        if v is None:
+            return None
+        try:
+            return ExitRecord.model_validate(v)
+        except ValidationError:
+            return None
+
+
+class LogTruncated(Frozen):
+    """A followed ``output.log`` shrank (truncated by hand): it is followed from 0 again."""
+
+    kind: Literal["log_truncated"] = "log_truncated"
+    session_id: str
+    size: int | None = None
+    at: float | None = None
+
+
+class LogRotated(Frozen):
+    """A followed log was rotated: the old segment was read to its end (unless ``dropped``), the new one,
+    inode ``file``, is followed from 0."""
+
+    kind: Literal["log_rotated"] = "log_rotated"
+    session_id: str
+    file: int | None = None
+    dropped: bool = False
+    at: float | None = None
+
+
+class AgentError(Frozen):
+    """The agent survived a failure it wants logged (``error``), or died of one (``fatal``)."""
+
+    kind: Literal["error", "fatal"] = "error"
+    message: str = ""
+
+
+AgentEvent = Annotated[ExitEvent | SessionEnded | LogTruncated | LogRotated | AgentError,
+                       Field(discriminator="kind")]
+"""What the agent pushes besides samples and log chunks."""
 
 
 SessionState = Literal[

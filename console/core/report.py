@@ -20,6 +20,7 @@ from console.model import (
     Classification,
     ExitRecord,
     Frozen,
+    GpuPoint,
     LaunchSpec,
     ProcessExit,
     Step,
@@ -28,18 +29,6 @@ from console.model import (
 EXCERPT_BEFORE = 12
 """Log lines shown before the decisive line (enough for the step that led to it)."""
 EXCERPT_AFTER = 6
-
-
-class GpuPoint(Frozen):
-    """One GPU reading from the host's sample ring."""
-
-    at: float
-    gpu: int
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    mem_used_mib: int | None = None
-    mem_total_mib: int | None = None
-    util_pct: float | None = None
 
 
 class TimelineEvent(Frozen):

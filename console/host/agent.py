@@ -31,10 +31,12 @@ import time
 import traceback
 from typing import Any, Dict, Set
 
+from .foreign import foreign_output
 from .gpus import GpuSampler, open_gpu_source
 from .hostlib import (
     AGENT_VERSION,
     CLK_TCK,
+    RUN_LOG,
     RUN_STOP_REQUEST,
     OpError,
     boot_id,
@@ -70,7 +72,7 @@ class Agent(object):
     SNAPSHOT_GPU_WAIT_S = 2.0
     """A ``snapshot`` request waits at most this long for a fresh GPU sample."""
 
-    SLOW_OPS = ("launch", "http_get", "run", "port_open", "port_owner", "read_file")
+    SLOW_OPS = ("launch", "http_get", "run", "port_open", "port_owner", "read_file", "foreign_output")
     """Ops answered from a thread: they may block (network, subprocesses, the launch lock)."""
 
     def __init__(self, cfg, stdin, stdout, sources=None):
@@ -117,12 +119,13 @@ class Agent(object):
             except (BrokenPipeError, OSError):
                 self.stop = True
 
-    def reply(self, rid, ok, result=None, error=None):
+    def reply(self, rid, ok, result=None, error=None, kind="failed"):
+        """A reply: ``result``, or ``error`` (the operator's text) with its ``kind`` (one of ERROR_KINDS)."""
         msg = {"type": "reply", "id": rid, "ok": ok}
         if ok:
             msg["result"] = result
         else:
-            msg["error"] = error
+            msg["error"], msg["kind"] = error, kind
         self.send(msg)
 
     # -- input
@@ -205,19 +208,28 @@ class Agent(object):
                 self.snapshots.append((rid, self.sampler.request(), now() + self.SNAPSHOT_GPU_WAIT_S,
                                        time.perf_counter()))
             elif fn is None:
-                self.reply(rid, False, error="unknown op %r" % op)
+                self.reply(rid, False, error="unknown op %r" % op, kind="unknown_op")
             elif op in self.SLOW_OPS:
                 threading.Thread(target=self.call, args=(fn, rid, args), daemon=True).start()
             else:
                 self.call(fn, rid, args)
 
+    @classmethod
+    def op_names(cls):
+        """Every op this agent answers: its ``op_*`` methods and ``snapshot`` (answered by the loop)."""
+        return sorted(set(["snapshot"] + [n[3:] for n in dir(cls) if n.startswith("op_")]))
+
     def call(self, fn, rid, args):
         try:
             self.reply(rid, True, fn(**args))
         except TypeError as e:
-            self.reply(rid, False, error="bad arguments: %s" % e)
+            self.reply(rid, False, error="bad arguments: %s" % e, kind="bad_request")
         except OpError as e:
-            self.reply(rid, False, error=str(e))
+            self.reply(rid, False, error=str(e), kind=e.kind)
+        except FileNotFoundError as e:
+            self.reply(rid, False, error="%s: %s" % (type(e).__name__, e), kind="not_found")
+        except PermissionError as e:
+            self.reply(rid, False, error="%s: %s" % (type(e).__name__, e), kind="denied")
         except Exception as e:
             self.reply(rid, False, error="%s: %s" % (type(e).__name__, e))
 
@@ -327,7 +339,13 @@ class Agent(object):
         return sorted(self.sessions.scan().values(), key=lambda s: s["session_id"])
 
     def op_read_log(self, session_id, offset=None, tail_bytes=None, max_bytes=MAX_LOG_CHUNK, tail_lines=None):
-        return read_log(self.runs_dir, session_id, offset, tail_bytes, max_bytes, tail_lines)
+        out = read_log(self.runs_dir, session_id, offset, tail_bytes, max_bytes, tail_lines)
+        try:  # when output.log (the file read, by its inode) was last written; never through a symlink
+            st = os.lstat(os.path.join(self.runs_dir, session_id, RUN_LOG))
+            out["mtime"] = st.st_mtime if st.st_ino == out.get("file") else None
+        except OSError:
+            out["mtime"] = None
+        return out
 
     def op_follow_log(self, session_id, offset=0, file=None):
         self.logs.follow(session_id, offset, file)
@@ -373,16 +391,16 @@ class Agent(object):
 
     def op_run(self, argv, timeout=60, env=None):
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise OpError("argv must be a non-empty list of strings")
+            raise OpError("argv must be a non-empty list of strings", "bad_request")
         full_env = dict(os.environ)
         full_env.update(env or {})
         try:
             p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                timeout=float(timeout), env=full_env, check=False)
         except FileNotFoundError:
-            raise OpError("cannot execute %r: not found" % argv[0])
+            raise OpError("cannot execute %r: not found" % argv[0], "not_found")
         except subprocess.TimeoutExpired:
-            raise OpError("%r timed out after %ss" % (argv[0], timeout))
+            raise OpError("%r timed out after %ss" % (argv[0], timeout), "timed_out")
         return {"rc": p.returncode, "stdout": p.stdout.decode("utf-8", "replace")[-4 << 20:],
                 "stderr": p.stderr.decode("utf-8", "replace")[-1 << 20:]}
 
@@ -398,7 +416,14 @@ class Agent(object):
         if st is None:
             return None
         st["argv"] = proc_cmdline(int(pid))
+        st["pid"] = int(pid)
         return st
+
+    def op_foreign_output(self, pid, start_ticks=None, tail_bytes=256 * 1024):
+        """A hand-started server's stdout file: ``{pid, start_ticks, path, size, mtime, offset, data}``.
+
+        See ``foreign.py``: only a regular file, never a pipe, terminal or socket."""
+        return foreign_output(int(pid), start_ticks, int(tail_bytes))
 
     def op_kill(self, start_ticks, signal=15, pid=None, pgid=None, session_id=None, pids=None):
         """Signal a process group (checked against its leader's start time) or one process.
@@ -412,19 +437,19 @@ class Agent(object):
             pid, pgid, pids = self.kill_targets(session_id, pid, pgid, pids, sig)
         for what in (pid, pgid):
             if what is not None and int(what) <= 1:
-                raise OpError("refusing to signal %s: not a process of a server" % what)
+                raise OpError("refusing to signal %s: not a process of a server" % what, "refused")
         if pid is not None:
             st = proc_stat(int(pid))
             if st is None or st["state"] in ("Z", "X"):
                 if not pids:
-                    raise OpError("no such process %s (already gone)" % pid)
+                    raise OpError("no such process %s (already gone)" % pid, "no_such_process")
             elif start_ticks is not None and st["start_ticks"] != int(start_ticks):
-                raise OpError("process %s is not the one targeted (start time changed): refusing" % pid)
+                raise OpError("process %s is not the one targeted (start time changed): refusing" % pid, "refused")
             elif pgid is not None:
                 if st["pgid"] != int(pgid):
-                    raise OpError("process %s left group %s: refusing to signal the group" % (pid, pgid))
+                    raise OpError("process %s left group %s: refusing to signal the group" % (pid, pgid), "refused")
                 if int(pgid) in (os.getpgid(0), os.getsid(0)):
-                    raise OpError("refusing to signal group %s: it holds the agent" % pgid)
+                    raise OpError("refusing to signal group %s: it holds the agent" % pgid, "refused")
                 try:
                     os.killpg(int(pgid), sig)
                     done.append(-int(pgid))
@@ -453,13 +478,13 @@ class Agent(object):
         try:
             d = real_session_dir(self.runs_dir, session_id)
         except OSError as e:
-            raise OpError(str(e))
+            raise OpError(str(e), "refused")
         self.sessions.forget(session_id)
         s = self.sessions.scan().get(session_id) or {}
         if s.get("broken"):
-            raise OpError("session %s is broken (%s): nothing signalled" % (session_id, s["broken"]))
+            raise OpError("session %s is broken (%s): nothing signalled" % (session_id, s["broken"]), "refused")
         if s.get("record_stale"):
-            raise OpError("session %s ended (%s): nothing signalled" % (session_id, s["record_stale"]))
+            raise OpError("session %s ended (%s): nothing signalled" % (session_id, s["record_stale"]), "refused")
         rec = s.get("record") or {}
         gpus = self.sampler.latest()[0]
         members = set((p["pid"], p["start_ticks"]) for p in self.procs.scan(gpus, {session_id: s})
@@ -470,7 +495,7 @@ class Agent(object):
             pid = pgid = None  # not confirmed: neither the recorded pid nor its group is signalled
         pids = [[p, t] for p, t in (pids or []) if (int(p), t) in members]
         if pid is None and not pids:
-            raise OpError("no such process of session %s (already gone)" % session_id)
+            raise OpError("no such process of session %s (already gone)" % session_id, "no_such_process")
         return pid, pgid, pids
 
     def op_launch(self, spec, env=None, preflight=None):

@@ -340,5 +340,18 @@ def load_json_lines(path, limit=4 << 20):
     return out
 
 
+ERROR_KINDS = ("failed", "bad_request", "unknown_op", "not_found", "denied", "no_such_process", "refused",
+               "not_ended", "timed_out")
+"""The machine-readable ``kind`` of an error reply (its ``error`` stays the operator's text): ``failed``
+(anything else), ``bad_request`` (bad arguments or ids), ``unknown_op``, ``not_found`` (no such file,
+session, log or command), ``denied`` (permission), ``no_such_process`` (the target is already gone),
+``refused`` (the agent will not do it: identity changed, a check failed), ``not_ended`` (an ``ack`` of a
+live session), ``timed_out`` (a ``run`` command ran out of time)."""
+
+
 class OpError(Exception):
-    """An agent op failed in a way the operator should read as is."""
+    """An agent op failed in a way the operator should read as is; ``kind`` is one of ERROR_KINDS."""
+
+    def __init__(self, message, kind="failed"):
+        Exception.__init__(self, message)
+        self.kind = kind if kind in ERROR_KINDS else "failed"

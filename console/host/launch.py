@@ -187,13 +187,13 @@ class Launcher(object):
         env = dict(self.launch_env, **(env or {}))
         sid = spec.get("session_id") or ""
         if not SESSION_ID_RE.match(sid):
-            raise OpError("bad session id %r" % sid)
+            raise OpError("bad session id %r" % sid, "bad_request")
         argv = spec.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
-            raise OpError("argv must be a non-empty list of strings without NUL")
+            raise OpError("argv must be a non-empty list of strings without NUL", "bad_request")
         for k, v in env.items():
             if not _ENV_NAME.match(k) or "\0" in str(v):
-                raise OpError("bad environment variable name or value for %r" % k)
+                raise OpError("bad environment variable name or value for %r" % k, "bad_request")
         path_env = env.get("PATH", os.environ.get("PATH", ""))
         command = None
         if "/" not in argv[0] and shutil.which(argv[0], path=path_env) is None:
@@ -204,7 +204,7 @@ class Launcher(object):
             return {"preflight": [{"name": "server command", "ok": command is None, "detail": command or argv[0]}]
                     + self.preflight(spec, preflight), "record": None}
         if command:
-            raise OpError(command)
+            raise OpError(command, "refused")
         try:
             os.makedirs(self.runs_dir, exist_ok=True)
         except OSError as e:
@@ -218,7 +218,7 @@ class Launcher(object):
             checks = self.preflight(spec, preflight)
             bad = [c for c in checks if c["ok"] is False]
             if bad:
-                raise OpError("preflight failed: " + "; ".join(c["detail"] for c in bad))
+                raise OpError("preflight failed: " + "; ".join(c["detail"] for c in bad), "refused")
             info = self.spawn(spec, env)
             info["preflight"] = checks
             return info
@@ -296,7 +296,7 @@ class Launcher(object):
         try:
             os.mkdir(run_dir, 0o700)  # other users of the host read nothing of a session
         except FileExistsError:
-            raise OpError("run directory %s already exists: refusing to reuse a session" % run_dir)
+            raise OpError("run directory %s already exists: refusing to reuse a session" % run_dir, "refused")
         except OSError as e:
             raise OpError("cannot create %s: %s" % (run_dir, e.strerror))
         try:

@@ -35,7 +35,7 @@ MAX_TAIL_BYTES = 16 << 20
 def log_path(runs_dir, session_id):
     """The log of ``session_id``; a bad id (anything that could leave the runs dir) is an OpError."""
     if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
-        raise OpError("bad session id %r" % (session_id,))
+        raise OpError("bad session id %r" % (session_id,), "bad_request")
     return os.path.join(runs_dir, session_id, RUN_LOG)
 
 
@@ -50,7 +50,8 @@ def open_log(runs_dir, session_id):
     except OSError as e:
         if e.errno == 40:
             raise OpError("cannot read the log of session %s: output.log is a symlink" % session_id)
-        raise OpError("no log for session %s: %s" % (session_id, e.strerror or e))
+        raise OpError("no log for session %s: %s" % (session_id, e.strerror or e),
+                      "not_found" if isinstance(e, FileNotFoundError) else "failed")
 
 
 def _pread_all(fd, offset, n):

@@ -133,16 +133,16 @@ class SessionStore(object):
         acknowledgement keeps the first one's time. Returns the session as scanned.
         """
         if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
-            raise OpError("bad session id %r" % (session_id,))
+            raise OpError("bad session id %r" % (session_id,), "bad_request")
         d = self.run_dir(session_id)
         if not os.path.isdir(d):
-            raise OpError("no session %s in %s" % (session_id, self.runs_dir))
+            raise OpError("no session %s in %s" % (session_id, self.runs_dir), "not_found")
         self.forget(session_id)
         cur = self.scan().get(session_id) or {}
         ended = cur.get("exit") or (cur.get("record") and not cur.get("server_alive")
                                     and not cur.get("supervisor_alive"))
         if not ended:
-            raise OpError("session %s has not ended: nothing to acknowledge (kill it first)" % session_id)
+            raise OpError("session %s has not ended: nothing to acknowledge (kill it first)" % session_id, "not_ended")
         path = os.path.join(d, RUN_ACK)
         if load_json(path) is None:
             atomic_write_json(path, {"at": now(), "by": str(by or "")[:200]})

@@ -28,8 +28,10 @@ from pydantic import ValidationError
 from console.config import HostConfig
 from console.errors import HostError, HostKeyError
 from console.link import protocol
+from console.link.client import HostClient, LinkListener, pushed_event, pushed_log, sessions_each
+from console.link.errors import LinkDown, RequestError, request_error
 from console.link.ssh import HostSpec
-from console.model import ConnectionInfo, HostSnapshot, SessionInfo
+from console.model import ConnectionInfo, HostSnapshot
 
 if TYPE_CHECKING:
     import asyncssh
@@ -56,12 +58,7 @@ def _source(name: str, package: str = "console.host") -> str:
         return ""
 
 
-class RequestError(Exception):
-    """The agent answered a request with an error (message is the agent's, operator-readable)."""
-
-
-class LinkDown(Exception):
-    """The link is not connected (or dropped while a request was in flight)."""
+__all__ = ["HostLink", "LinkDown", "RequestError", "local_agent_env", "sessions_each"]
 
 
 class _Channel:
@@ -131,18 +128,42 @@ class HostLink:
         self.follow_files: dict[str, int | None] = {}
         """The inode each followed offset is in (a capped log is rotated: offsets restart in the new file)."""
         self.listeners: list[Callable[[str, dict], None]] = []
-        """Called with (kind, message) for every sample, event and log message, and on state changes."""
+        """Untyped listeners, called with (kind, message) for every sample, event and log message, and on state
+        changes: the old way, kept while callers move to :meth:`listen`."""
+        self.watchers: list[LinkListener] = []
+        """Typed listeners (:meth:`listen`): they hear models."""
+        self.client = HostClient(self)
+        """The agent's ops, typed (:class:`~console.link.client.HostClient`): the way to ask this host."""
         self.connected = asyncio.Event()
         self.running = False
         """True while :meth:`run` keeps the link up (operations may then wait out a drop)."""
         self._stopped = asyncio.Event()
 
     # ------------------------------------------------------------ connection
+    def listen(self, listener: LinkListener) -> None:
+        """Tell ``listener`` what arrives (samples, log chunks, events) and how the connection fares, as models."""
+        if listener not in self.watchers:
+            self.watchers.append(listener)
+
+    def unlisten(self, listener: LinkListener) -> None:
+        """Stop telling ``listener`` (one never added is fine)."""
+        if listener in self.watchers:
+            self.watchers.remove(listener)
+
+    def _tell(self, method: str, *arg: Any) -> None:
+        for w in list(self.watchers):
+            try:
+                getattr(w, method)(*arg)
+            except Exception:  # a listener must never kill the link
+                pass
+
     def _set_state(self, state: str, error: str | None = None) -> None:
         if state != self.state or error != self.error:
             self.state, self.error, self.since = state, error, self.clock()
             self._snapshot = None
             self._notify("state", {"state": state, "error": error})
+            if self.watchers:
+                self._tell("on_state", self.snapshot().connection)
 
     def mark_down(self, error: str, *, refused: bool = False) -> None:
         """Record that this host could not be reached (``refused``: it was refused, e.g. its host key), with
@@ -285,10 +306,12 @@ class HostLink:
                 if msg.get("ok"):
                     fut.set_result(msg.get("result"))
                 else:
-                    fut.set_exception(RequestError(msg.get("error") or "failed"))
+                    fut.set_exception(request_error(msg.get("kind"), msg.get("error")))
         elif t == "sample":
             self.sample, self.received_at, self._snapshot = msg["data"], self.clock(), None
             self._notify("sample", msg)
+            if self.watchers:
+                self._tell("on_sample", self.snapshot())
         elif t == "log":
             sid = msg.get("session_id")
             if sid in self.follows and msg.get("offset") == self.follows[sid]:
@@ -301,6 +324,9 @@ class HostLink:
                 if isinstance(msg.get("file"), int):
                     self.follow_files[sid] = msg["file"]
                 self._notify("log", msg)
+                chunk = pushed_log(msg) if self.watchers else None
+                if chunk is not None:
+                    self._tell("on_log", chunk)
         elif t == "event":
             if msg.get("kind") == "log_truncated" and msg.get("session_id") in self.follows:
                 self.follows[msg["session_id"]] = 0  # the agent restarts the follow from the beginning
@@ -308,8 +334,15 @@ class HostLink:
                 # the old segment was pushed to its end; the new file's lines come from its offset 0
                 self.follows[msg["session_id"]], self.follow_files[msg["session_id"]] = 0, msg.get("file")
             self._notify("event", msg)
+            self._tell_event(msg)
         elif t in ("error", "fatal"):
             self._notify("error", msg)
+            self._tell_event(msg)
+
+    def _tell_event(self, msg: dict) -> None:
+        event = pushed_event(msg) if self.watchers else None
+        if event is not None:
+            self._tell("on_event", event)
 
     async def run(self) -> None:
         """Keep the link up until :meth:`close`: reconnect with exponential backoff and jitter.
@@ -365,6 +398,7 @@ class HostLink:
             self._pinged_at = time.monotonic()
             self._ping_task = asyncio.create_task(self._ping())
         self._notify("tick", {})
+        self._tell("on_tick")
 
     async def _fail(self, error: str, fatal: bool = False) -> None:
         self.attempts += 1
@@ -385,7 +419,7 @@ class HostLink:
         sent = time.monotonic()
         try:
             t0 = time.perf_counter()
-            await self.request("ping", timeout=self.ping_timeout, audit=False)
+            await self.client.ping(timeout=self.ping_timeout)
             self.rtt_ms, self._snapshot = (time.perf_counter() - t0) * 1000.0, None
         except asyncio.TimeoutError:
             if self.heard_at < sent:
@@ -511,25 +545,6 @@ class HostLink:
                 update={"error": f"agent sent an invalid sample: {e.errors()[0]['msg']}"}))
         self._snapshot = snap
         return snap
-
-
-def sessions_each(raw: Any) -> list[SessionInfo] | Any:
-    """Each session of a sample validated on its own: one the agent sent malformed is listed as broken
-    (with pydantic's reason) instead of voiding the whole sample (GPUs, servers and the other sessions)."""
-    if not isinstance(raw, list):
-        return raw
-    out: list[SessionInfo] = []
-    for item in raw:
-        try:
-            out.append(SessionInfo.model_validate(item))
-        except ValidationError as e:
-            d = item if isinstance(item, dict) else {}
-            sid, run_dir = d.get("session_id"), d.get("run_dir")
-            err = e.errors()[0]
-            out.append(SessionInfo(
-                session_id=sid if isinstance(sid, str) else "?", run_dir=run_dir if isinstance(run_dir, str) else "?",
-                broken=f"invalid run directory: {'.'.join(map(str, err['loc']))}: {err['msg']}"))
-    return out
 
 
 async def _first_message(chan: _Channel, noise: list[str]) -> dict | None:
