@@ -378,7 +378,7 @@ class SessionInfo(Frozen):
 class AgentHello(Frozen):
     """The agent's ``hello``: who and where it runs."""
 
-    agent_version: str | None = None
+    agent_version: int | None = None
     python: str | None = None
     hostname: str | None = None
     uid: int | None = None

@@ -215,7 +215,7 @@ class Agent(object):
                 self.call(fn, rid, args)
 
     @classmethod
-    def op_names(cls):
+    def answered_ops(cls):
         """Every op this agent answers: its ``op_*`` methods and ``snapshot`` (answered by the loop)."""
         return sorted(set(["snapshot"] + [n[3:] for n in dir(cls) if n.startswith("op_")]))
 

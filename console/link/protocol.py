@@ -22,27 +22,42 @@ Console -> agent (requests)
 ---------------------------
 ``{"id": 7, "op": "<name>", "args": {...}}``. The agent answers
 ``{"type": "reply", "id": 7, "ok": true, "result": ...}`` or
-``{"type": "reply", "id": 7, "ok": false, "error": "message"}``. Ops:
+``{"type": "reply", "id": 7, "ok": false, "error": "message", "kind": "<kind>"}``: ``error`` is for the operator,
+``kind`` for the console (``hostlib.ERROR_KINDS``; ``console/link/errors.py`` has a class per kind). Above the link
+every op is a method of ``console/link/client.py``'s ``HostClient``, returning its model. The ops, one a line
+(``tests/test_client_contract.py`` checks this list against the agent's op table)::
 
-``hello``                     -> {agent_version, python, hostname, uid, user, boot_id, pid, gpu_source, gpu_error, clk_tck}
+``hello``                     -> {agent_version, python, hostname, uid, user, boot_id, pid, gpu_source, gpu_error, clk_tck,
+                                 runs_dir, pidfd}
+``ping``                      -> the agent's clock (epoch seconds)
 ``snapshot``                  -> a sample (as pushed, see below), taken now; answered by the loop once a fresh
                                  GPU sample is in (at most 2 s: a hung nvidia-smi shows as ``gpu_error``)
-``set_interval {interval}``
+``set_interval {interval}``   -> the interval now (at least 0.05 s); the next sample goes out at once
 ``sessions {}``               -> [SessionInfo]
-``launch {spec, env, preflight}`` -> {session: SessionInfo} ; refuses with ``error`` naming who holds the GPU/port
-``kill {pid?, pgid?, start_ticks, signal, session_id?}`` -> {signalled: [pids]}
-``read_log {session_id, offset?, tail_bytes?, max_bytes, tail_lines?}`` -> {offset, end, size, data, file, capped?,
-                                 previous_bytes?} ; a tail starts in ``output.log.1`` when ``output.log`` is short
-                                 (``previous_bytes`` of it); offsets, ``end`` and ``size`` are ``output.log``'s,
-                                 ``file`` its inode
-``follow_log {session_id, offset, file?}`` / ``unfollow_log {session_id}`` ; ``file``: the inode ``offset`` is in
-``watch {pid, start_ticks}``  -> the agent pushes an ``exit`` event when that process ends
+``launch {spec, env, preflight}`` -> SessionInfo + {preflight: [{name, ok, detail}]} ; ``refused`` naming who holds
+                                 the GPU/port ; ``preflight.check_only``: {preflight, record: null}, nothing created
+``kill {pid?, pgid?, start_ticks, signal, session_id?, pids?}`` -> {signalled: [pids; -pgid for a group]} ;
+                                 ``no_such_process`` when nothing is left, ``refused`` when an identity changed
+``proc {pid}``                -> {pid, comm, state, ppid, pgid, sid, start_ticks, rss_kib, wait_status, argv} or null
+``watch {pid, start_ticks?, session_id?}`` -> the agent pushes an ``exit`` event when that process ends
+``read_log {session_id, offset?, tail_bytes?, max_bytes, tail_lines?}`` -> {offset, end, size, data, file, mtime,
+                                 capped?, previous_bytes?} ; a tail starts in ``output.log.1`` when ``output.log`` is
+                                 short (``previous_bytes`` of it); offsets, ``end`` and ``size`` are ``output.log``'s,
+                                 ``file`` its inode, ``mtime`` its last write
+``follow_log {session_id, offset, file?}`` -> the agent pushes ``log`` messages; ``file``: the inode ``offset`` is in
+``unfollow_log {session_id}``
+``foreign_output {pid, start_ticks?, tail_bytes}`` -> {pid, start_ticks, path, size, mtime, offset, data}: a
+                                 hand-started server's stdout file (``/proc/<pid>/fd/1``) when it is a regular
+                                 file (``refused`` otherwise, nothing read; ``no_such_process`` when gone)
 ``port_open {port}``          -> bool (something accepts TCP on 127.0.0.1:port)
+``port_owner {port}``         -> {pid, argv} of the listening socket's process, or null when nobody listens
 ``http_get {port, path, timeout}`` -> {status, body} (status 0 = connection refused / error in body)
 ``read_file {path, max_bytes}`` -> {data}
-``run {argv, timeout, env?}``  -> {rc, stdout, stderr} (argv executed without a shell)
+``run {argv, timeout, env?}``  -> {rc, stdout, stderr} (argv executed without a shell; ``timed_out``, ``not_found``)
+``gpu_samples {since?, until?, max_points?}`` -> {points: [{at, gpu, power_w, ...}], error} (the sample ring)
 ``vmstat``                    -> {oom_kill}
 ``ack {session_id, by?}``     -> SessionInfo ; writes ``ack.json`` in an ended session's run directory
+                                 (``not_ended`` for a live one)
 
 Agent -> console (pushed)
 -------------------------
