@@ -440,6 +440,32 @@ def test_orphan_fault_keeps_gpu_memory_and_next_launch_ooms(sim):
         or "CUDA out of memory" in nxt.text()
 
 
+def pin_numbers(sim: "SimEnv", **numbers: int) -> None:
+    """Give every simulated GPU the stand-in's memory numbers (gpus.json's optional fields)."""
+    simgpu.write_gpus(str(sim.dir), [{**g, **numbers} for g in simgpu.default_gpus(4)])
+
+
+def test_the_gpu_files_numbers_decide_out_of_memory(sim):
+    """The stand-in sizes memory from the GPU file's numbers when it has them (never from the console's planner):
+    the same flags fit or fail by what gpus.json says a rank takes."""
+    pin_numbers(sim, weights_mib=97_500)  # the weights alone exceed the GPU: torch fails while loading
+    s = sim.start("qwen", CORRECTED, speed=50)
+    assert s.wait_exit() != 0
+    assert "torch.OutOfMemoryError: CUDA out of memory." in s.text() and "Load weight end." not in s.text()
+
+    pin_numbers(sim, weights_mib=20_000, mamba_bytes_per_slot=1 << 20, kv_bytes_per_token=65536)
+    s = sim.start("qwen", INCIDENT, speed=50)  # the incident's 512 requests fit when a slot takes 1 MiB
+    s.wait_line("ready to roll")
+    assert "mem usage=19.53 GB." in s.wait_line("Load weight end.")
+    assert "max_mamba_cache_size: 4608," in s.wait_line("Mamba Cache is allocated.")
+    os.killpg(s.proc.pid, signal.SIGTERM)
+    assert s.wait_exit() == 0
+
+    with pytest.raises(ValueError, match="'weights_mib' must be a non-negative integer"):
+        pin_numbers(sim, weights_mib=-1)
+        simgpu.read_gpus(str(sim.dir))
+
+
 def test_tp2_rank_prefixes_and_two_gpus(sim):
     s = sim.start("llama", ["--mem-fraction-static", "0.85", "--tp-size", "2"], speed=50, CUDA_VISIBLE_DEVICES="2,3")
     s.wait_line("ready to roll")

@@ -2,17 +2,20 @@
 
 It parses SGLang's command line for the flags it models (argparse ``prog="sglang serve"``,
 abbreviations on, so unknown and ambiguous flags fail exactly like SGLang with exit code 2),
-writes SGLang's startup log in order with scaled timings, sizes GPU memory with the mtpconsole
-planner against a simulated GPU, starts real worker processes titled ``sglang::scheduler_TP<n>``
+writes SGLang's startup log in order with scaled timings, sizes GPU memory by its own numbers
+(:mod:`console.sim.sglang_memory`: the GPU file's, else the model's config.json; never the console's
+planner) on a simulated GPU, starts real worker processes titled ``sglang::scheduler_TP<n>``
 and ``sglang::detokenizer``, and serves SGLang's HTTP endpoints with simulated token rates.
 
 Simulation knobs, environment only (never flags):
 
-``MTPCONSOLE_SIM_DIR``         simulated GPUs (``gpus.json``) and allocations (``alloc/<pid>.json``), see simgpu
+``MTPCONSOLE_SIM_DIR``         simulated GPUs (``gpus.json``, with optional memory numbers for the stand-in, see
+                               sglang_memory) and allocations (``alloc/<pid>.json``), see simgpu
 ``MTPCONSOLE_SIM_SPEED``       time scale; default 5 (a full start takes ~3.5 s, an OOM fails after ~2 s)
 ``MTPCONSOLE_SIM_FAULT``       ``orphan`` (scheduler TP0 escapes with setsid and keeps its GPU memory after
                                the launcher dies) or ``ignore_sigterm``
-``MTPCONSOLE_SIM_WEIGHTS_GB``  size of the whole model's weights, instead of the config.json estimate
+``MTPCONSOLE_SIM_WEIGHTS_GB``  size of the whole model's weights, instead of the config.json estimate (a GPU's
+                               ``weights_mib`` in gpus.json wins over both)
 
 Exit behaviour: bad flags exit 2 (argparse); a missing model or config error exits 1 with a
 traceback; a memory failure prints the scheduler's traceback ending in
@@ -41,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from console.model import SPECULATIVE_ALGORITHMS
-from console.sim import sglang_args
+from console.sim import sglang_args, sglang_memory, simgpu
 
 if TYPE_CHECKING:
     from console.sim.sglang_http import Engine, SimServer
@@ -232,10 +235,9 @@ class Launcher:
             "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path <model> [options]\n"
             "  warnings.warn(" % SITE)
         cfg = load_config(a.model_path)
-        from console.core.model_config import ModelConfigError, parse_model_config
         try:
-            self.shape = parse_model_config(cfg)
-        except ModelConfigError as e:
+            self.shape = sglang_memory.read_model(cfg)
+        except ValueError as e:
             fail("ValueError: Unsupported model config: %s" % e)
         self.arch = self.shape.architecture or "LlamaForCausalLM"
         if a.attention_backend is None:
@@ -333,16 +335,25 @@ class Launcher:
     def gpus(self) -> list[dict]:
         if not self.sim_dir:
             return []
-        from console.sim import simgpu
         try:
             return simgpu.read_gpus(self.sim_dir)
         except ValueError:
             return []
 
+    def launch_numbers(self) -> sglang_memory.Launch:
+        """The resolved flags that size memory."""
+        a = self.args
+        return sglang_memory.Launch(
+            tp_size=a.tp_size, mem_fraction_static=a.mem_fraction_static, max_running_requests=a.max_running_requests,
+            kv_cache_dtype=str(a.kv_cache_dtype or "auto"), speculative_algorithm=a.speculative_algorithm,
+            speculative_num_draft_tokens=a.speculative_num_draft_tokens or 0,
+            draft_model_path=bool(a.speculative_draft_model_path),
+            mamba_strategy=("extra_buffer" if a.mamba_radix_cache_strategy == "auto" else a.mamba_radix_cache_strategy),
+            disable_radix_cache=bool(a.disable_radix_cache), chunked_prefill_size=a.chunked_prefill_size,
+            cuda_graph_max_bs=a.cuda_graph_max_bs_decode)
+
     def plan_ranks(self) -> list[dict]:
-        """Per rank: the physical GPU, free memory, the planner's numbers and the scheduler script."""
-        from console.core.planner import auto_mem_fraction_static, plan
-        from console.sim import simgpu
+        """Per rank: the physical GPU and its memory by the stand-in's own numbers (sglang_memory), the script's input."""
         a = self.args
         gpus = self.gpus()
         weights_env = os.environ.get("MTPCONSOLE_SIM_WEIGHTS_GB")
@@ -355,6 +366,7 @@ class Launcher:
         out = []
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         for rank in range(a.tp_size):
+            run = self.launch_numbers()  # after rank 0 the automatic --mem-fraction-static is the flag's value
             try:
                 phys = simgpu.physical_gpu(rank, visible, gpus, a.base_gpu_id)
             except ValueError as e:
@@ -363,40 +375,21 @@ class Launcher:
             if gpus and g is None:
                 fail("RuntimeError: CUDA error: invalid device ordinal (no GPU %d)" % phys)
             g = g or dict(DEFAULT_GPU, index=phys)
-            total = int(g["mem_total_mib"]) * MIB
             others = simgpu.used_by_others_mib(self.sim_dir, phys) * MIB if self.sim_dir else 0
-            free = max(0, total - others)
-            frac = a.mem_fraction_static
-            if frac is None:
-                frac = auto_mem_fraction_static(total, tp_size=a.tp_size, chunked_prefill_size=a.chunked_prefill_size,
-                                                cuda_graph_max_bs=a.cuda_graph_max_bs_decode, speculative=self.spec)
-                if rank == 0:
-                    a.mem_fraction_static = frac
-            flags = {
-                "mem-fraction-static": frac, "max-running-requests": a.max_running_requests,
-                "context-length": self.context_len, "tp-size": a.tp_size, "kv-cache-dtype": a.kv_cache_dtype,
-                "speculative-algorithm": a.speculative_algorithm, "speculative-num-steps": a.speculative_num_steps,
-                "speculative-eagle-topk": a.speculative_eagle_topk,
-                "speculative-num-draft-tokens": a.speculative_num_draft_tokens,
-                "speculative-draft-model-path": a.speculative_draft_model_path,
-                "mamba-radix-cache-strategy": ("extra_buffer" if a.mamba_radix_cache_strategy == "auto"
-                                               else a.mamba_radix_cache_strategy),
-                "chunked-prefill-size": a.chunked_prefill_size, "cuda-graph-max-bs-decode": a.cuda_graph_max_bs_decode,
-                "disable-radix-cache": a.disable_radix_cache,
-            }
-            p = plan(self.shape, flags, free, n_gpus=a.tp_size, weights_bytes=weights)
-            out.append({"rank": rank, "gpu": phys if self.sim_dir else None, "total": total, "free": free,
-                        "plan": p, "frac": frac})
+            m = sglang_memory.rank_memory(self.shape, run, g, others, weights)
+            if rank == 0 and a.mem_fraction_static is None:
+                a.mem_fraction_static = m.mem_fraction_static
+            out.append({"rank": rank, "gpu": phys if self.sim_dir else None, "mem": m})
         return out
 
     def script(self, r: dict) -> dict:
         """The scheduler's log lines, memory steps and outcome for one rank."""
         a = self.args
-        p = r["plan"]
+        p: sglang_memory.RankMemory = r["mem"]
         rank = r["rank"]
         prefix = " TP%d" % rank if a.tp_size > 1 else ""
-        ctx = 512 * MIB + 100 * MIB * (a.tp_size - 1)
-        usable = r["free"] - ctx
+        ctx = p.context_bytes
+        usable = p.usable_bytes
         steps: list[dict] = []
         gb = lambda b: b / GIB  # noqa: E731
         steps.append({"delay": 0.2, "log": "Init parallel begin.", "mem_mib": ctx // MIB})
@@ -404,7 +397,7 @@ class Launcher:
         steps.append({"delay": 0.1, "log": "Load weight begin. avail mem=%.2f GB" % gb(usable)})
         weights = p.weights_bytes
         failure = None
-        if weights > usable:
+        if p.outcome == "weights_exceed_gpu":
             # torch's own OOM while loading
             n = 4
             for i in range(1, n):
@@ -416,7 +409,7 @@ class Launcher:
                     ("srt/model_loader/loader.py", 640, "load_model", "model = _initialize_model("),
                 ], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU %d has a total "
                    "capacity of %.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process has "
-                   "%.2f GiB memory in use." % (rank, gb(r["total"]), 0.2, gb(usable)))),
+                   "%.2f GiB memory in use." % (rank, gb(p.total_bytes), 0.2, gb(usable)))),
             ]
             return {"prefix": prefix, "steps": steps, "outcome": "fail", "failure": failure}
         steps.append({"delay": T_LOAD / 2, "mem_mib": (ctx + weights // 2) // MIB})
@@ -431,17 +424,16 @@ class Launcher:
                           % (0.3, self.arch + ("MTP" if self.shape.mtp_layers and not a.speculative_draft_model_path
                                                else "Eagle"), gb(usable - weights - p.draft_weights_bytes),
                              gb(p.draft_weights_bytes))})
-        budget = p.static_budget_bytes
-        if budget - weights - p.draft_weights_bytes <= 0:
+        if p.outcome == "no_room_for_kv":
             failure = ["%%TS%% Scheduler hit an exception: %s" % (traceback_text([
                 ("srt/managers/scheduler.py", 3412, "run_scheduler_process", "scheduler = Scheduler("),
                 ("srt/model_executor/model_runner.py", 560, "initialize", "self.init_memory_pool(min_per_gpu_memory)"),
                 ("srt/model_executor/model_runner_kv_cache_mixin.py", 205, "profile_max_num_token", "raise ValueError("),
             ], "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=%s. "
                "Raise --mem-fraction-static above %.4f or use more GPUs (--tp-size)."
-               % (r["frac"], (weights + p.draft_weights_bytes) / max(1, usable) + 0.005)))]
+               % (p.mem_fraction_static, (weights + p.draft_weights_bytes) / max(1, usable) + 0.005)))]
             return {"prefix": prefix, "steps": steps, "outcome": "fail", "failure": failure}
-        if p.kv_pool_bytes <= 0 or p.kv_tokens <= 0:
+        if p.outcome == "not_enough_memory":
             failure = ["%%TS%% Scheduler hit an exception: %s" % (traceback_text([
                 ("srt/managers/scheduler.py", 3412, "run_scheduler_process", "scheduler = Scheduler("),
                 ("srt/managers/scheduler.py", 402, "__init__", "self.init_model_worker()"),
@@ -472,9 +464,9 @@ class Launcher:
             steps.append({"delay": 0.0, "log": "KV pool holds %d tokens, fewer than --context-length %d."
                           % (p.kv_tokens, self.context_len)})
         steps.append({"delay": 0.05, "log": "Memory pool end. avail mem=%.2f GB" % gb(usable - (used - ctx))})
-        graph_bs = a.cuda_graph_max_bs_decode or (256 if r["total"] > 80 * GIB else 160)
+        graph_bs = a.cuda_graph_max_bs_decode or (256 if p.total_bytes > 80 * GIB else 160)
         bss = [1, 2, 4, 8] + list(range(16, graph_bs + 1, 16))
-        graph_mem = min(p.activation_reserve_bytes // 2, 256 * MIB + 4 * MIB * graph_bs)
+        graph_mem = p.graph_bytes
         if not a.disable_cuda_graph:
             steps.append({"delay": 0.05, "log": "Capture cuda graph begin. This can take up to several minutes. "
                                                 "avail mem=%.2f GB" % gb(usable - (used - ctx))})
@@ -490,7 +482,7 @@ class Launcher:
             self.internal = {"max_total_num_tokens": p.kv_tokens, "max_running_requests": mr,
                              "weights_gb": gb(weights), "kv_gb": gb(kv_bytes), "mamba_gb": gb(p.mamba_bytes),
                              "graph_gb": gb(graph_mem), "mamba_slots": p.mamba_slots}
-            chunk = a.chunked_prefill_size or (8192 if r["total"] > 60 * GIB else 2048)
+            chunk = a.chunked_prefill_size or (8192 if p.total_bytes > 60 * GIB else 2048)
             steps.append({"delay": 0.05, "log": "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
                                                 "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"
                           % (p.kv_tokens, chunk, a.max_prefill_tokens, mr, self.context_len,

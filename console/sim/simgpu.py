@@ -4,6 +4,9 @@ Layout of the sim directory (``$MTPCONSOLE_SIM_DIR``)::
 
     gpus.json          [{"index": 0, "uuid": "GPU-...", "name": "...", "mem_total_mib": 97887,
                          "power_limit_w": 600.0}, ...]
+                       each GPU may also carry what a rank of the SGLang stand-in takes on it (optional
+                       non-negative integers, :data:`STANDIN_FIELDS`; console/sim/sglang_memory.py reads them
+                       and says the defaults): the stand-in decides out-of-memory from these numbers
     alloc/<pid>.json   {"pid": int, "gpu": int, "mem_mib": int, "busy": float 0..1, "spec": bool,
                         "start_ticks": int|null, "updated_at": float}
 
@@ -46,6 +49,9 @@ RAMP_UP_S = 0.35
 RAMP_DOWN_S = 1.0
 BASE_USED_MIB = 8
 """What an idle GPU reports as used (driver reservation)."""
+STANDIN_FIELDS = ("context_mib", "weights_mib", "draft_weights_mib", "kv_bytes_per_token", "mamba_bytes_per_slot",
+                  "graph_mib")
+"""Optional per-GPU numbers of gpus.json for the SGLang stand-in's memory (absent: its defaults)."""
 
 
 def default_gpus(count: int = 4, *, name: str = RTX_PRO_6000, mem_total_mib: int = 97887,
@@ -88,6 +94,10 @@ def read_gpus(sim_dir: str) -> List[Dict[str, Any]]:
     for g in data:
         if not isinstance(g, dict) or not isinstance(g.get("index"), int) or not isinstance(g.get("mem_total_mib"), int):
             raise ValueError("%s: each GPU needs integer 'index' and 'mem_total_mib'" % path)
+        for k in STANDIN_FIELDS:
+            v = g.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError("%s: GPU %d: %r must be a non-negative integer, got %r" % (path, g["index"], k, v))
         out.append(g)
     return out
 
