@@ -62,6 +62,9 @@ class Command:
     module: str
     help: str
     common: frozenset[str]
+    flag_valued: tuple[str, ...] = ()
+    """Options whose value is itself a flag (``--set --mem-fraction-static=0.85``): argparse would read the value
+    as an option, so ``--set X`` is taken as ``--set=X`` before parsing."""
 
 
 # The registry is data so `--help` imports nothing heavy.
@@ -74,7 +77,7 @@ COMMANDS: dict[str, Command] = {
                       WRITE_OPTIONS),
     "kill": Command("console.commands.kill", "stop a session or a foreign server, confirmed", WRITE_OPTIONS),
     "relaunch": Command("console.commands.relaunch", "confirmed kill, then launch with the same or edited flags",
-                        WRITE_OPTIONS),
+                        WRITE_OPTIONS, flag_valued=("--set", "--unset")),
     "sessions": Command("console.commands.sessions", "list the launch sessions on a host and their state",
                         HOST_OPTIONS),
     "logs": Command("console.commands.logs", "print (or follow) one session's own log", HOST_OPTIONS),
@@ -145,6 +148,23 @@ def split_at_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def glue_flag_values(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """``--set --flag=v`` -> ``--set=--flag=v`` for each of ``options`` (up to a ``--`` that ends the options)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return out + argv[i:]
+        if a in options and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "--":
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def _given(top: argparse.Namespace) -> dict[str, Any]:
     """Common options given before the subcommand (defaults are None/False)."""
     return {d: v for d, v in vars(top).items() if d in COMMON and v is not None and v is not False}
@@ -192,7 +212,7 @@ def _dispatch(parser: argparse.ArgumentParser, top: argparse.Namespace, name: st
     sub = argparse.ArgumentParser(prog=f"mtpconsole {name}", description=cmd.help)
     add_common(sub, cmd.common, suppress=True)
     mod.configure(sub)
-    ns = vars(sub.parse_args(rest))
+    ns = vars(sub.parse_args(glue_flag_values(rest, cmd.flag_valued)))
     values = {**given, **{d: v for d, v in ns.items() if d in COMMON}}
     own = argparse.Namespace(**{d: v for d, v in ns.items() if d not in COMMON})
     return _run(mod.run, context_from(values, cmd.common), own)
