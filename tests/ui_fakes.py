@@ -306,7 +306,39 @@ def frozen_app(backend: FakeBackend | None = None, **kw):
 
     app = make_app(backend or FakeBackend(), clock=lambda: NOW, **kw)
     app.animation_level = "none"
+    record_toasts(app)
     return app
+
+
+async def started(pilot) -> None:
+    """Wait until the app shows its backend's first views: every host's GPU panels are mounted."""
+    from console.ui.widgets.gpu_panel import GpuPanel
+    from tests.helpers.wait import until
+
+    app = pilot.app
+    want = {(h, g.index) for h, v in app.backend.views.items() for g in v.snapshot.gpus}
+    await until(pilot, lambda: want <= {(p.host, p.index) for p in app.query(GpuPanel)},
+                what=f"the GPU panels {sorted(want)} are shown")
+
+
+def record_toasts(app) -> list[str]:
+    """Record every toast ``app`` is asked to show (its public ``notify``, which widgets and screens call too)."""
+    shown: list[str] = []
+    real = app.notify
+
+    def notify(message, *args, **kw):
+        shown.append(str(message))
+        return real(message, *args, **kw)
+
+    notify.shown = shown  # type: ignore[attr-defined]
+    app.notify = notify
+    return shown
+
+
+def toasts(app) -> list[str]:
+    """The toasts' messages so far, oldest first (the app must come from :func:`frozen_app` or
+    :func:`record_toasts`)."""
+    return app.notify.shown
 
 
 def harness(factory: Callable, *, theme: str = "dark", on_ready: Callable | None = None):
