@@ -38,7 +38,7 @@ def snap(received_at: float = NOW) -> HostSnapshot:
 
 
 class AgentLink:
-    """The agent's answers for this host: the process, its stdout file (through ``run``) and the model's config.
+    """The agent's answers for this host: the process, its stdout file (``foreign_output``) and the model's config.
 
     ``gate`` (when set) holds each ``tail`` of the stdout file until it is released."""
 
@@ -61,18 +61,13 @@ class AgentLink:
         if kind == "read_file":
             assert args["path"] == MODEL + "/config.json"
             return {"data": json.dumps(MODEL_CONFIG)}
-        if kind == "run":
-            argv = args["argv"]
-            assert argv[-1] == "/proc/5150/fd/1"
-            if argv[0] == "stat":
-                return {"rc": 0, "stdout": "regular file\n"}
-            if argv[0] == "readlink":
-                return {"rc": 0, "stdout": "/var/log/sglang_gpu0.log\n"}
-            if argv[0] == "tail":
-                self.tails += 1
-                if self.gate is not None:
-                    await self.gate.wait()
-                return {"rc": 0, "stdout": LOG[-int(argv[2]):]}
+        if kind == "foreign_output":  # the stdout file, its tail and last write (now) in one round trip
+            assert (args["pid"], args["start_ticks"]) == (5150, 777)
+            self.tails += 1
+            if self.gate is not None:
+                await self.gate.wait()
+            return {"pid": 5150, "start_ticks": 777, "path": "/var/log/sglang_gpu0.log", "size": len(LOG),
+                    "mtime": self.clock(), "offset": 0, "data": LOG[-int(args["tail_bytes"]):]}
         raise AssertionError(f"unexpected request {kind} {args}")
 
 

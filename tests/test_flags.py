@@ -503,7 +503,7 @@ class FakeLink:
         self.probe = probe
         self.calls: list[tuple[str, dict]] = []
 
-    async def request(self, op, args):
+    async def request(self, op, args, **kw):
         self.calls.append((op, args))
         assert op == "run" and isinstance(args["argv"], list) and args["timeout"] > 0
         argv = args["argv"]
@@ -582,7 +582,7 @@ async def test_learn_schema_failures_are_clear(tmp_path):
     class Down:
         name = "gpu2"
 
-        async def request(self, op, args, *, timeout=30.0):
+        async def request(self, op, args, *, timeout=30.0, audit=True):
             raise ConnectionError("connection lost")
 
     with pytest.raises(HostError, match="gpu2: .*connection lost"):
@@ -591,7 +591,7 @@ async def test_learn_schema_failures_are_clear(tmp_path):
     seen = {}
 
     class Slow(FakeLink):
-        async def request(self, op, args, *, timeout=30.0):
+        async def request(self, op, args, *, timeout=30.0, audit=True):
             seen.setdefault("timeouts", []).append(timeout)
             return await super().request(op, args)
 

@@ -211,7 +211,7 @@ async def test_live_backend_form_hooks(tmp_path, monkeypatch):
     class Link:
         name = "demo"
 
-        async def request(self, op, args, timeout=None):
+        async def request(self, op, args, timeout=None, audit=True):
             runs.append(args["argv"])
             if args["argv"][-1] == "--help":
                 await asyncio.sleep(0.2)

@@ -12,8 +12,7 @@ from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.redact import redact_obj
 from console.errors import UserError
-from console.link.link import RequestError
-from console.model import SessionInfo
+from console.link.errors import NotEnded, RequestError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -25,11 +24,9 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     async with connect_hosts(ctx) as links:
         link = links[0]
         try:
-            raw = await link.request("ack", {"session_id": args.session,
-                                             "by": f"{getpass.getuser()}@{socket.gethostname()}"})
+            s = await link.client.ack(args.session, f"{getpass.getuser()}@{socket.gethostname()}")
         except RequestError as e:
-            raise UserError(f"{link.name}: {e}", exit_code=1 if "has not ended" in str(e) else 2) from None
-    s = SessionInfo.model_validate(raw)
+            raise UserError(f"{link.name}: {e}", exit_code=1 if isinstance(e, NotEnded) else 2) from None
     if ctx.json_output:
         print(json.dumps(redact_obj({"host": link.name, "session_id": s.session_id,
                                      "acknowledged_at": s.acknowledged_at}), indent=2))

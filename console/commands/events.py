@@ -21,8 +21,8 @@ from console.core.events import (
 )
 from console.core.redact import redact_obj
 from console.errors import UserError
-from console.link.link import LinkDown, RequestError
-from console.model import AuditEntry, HostEvent, SessionInfo
+from console.link.errors import LinkDown, RequestError
+from console.model import AuditEntry, HostEvent
 
 READY_SCAN = 20
 """At most this many sessions' logs are read for their READY time."""
@@ -43,25 +43,25 @@ def read_audit(path: Path, since: float) -> tuple[list[AuditEntry], str | None]:
 async def gather(link, since: float, audit_path: Path) -> tuple[list[HostEvent], list[str]]:
     """Every source for one host, merged; notes say which source could not be read."""
     notes: list[str] = []
-    sessions = [SessionInfo.model_validate(s) for s in await link.request("sessions", audit=False)]
+    client = link.client
+    sessions = await client.sessions()
     lists: list[list[HostEvent]] = [session_events(link.name, s) for s in sessions]
     recent = [s for s in sessions if s.record and (s.exit is None or s.exit.ended_at >= since)]
     for s in sorted(recent, key=lambda s: s.session_id, reverse=True)[:READY_SCAN]:
         try:
-            r = await link.request("read_log", {"session_id": s.session_id, "offset": 0, "max_bytes": LOG_HEAD},
-                                   audit=False)
+            head = await client.read_log(s.session_id, offset=0, max_bytes=LOG_HEAD)
         except (RequestError, LinkDown):
             continue
-        ev = ready_event(link.name, s, r.get("data", ""))
+        ev = ready_event(link.name, s, head.data)
         if ev is not None:
             lists.append([ev])
     try:
-        r = await link.request("run", {"argv": ["dmesg", "--time-format=iso"], "timeout": 10}, audit=False)
-        if r.get("rc") == 0:
-            lists.append(kernel_oom_events(link.name, r.get("stdout", "")))
+        r = await client.run(["dmesg", "--time-format=iso"], timeout=10, audit=False)
+        if r.rc == 0:
+            lists.append(kernel_oom_events(link.name, r.stdout))
         else:
-            why = (r.get("stderr") or "").strip().splitlines()
-            notes.append(f"kernel log not readable: {why[0] if why else 'dmesg exit ' + str(r.get('rc'))}")
+            why = r.stderr.strip().splitlines()
+            notes.append(f"kernel log not readable: {why[0] if why else 'dmesg exit ' + str(r.rc)}")
     except (RequestError, LinkDown) as e:
         notes.append(f"kernel log not readable: {e}")
     entries, note = read_audit(audit_path, since)

@@ -10,7 +10,9 @@ import sys
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.redact import redact_text
 from console.errors import UserError
-from console.link.link import LinkDown, RequestError
+from console.link.client import LinkListener
+from console.link.errors import LinkDown, RequestError
+from console.model import LogChunk
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -29,6 +31,18 @@ def _printer(tty: bool):
     return redact_text
 
 
+class _Chunks(LinkListener):
+    """The followed log's chunks, queued as they arrive."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.queue: asyncio.Queue[LogChunk] = asyncio.Queue()
+
+    def on_log(self, chunk: LogChunk) -> None:
+        if chunk.session_id == self.session_id:
+            self.queue.put_nowait(chunk)
+
+
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     single_host(ctx)
     async with connect_hosts(ctx) as links:
@@ -36,20 +50,20 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         if args.lines < 0:
             raise UserError(f"-n must be 0 or more, not {args.lines}")
         try:  # exactly the last N lines: the agent reads backwards until it has them (or its byte cap)
-            r = await link.request("read_log", {"session_id": args.session, "tail_lines": args.lines}, timeout=60)
+            r = await link.client.read_log(args.session, tail_lines=args.lines, timeout=60, audit=True)
         except RequestError as e:
             raise UserError(str(e), exit_code=1) from None
         except (TimeoutError, LinkDown) as e:
             raise UserError(f"{link.name}: no answer reading the log of {args.session}: {str(e) or 'timed out'}",
                             exit_code=1) from None
-        lines = r["data"].split("\n")[:-1]
+        lines = r.data.split("\n")[:-1]
         note = None
-        if r.get("capped"):
+        if r.capped:
             note = (f"only {len(lines)} of the last {args.lines} lines: the agent reads at most the last "
-                    f"{r.get('cap_bytes', 0) >> 20} MiB of a log (these start at byte {r['offset']} of {r['end']})")
+                    f"{(r.cap_bytes or 0) >> 20} MiB of a log (these start at byte {r.offset} of {r.end})")
         if ctx.json_output and not args.follow:
-            print(json.dumps({"session_id": args.session, "offset": r["offset"], "end": r["end"],
-                              "capped": bool(r.get("capped")), "note": note,
+            print(json.dumps({"session_id": args.session, "offset": r.offset, "end": r.end,
+                              "capped": r.capped, "note": note,
                               "lines": [redact_text(x) for x in lines]}))
             return 0
         if note:
@@ -59,14 +73,14 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             print(show(line))
         if not args.follow:
             return 0
-        q: asyncio.Queue = asyncio.Queue()
-        link.listeners.append(lambda kind, msg: q.put_nowait(msg) if kind == "log" else None)
-        await link.follow_log(args.session, r["end"], r.get("file"))
+        chunks = _Chunks(args.session)
+        link.listen(chunks)
+        await link.client.follow_log(args.session, r.end, r.file)
         runner = asyncio.create_task(link.run())  # reconnects and re-follows from the byte offset
         try:
             while True:
-                msg = await q.get()
-                for line in msg["data"].splitlines():
+                chunk = await chunks.queue.get()
+                for line in chunk.lines:
                     print(show(line))
                 sys.stdout.flush()
         finally:

@@ -13,7 +13,7 @@ from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.orphans import Foreign, OrphanReport, ended_ports, hunt_snapshot
 from console.core.redact import redact_obj
 from console.errors import UserError
-from console.link.link import LinkDown, RequestError
+from console.link.errors import LinkDown, RequestError
 from console.model import KillTarget
 from console.ops.lifecycle import kill
 
@@ -33,11 +33,11 @@ async def hunt(link) -> OrphanReport:
     owners: dict[int, int] = {}
     for port in ended_ports(snap)[:PORTS_ASKED]:
         try:
-            r = await link.request("port_owner", {"port": port}, audit=False)
+            owner = await link.client.port_owner(port)
         except (RequestError, LinkDown):
             continue
-        if r and r.get("pid"):
-            owners[port] = int(r["pid"])
+        if owner is not None and owner.pid:
+            owners[port] = owner.pid
     return hunt_snapshot(snap, port_owners=owners)
 
 

@@ -10,7 +10,6 @@ from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.redact import redact_obj
 from console.core.sessions import derive_views
-from console.link.link import sessions_each
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -51,8 +50,8 @@ async def classify_sessions(link, snap) -> dict:
     out = {}
     for s in snap.sessions:
         try:
-            r = await link.request("read_log", {"session_id": s.session_id, "tail_bytes": 256 * 1024}, audit=False)
-            out[s.session_id] = classify(r["data"], s.exit)
+            chunk = await link.client.read_log(s.session_id, tail_bytes=256 * 1024)
+            out[s.session_id] = classify(chunk.data, s.exit)
         except Exception:
             continue
     return out
@@ -64,7 +63,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         link = links[0]
         snap = await link.refresh()
         if args.all:  # the history: every run directory, not only the recent ones a sample carries
-            every = sessions_each(await link.request("sessions", audit=False))  # a bad one is listed broken
+            every = await link.client.sessions()  # a bad one is listed broken
             snap = snap.model_copy(update={"sessions": every})
         classes = await classify_sessions(link, snap)
         now = time.time()

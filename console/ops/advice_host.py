@@ -8,7 +8,6 @@ caller) so the planner can check suggestions.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,8 @@ from console.core.model_config import ModelConfigError, ModelShape, parse_model_
 from console.core.orphans import Orphan, find_orphans
 from console.core.planner import parse_server_flags
 from console.core.sessions import derive_views
-from console.link.link import HostLink, LinkDown, RequestError
+from console.link.client import HostClient, Wire
+from console.link.errors import LinkDown, RequestError
 from console.model import (
     Advice,
     Classification,
@@ -39,11 +39,11 @@ from console.model import (
     ServingFigures,
     SessionView,
 )
-from console.ops.foreign_log import NoOutput, output_written_at, read_foreign_output
+from console.ops.foreign_log import NoOutput, foreign_output
 
 if TYPE_CHECKING:
     from console.core.flags import FlagSchema
-    from console.model import HostSnapshot, SessionInfo
+    from console.model import HostSnapshot
 
 ReadFile = Callable[[str], Awaitable[bytes | str]]
 
@@ -270,7 +270,7 @@ def figures_json(view: HostView, now: float, logs: LiveLogs | None = None) -> li
     return out
 
 
-async def read_foreign_logs(link: HostLink, view: HostView, *, tail_bytes: int = LOG_TAIL_BYTES,
+async def read_foreign_logs(link: Wire | HostClient, view: HostView, *, tail_bytes: int = LOG_TAIL_BYTES,
                             clock: Callable[[], float] = time.time) -> LiveLogs:
     """The own output of each hand-started server of ``view`` whose stdout is a regular file.
 
@@ -286,31 +286,20 @@ async def read_foreign_logs(link: HostLink, view: HostView, *, tail_bytes: int =
     for s in view.sessions:
         if s.session_id is not None or s.state != "foreign" or s.launcher_pid is None or not live_server(view, s):
             continue
-        try:
-            _, lines = await read_foreign_output(link, s.launcher_pid, s.launcher_start_ticks, tail_bytes)
-        except (NoOutput, RequestError, LinkDown, TimeoutError):  # not a file, gone: no log figures
+        try:  # one round trip: the process checked, the file's tail and its last write
+            out = await foreign_output(link, s.launcher_pid, s.launcher_start_ticks, tail_bytes)
+        except (NoOutput, LinkDown, TimeoutError):  # not a file, gone: no log figures
             continue
-        key = view_key(s)
+        key, lines = view_key(s), out.lines
         tails[key], read_at[key] = lines[-LOG_TAIL_LINES:], clock()
-        written = to_console_clock(view.snapshot, await output_written_at(link, s.launcher_pid))
+        written = to_console_clock(view.snapshot, out.mtime)
         m, at = dated_log_figures(lines, read_at[key], written)
         if m is not None and at is not None:
             metrics[key], figures_at[key] = m, at
     return LiveLogs(tails=tails, metrics=metrics, read_at=read_at, figures_at=figures_at)
 
 
-async def _session_log_written_at(link: HostLink, snap: HostSnapshot, info: SessionInfo) -> float | None:
-    """When the session's ``output.log`` was last written (console clock), None when it cannot be read."""
-    try:
-        r = await link.request("run", {"argv": ["stat", "-L", "-c", "%Y", os.path.join(info.run_dir, "output.log")],
-                                       "timeout": 10}, audit=False)
-    except (RequestError, LinkDown, TimeoutError):
-        return None
-    out = str(r.get("stdout") or "").strip()
-    return to_console_clock(snap, float(out)) if r.get("rc") == 0 and out.isdigit() else None
-
-
-async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float, *,
+async def view_with_live_sessions(link: Wire | HostClient, snap: HostSnapshot, now: float, *,
                                   clock: Callable[[], float] = time.time) -> tuple[HostView, LiveLogs]:
     """A HostView whose live sessions are classified from their own logs (ended ones are not read), and the
     logs' dated figures (read at ``clock``).
@@ -318,6 +307,7 @@ async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float
     A hand-started server's output is read from its stdout file when that is a regular file."""
     from console.core.classify import classify
 
+    client = HostClient.of(link)
     classes: dict[str, Classification] = {}
     tails: dict[str, list[str]] = {}
     metrics: dict[str, ServeMetrics] = {}
@@ -325,34 +315,31 @@ async def view_with_live_sessions(link: HostLink, snap: HostSnapshot, now: float
     for info in snap.sessions:
         if not info.server_alive:
             continue
-        try:
-            r = await link.request("read_log", {"session_id": info.session_id, "tail_bytes": LOG_TAIL_BYTES},
-                                   audit=False)
+        try:  # the tail and when output.log was last written, in one round trip
+            chunk = await client.read_log(info.session_id, tail_bytes=LOG_TAIL_BYTES)
         except (RequestError, LinkDown, TimeoutError):  # unreadable: the session stays unclassified
             continue
         read_at = clock()
-        text = str(r.get("data", ""))
-        classes[info.session_id] = classify(text, info.exit)
-        lines = text.splitlines()
+        classes[info.session_id] = classify(chunk.data, info.exit)
+        lines = chunk.lines
         tails[info.session_id] = lines[-LOG_TAIL_LINES:]
-        m, at = dated_log_figures(lines, read_at, await _session_log_written_at(link, snap, info))
+        m, at = dated_log_figures(lines, read_at, to_console_clock(snap, chunk.mtime))
         if m is not None and at is not None:
             metrics[info.session_id], figures_at[info.session_id] = m, at
     view = HostView(snapshot=snap, sessions=derive_views(snap, classes, now, interval=1e9))
-    foreign = await read_foreign_logs(link, view, clock=clock)
+    foreign = await read_foreign_logs(client, view, clock=clock)
     return view, foreign.model_copy(update={"tails": {**tails, **foreign.tails},
                                             "metrics": {**metrics, **foreign.metrics},
                                             "figures_at": {**figures_at, **foreign.figures_at}})
 
 
-async def advise_link(link: HostLink, snap: HostSnapshot, *, now: float, validate: Validator | None = None,
+async def advise_link(link: Wire | HostClient, snap: HostSnapshot, *, now: float, validate: Validator | None = None,
                       shape_cache: dict[str, ModelShape | None] | None = None) -> tuple[list[Advice], list[dict[str, Any]]]:
     """The advisor's findings and the serving figures of one connected host, read through its link."""
     view, logs = await view_with_live_sessions(link, snap, now, clock=lambda: now)  # read "now", as the rules see it
 
     async def read_file(path: str) -> str:
-        r = await link.request("read_file", {"path": path, "max_bytes": 4 << 20}, audit=False)
-        return str(r["data"])
+        return await HostClient.of(link).read_file(path, 4 << 20)
 
     shapes = await load_shapes(view, read_file, {} if shape_cache is None else shape_cache)
     advice = host_advice(view, shapes, validate=validate, logs=logs, now=now)

@@ -18,6 +18,7 @@ from console.audit import Audit
 from console.backend import OnAudit, OnLog, OnSteps, OnView
 from console.config import Config
 from console.core.flags import FlagSchema, check_all
+from console.link.client import HostClient
 from console.link.link import HostLink
 from console.model import DEFAULT_PORT, AuditEntry, KillTarget, LaunchRequest, OperationResult, PendingLaunch, Step
 from console.ops import lifecycle
@@ -143,8 +144,7 @@ class LiveBackend:
             import getpass
             import socket
 
-            t = asyncio.ensure_future(link.request("ack", {"session_id": session_id,
-                                                           "by": f"{getpass.getuser()}@{socket.gethostname()}"}))
+            t = asyncio.ensure_future(HostClient.of(link).ack(session_id, f"{getpass.getuser()}@{socket.gethostname()}"))
             t.add_done_callback(lambda x: x.cancelled() or x.exception())
 
     async def others_audit(self, since: float, ops: tuple[str, ...] | None = None) -> list[AuditEntry]:

@@ -1,21 +1,19 @@
 """Learn a host's server flags by running its ``--help`` there, with a per-version cache.
 
-``link`` is anything with ``async request(op, args)`` speaking the agent protocol's
-``run {argv, timeout}`` -> ``{rc, stdout, stderr}`` (see console/link/protocol.py), and
-optionally a ``name`` (the host). Nothing runs through a shell.
+``link`` is a host's :class:`~console.link.client.HostClient` (or a link it wraps: anything with the link's
+``request``); only its ``run`` op is used (``argv`` without a shell, see console/link/protocol.py), and its
+``name`` (the host).
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -30,6 +28,7 @@ from console.core.flags.sources import (
     parse_probe_output,
 )
 from console.errors import HostError, UserError
+from console.link.client import HostClient, Wire
 
 SCHEMA_FORMAT = 2
 """Bumped when a cached schema's content changes meaning (2: completed by the parser probe)."""
@@ -39,10 +38,8 @@ VERSION_SNIPPET = "import importlib.metadata as m; print(m.version('sglang'))"
 _VERSION_RE = re.compile(r"^[0-9A-Za-z.+!_-]{1,64}$")
 
 
-class Link(Protocol):
-    """The one method this module needs from a host connection."""
-
-    async def request(self, op: str, args: dict) -> Any: ...
+Link = Wire | HostClient
+"""What this module is given for a host: its client, or a link (``HostClient.of`` makes it a client)."""
 
 
 class CachedSchema(BaseModel):
@@ -78,32 +75,17 @@ def cache_path(cache_dir: Path, host: str, command: list[str], version: str | No
 
 
 async def _run(link: Link, argv: list[str], timeout: int, what: str) -> tuple[int, str, str]:
-    """``run`` on the host; the link's own reply timeout (when it has one) covers the command's."""
-    args = {"argv": argv, "timeout": timeout}
-    kwargs: dict[str, Any] = {}
+    """``run`` on the host; the reply is awaited a little longer than the command may run."""
+    client = HostClient.of(link)
     try:
-        params = inspect.signature(link.request).parameters
-        if "timeout" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            kwargs["timeout"] = timeout + 15
-    except (TypeError, ValueError):
-        pass
-    host = getattr(link, "name", None) or "host"
-    try:
-        reply = await link.request("run", args, **kwargs)
+        r = await client.run(argv, timeout, reply_timeout=timeout + 15)
     except UserError:
         raise
     except TimeoutError:
-        raise HostError(f"{host}: {what} timed out after {timeout} s") from None
-    except Exception as e:  # noqa: BLE001 - the link's own errors (connection lost, agent refused)
-        raise HostError(f"{host}: {what} failed: {e}") from None
-    return _result(reply, what)
-
-
-def _result(reply: Any, what: str) -> tuple[int, str, str]:
-    if not isinstance(reply, dict):
-        raise HostError(f"{what}: unexpected reply from the agent: {type(reply).__name__}")
-    rc = reply.get("rc")
-    return (rc if isinstance(rc, int) else -1), str(reply.get("stdout") or ""), str(reply.get("stderr") or "")
+        raise HostError(f"{client.name}: {what} timed out after {timeout} s") from None
+    except Exception as e:  # noqa: BLE001 - the link's own errors (connection lost, agent refused, bad reply)
+        raise HostError(f"{client.name}: {what} failed: {e}") from None
+    return r.rc, r.stdout, r.stderr
 
 
 async def server_version(link: Link, command: list[str]) -> str | None:

@@ -13,9 +13,11 @@ from pathlib import Path
 from console.audit import read_entries
 from console.core.classify import classify_last_run
 from console.core.flags.launcher import split_launch_command
-from console.core.report import GpuPoint, ReportInputs, TimelineEvent, exit_events
-from console.link.link import HostLink, LinkDown, RequestError
-from console.model import AuditEntry, HostSnapshot, LaunchRequest, SessionInfo, Step
+from console.core.report import ReportInputs, TimelineEvent, exit_events
+from console.link.client import HostClient
+from console.link.errors import LinkDown, RequestError
+from console.link.link import HostLink
+from console.model import AuditEntry, GpuPoint, HostSnapshot, LaunchRequest, SessionInfo, Step
 from console.ops.lifecycle import memory_verdict
 
 LOG_TAIL_BYTES = 2 << 20
@@ -72,33 +74,32 @@ def split_steps(entries: list[AuditEntry], session_id: str) -> tuple[list[AuditE
     return rows, steps
 
 
-async def _samples(link: HostLink, gpus: list[int], since: float, until: float) -> list[GpuPoint]:
+async def _samples(client: HostClient, gpus: list[int], since: float, until: float) -> list[GpuPoint]:
     try:
-        r = await link.request("gpu_samples", {"since": since, "until": until}, audit=False)
+        r = await client.gpu_samples(since, until)
     except (RequestError, LinkDown, TimeoutError):
         return []
-    pts = [GpuPoint.model_validate(p) for p in r.get("points", []) if isinstance(p, dict)]
-    return [p for p in pts if not gpus or p.gpu in gpus]
+    return [p for p in r.points if not gpus or p.gpu in gpus]
 
 
-async def _log(link: HostLink, session_id: str) -> str:
+async def _log(client: HostClient, session_id: str) -> str:
     try:
-        r = await link.request("read_log", {"session_id": session_id, "tail_bytes": LOG_TAIL_BYTES}, audit=False)
+        return (await client.read_log(session_id, tail_bytes=LOG_TAIL_BYTES)).data
     except (RequestError, LinkDown, TimeoutError):
         return ""
-    return str(r.get("data", ""))
 
 
 async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: float,
                  now: float | None = None) -> ReportInputs:
     """Everything a report on ``session_id`` says, read from the host and the audit log."""
     now = time.time() if now is None else now
-    snap = await link.refresh()
+    client = HostClient.of(link)
+    snap = await client.snapshot()
     s = find_session(snap, session_id)
     started = (s.record.started_at if s.record else None) or (s.spec.created_at if s.spec else None) or now
     ended = s.exit.ended_at if s.exit else now
     window = (min(started, now - since_s), min(now, ended + AFTER_END_S))
-    text = await _log(link, session_id)
+    text = await _log(client, session_id)
     cls, run = classify_last_run(text, s.exit, s.first_abnormal_exit) if text or s.exit else (None, text)
     # the first death decides; a log holding several server runs is read (and excerpted) from the last one
     prev = previous_on_gpu(snap, s)
@@ -129,5 +130,5 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
         host=snap.name, session_id=session_id, spec=s.spec, started_at=started, exit=s.exit, classification=cls,
         state=state, previous=prev.spec if prev else None, planner=planner, steps=steps,
         audit=audit, events=events,
-        samples=await _samples(link, s.spec.gpus if s.spec else [], *window),
+        samples=await _samples(client, s.spec.gpus if s.spec else [], *window),
         log_lines=run.splitlines(), generated_at=now)

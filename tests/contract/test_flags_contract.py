@@ -23,7 +23,7 @@ class LocalRun:
 
     name = "local"
 
-    async def request(self, op: str, args: dict) -> dict:
+    async def request(self, op: str, args: dict, **kw) -> dict:
         assert op == "run"
         r = await asyncio.to_thread(subprocess.run, args["argv"], capture_output=True, text=True,
                                     timeout=args["timeout"], env=offline_env())
