@@ -24,6 +24,7 @@ from ui_fakes import (
     ready,
     session,
     snapshot,
+    started,
     view_a,
     view_b,
     with_current,
@@ -34,17 +35,36 @@ from console.ui.flag_values import from_argv
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
 from console.ui.widgets.badge import Badge
+from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
+from tests.helpers.wait import until
 
 BADGES = [("IDLE", "idle"), ("LAUNCHING 3/6", "launching"), ("LOADING", "loading"), ("READY", "ready"),
           ("FAILED: gpu_oom", "failed"), ("STOPPING", "stopping"), ("STOPPED", "stopped"), ("FOREIGN", "foreign"),
           ("STALE", "stale"), ("UNREACHABLE", "unreachable")]
 
 
-async def settle(pilot) -> None:
-    await pilot.pause(0.3)
+async def panel_shown(pilot) -> None:
+    await until(pilot, lambda: len(pilot.app.query(GpuPanel)) == 1)
+
+
+async def log_shown(pilot) -> None:
+    pane = pilot.app.query_one(LogPane)
+    await until(pilot, lambda: pane.log_widget.lines and (not pane.pattern or len(pane.log_widget.lines) == 1))
+
+
+async def form_shown(pilot) -> None:
+    await until(pilot, lambda: isinstance(pilot.app.screen, FlagForm) and pilot.app.screen.query("#f-model_path"))
+
+
+async def dialog_shown(pilot) -> None:
+    await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen) and pilot.app.screen.query(".dialog-body"))
+
+
+async def steps_shown(pilot) -> None:
+    await until(pilot, lambda: len(pilot.app.query_one(StepsView).rows) == 6)
 
 
 @pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
@@ -75,7 +95,7 @@ def test_gpu_panel(snap_compare, state):
     view = with_current(PANELS[state])  # each GPU's current session, as a backend pushes it
     app = harness(lambda: [HostSection("host-a")],
                   on_ready=lambda a: a.query_one(HostSection).apply(view, NOW, 1.0))
-    assert snap_compare(app, terminal_size=(90, 10), run_before=settle)
+    assert snap_compare(app, terminal_size=(90, 10), run_before=panel_shown)
 
 
 def _log_app(pattern: str = ""):
@@ -92,11 +112,11 @@ def _log_app(pattern: str = ""):
 
 
 def test_log_pane_with_banner(snap_compare):
-    assert snap_compare(_log_app(), terminal_size=(100, 18), run_before=settle)
+    assert snap_compare(_log_app(), terminal_size=(100, 18), run_before=log_shown)
 
 
 def test_log_pane_filtered(snap_compare):
-    assert snap_compare(_log_app("memory"), terminal_size=(100, 18), run_before=settle)
+    assert snap_compare(_log_app("memory"), terminal_size=(100, 18), run_before=log_shown)
 
 
 def _form_app(raw, **kw):
@@ -105,7 +125,8 @@ def _form_app(raw, **kw):
 
 def test_flag_form(snap_compare):
     raw = from_argv(["--model-path", "/models/demo-27b", "--mem-fraction-static", "0.85"], [0], 30000)
-    assert snap_compare(_form_app(raw, title="Launch on host-a · GPU 0"), terminal_size=(110, 50), run_before=settle)
+    assert snap_compare(_form_app(raw, title="Launch on host-a · GPU 0"), terminal_size=(110, 50),
+                        run_before=form_shown)
 
 
 def test_flag_form_with_errors(snap_compare):
@@ -113,9 +134,9 @@ def test_flag_form_with_errors(snap_compare):
            "extras": "--x 'open"}
 
     async def run_before(pilot) -> None:
-        await settle(pilot)
+        await form_shown(pilot)
         await pilot.click("#launch")
-        await settle(pilot)
+        await until(pilot, lambda: len(pilot.app.screen.query(".field-error.-shown")) == 5)
 
     assert snap_compare(_form_app(raw, title="Launch on host-a · GPU 0"), terminal_size=(110, 50),
                         run_before=run_before)
@@ -128,9 +149,10 @@ def test_flag_form_edit_with_diff_and_checks(snap_compare):
     planner = lambda flags, gpus: "fits: 118.2 of 143.8 GB per GPU"  # noqa: E731
 
     async def run_before(pilot) -> None:
-        await settle(pilot)
+        await form_shown(pilot)
         await pilot.click("#launch")
-        await settle(pilot)
+        await until(pilot, lambda: "fits: 118.2" in str(pilot.app.screen.query_one("#checks").render())
+                    and "+ --mem-fraction-static 0.8" in str(pilot.app.screen.query_one("#diff").render()))
 
     app = _form_app(raw, title="Edit and relaunch s-ready on host-a · GPUs 0,1", running_argv=ARGV,
                     validator=validator, planner=planner, replaces="s-ready")
@@ -141,7 +163,7 @@ def test_confirm_dialog(snap_compare):
     lines = ["host:     host-a", "GPUs:     0,1", "session:  s-ready", "pids:     4200", "",
              "then checks: process group gone · no sglang:: orphans · GPU memory released · port closed"]
     app = harness(lambda: [], on_ready=lambda a: a.push_screen(ConfirmScreen("Kill s-ready?", lines, "Kill")))
-    assert snap_compare(app, terminal_size=(100, 20), run_before=settle)
+    assert snap_compare(app, terminal_size=(100, 20), run_before=dialog_shown)
 
 
 def _steps_app(states: list[str], result: OperationResult | None):
@@ -158,7 +180,7 @@ def _steps_app(states: list[str], result: OperationResult | None):
 
 def test_steps_in_progress(snap_compare):
     app = _steps_app(["ok", "ok", "ok", "running", "pending", "pending"], None)
-    assert snap_compare(app, terminal_size=(90, 10), run_before=settle)
+    assert snap_compare(app, terminal_size=(90, 10), run_before=steps_shown)
 
 
 def test_steps_failed(snap_compare):
@@ -166,13 +188,15 @@ def test_steps_failed(snap_compare):
                           line="Not enough memory. Please try to increase --mem-fraction-static.",
                           hint="lower --max-running-requests or raise --mem-fraction-static")
     app = _steps_app(["ok", "ok", "ok", "ok", "failed", "skipped"], res)
-    assert snap_compare(app, terminal_size=(90, 12), run_before=settle)
+    assert snap_compare(app, terminal_size=(90, 12), run_before=steps_shown)
 
 
 async def _select_gpu0(pilot) -> None:
-    await settle(pilot)
+    await started(pilot)
     await pilot.press("tab")
-    await settle(pilot)
+    app = pilot.app
+    await until(pilot, lambda: next(p for p in app.query(GpuPanel) if (p.host, p.index) == ("host-a", 0))
+                .has_class("selected") and len(app.query_one(LogPane).lines) == len(SESSION_LOG))
 
 
 def _whole_app(**kw):
@@ -188,7 +212,9 @@ def test_whole_app_compact_light(snap_compare):
     async def run_before(pilot) -> None:
         await _select_gpu0(pilot)
         await pilot.press("c", "t", "a")
-        await settle(pilot)
+        app = pilot.app
+        await until(pilot, lambda: "theme-light" in app.classes and "-shown" in app.query_one("#audit").classes
+                    and app.query_one(".gpus").styles.layout.name == "grid")
     assert snap_compare(_whole_app(), terminal_size=(160, 40), run_before=run_before)
 
 
@@ -213,5 +239,5 @@ def test_whole_app_compact_grid(snap_compare):
     async def run_before(pilot) -> None:
         await _select_gpu0(pilot)
         await pilot.press("c")
-        await settle(pilot)
+        await until(pilot, lambda: pilot.app.query_one(".gpus").styles.layout.name == "grid")
     assert snap_compare(frozen_app(FakeBackend(views())), terminal_size=(200, 50), run_before=run_before)
