@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+from textual.widgets import DataTable
+
 from console.audit import Audit, read_tail
 from console.core.current import CurrentState
 from console.core.events import name_other_killers, other_kill
@@ -22,9 +24,10 @@ from console.ops.tracker import HostTracker
 from console.sim.demo import FIXED_FLAGS
 from console.ui.screens.events import EventsScreen, host_events
 from tests.conftest import free_port
-from tests.helpers.rel_util import cli, kill_quietly, wait_until
+from tests.helpers.rel_util import cli, kill_quietly
+from tests.helpers.wait import await_until, until
 from tests.test_orphans_cli import config, link, sim, sim_env  # noqa: F401  (fixtures)
-from tests.ui_fakes import NOW, FakeBackend, foreign, frozen_app, session, snapshot, view_a
+from tests.ui_fakes import NOW, FakeBackend, foreign, frozen_app, session, snapshot, started, toasts, view_a
 
 SIZE = (160, 50)
 VANISHED = "foreign server pid 5150 on GPUs 3 is gone: not stopped by this console (another console, the CLI or by hand)"
@@ -120,11 +123,6 @@ def test_audit_others_reads_what_another_console_wrote_to_the_shared_file(tmp_pa
 
 # ---------------------------------------------------------------- Pilot: the events screen
 
-async def settle(pilot, n: int = 3) -> None:
-    for _ in range(n):
-        await pilot.pause()
-
-
 class AuditBackend(FakeBackend):
     """The fake backend with a shared audit log another console wrote to (a real file)."""
 
@@ -148,29 +146,25 @@ async def test_v_lists_ready_seen_by_this_console_without_a_second_toast(tmp_pat
     backend = FakeBackend()
     app = frozen_app(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         _push(backend, session("loading", "s-new", [3], port=30001))
-        await wait_until(lambda: any(s.session_id == "s-new" for s in app.views["host-a"].sessions), 10)
-        await settle(pilot)
-        toasts = len(app._notifications)
+        await until(pilot, lambda: any(s.session_id == "s-new" for s in app.views["host-a"].sessions))
+        shown = len(toasts(app))
         _push(backend, session("ready", "s-new", [3], port=30001))
-        # conditions, not a fixed number of frames: a busy CI machine takes longer to apply a push
-        await wait_until(lambda: [e.kind for e in app.views["host-a"].events] == ["ready"], 10)
-        await settle(pilot)
-        assert [e.kind for e in app.views["host-a"].events] == ["ready"]
-        assert len(app._notifications) == toasts  # the launch's own result says READY; no second toast
+        await until(pilot, lambda: [e.kind for e in app.views["host-a"].events] == ["ready"])
+        assert len(toasts(app)) == shown  # the launch's own result says READY; no second toast
         await pilot.press("v")
-        assert await wait_until(lambda: isinstance(app.screen, EventsScreen)
-                                and any(e.kind == "ready" for e in app.screen.events), 10)
+        await until(pilot, lambda: isinstance(app.screen, EventsScreen)
+                    and any(e.kind == "ready" for e in app.screen.events))
         screen = app.screen
         assert isinstance(screen, EventsScreen)
         (ready,) = [e for e in screen.events if e.kind == "ready"]
         assert ready.session_id == "s-new" and "READY on GPUs 3" in ready.text
         table = screen.query_one("#events")
-        assert await wait_until(lambda: any("ready" in [str(c) for c in table.get_row_at(i)]
-                                            for i in range(table.row_count)), 10)
+        await until(pilot, lambda: any("ready" in [str(c) for c in table.get_row_at(i)]
+                                       for i in range(table.row_count)))
         await pilot.press("f", "f")  # lifecycle
-        assert await wait_until(lambda: screen.flt == "lifecycle", 10)
+        await until(pilot, lambda: screen.flt == "lifecycle")
         assert any(e.kind == "ready" for e in screen.events)
 
 
@@ -181,17 +175,16 @@ async def test_v_names_the_other_console_that_killed_a_foreign_server(tmp_path):
     app = frozen_app(backend)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot)
+            await started(pilot)
             other("host-a", "kill", {"pid": 5150, "start_ticks": 99, "signal": 15}, True, "{}", 4.0)
             backend.current["host-a"].events.append(_vanished(at=time.time()))
             backend.repush("host-a")
-            await wait_until(lambda: any(e.kind == "foreign_vanished" for e in app.views["host-a"].events), 10)
-            await settle(pilot)
+            await until(pilot, lambda: any(e.kind == "foreign_vanished" for e in app.views["host-a"].events))
             await pilot.press("v")
-            await wait_until(lambda: isinstance(app.screen, EventsScreen), 10)
+            await until(pilot, lambda: isinstance(app.screen, EventsScreen))
             screen = app.screen
             assert isinstance(screen, EventsScreen)
-            await wait_until(lambda: any("killed by another console" in e.text for e in screen.events), 10)
+            await until(pilot, lambda: any("killed by another console" in e.text for e in screen.events))
             (e,) = [e for e in screen.events if e.kind == "foreign_vanished"]
             assert "killed by another console on this machine" in e.text and e.source == "console+audit"
             assert backend.reads >= 1
@@ -203,10 +196,11 @@ async def test_v_reads_no_audit_log_without_an_unattributed_vanishing(tmp_path):
     backend = AuditBackend(tmp_path / "audit.jsonl")
     app = frozen_app(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await pilot.press("v")
-        await settle(pilot)
-        assert isinstance(app.screen, EventsScreen) and backend.reads == 0
+        # mounted: the rows drawn and the audit read decided (the table takes the focus last)
+        await until(pilot, lambda: isinstance(app.screen, EventsScreen) and isinstance(app.focused, DataTable))
+        assert backend.reads == 0
 
 
 def test_host_events_without_other_consoles_keeps_the_console_text():
@@ -232,13 +226,13 @@ async def test_tracker_ready_event_and_a_foreign_server_killed_by_the_cli(link, 
                                  str(port), "--max-running-requests", "8"], stdout=f, stderr=subprocess.STDOUT,
                                 env={**os.environ, **sim_env(d), "CUDA_VISIBLE_DEVICES": "1"}, start_new_session=True)
     try:
-        assert await wait_until(lambda: views and any(s.state == "foreign" and s.launcher_pid == hand.pid
+        assert await await_until(lambda: views and any(s.state == "foreign" and s.launcher_pid == hand.pid
                                                       for s in views[-1].sessions), 30)
         r = await lifecycle.launch(link, lifecycle.LaunchRequest(
             host="local", command=[sys.executable, "-m", "console.sim.sglang"],
             flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port()), timeout=60)
         assert r.ok, r
-        assert await wait_until(lambda: any(e.kind == "ready" and e.session_id == r.session_id
+        assert await await_until(lambda: any(e.kind == "ready" and e.session_id == r.session_id
                                             for e in views[-1].events), 30)
         k = cli("kill", "--host", "local", "--config", str(config(tmp_path, runs_dir, d)), "--pid", str(hand.pid),
                 "--grace", "5", env={"MTPCONSOLE_AUDIT_LOG": str(audit_path)})
@@ -246,7 +240,7 @@ async def test_tracker_ready_event_and_a_foreign_server_killed_by_the_cli(link, 
 
         def vanished():
             return next((e for e in views[-1].events if e.kind == "foreign_vanished" and e.pid == hand.pid), None)
-        assert await wait_until(vanished, 30)
+        assert await await_until(vanished, 30)
         ev = vanished()
         assert "not stopped by this console" in ev.text  # what the tracker itself knows
         (named,) = name_other_killers([ev], mine.others(ev.at - 300, ("kill",)))
