@@ -188,8 +188,6 @@ def test_agent_survives_bad_requests(tmp_path):
 
 async def test_truncated_log_is_followed_from_the_start_again(tmp_path):
     """An operator's `> output.log` mid-follow: the console is told, and nothing written after is skipped."""
-    import asyncio
-
     from console.config import HostConfig
     from console.link.link import HostLink
     from console.link.ssh import HostSpec
@@ -200,25 +198,19 @@ async def test_truncated_log_is_followed_from_the_start_again(tmp_path):
     log.write_text("one\ntwo\n")
     link = HostLink(HostSpec(name="local", local=True), HostConfig(python=sys.executable, runs_dir=str(runs),
                                                                     gpu_source="none"))
-    got, events = [], []
-    link.listeners.append(lambda kind, msg: got.extend(msg["data"].splitlines()) if kind == "log" else
-                          events.append(msg.get("kind")) if kind == "event" else None)
+    from tests.helpers.heard import Heard
+
+    heard = Heard(link)
     await link.open()
     try:
-        await link.follow_log("s1", 0)
-        for _ in range(50):
-            if got == ["one", "two"]:
-                break
-            await asyncio.sleep(0.02)
+        await link.client.follow_log("s1", 0)
+        assert await await_until(lambda: heard.text().splitlines() == ["one", "two"], 10)
         log.write_text("")  # truncated by hand
-        assert await await_until(lambda: "log_truncated" in events, 10)
+        assert await await_until(lambda: "log_truncated" in heard.kinds(), 10)
         with open(log, "a") as f:
             f.write("three\n")
-        for _ in range(100):
-            if "three" in got:
-                break
-            await asyncio.sleep(0.02)
-        assert got == ["one", "two", "three"] and "log_truncated" in events
+        assert await await_until(lambda: "three" in heard.text(), 10)
+        assert heard.text().splitlines() == ["one", "two", "three"]
     finally:
         await link.close()
 

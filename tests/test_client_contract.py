@@ -19,7 +19,7 @@ from console.config import HostConfig
 from console.host.agent import Agent
 from console.host.hostlib import ERROR_KINDS
 from console.link import protocol
-from console.link.client import HostClient, LinkListener
+from console.link.client import HostClient
 from console.link.errors import (
     ERRORS,
     BadRequest,
@@ -34,7 +34,6 @@ from console.link.link import HostLink
 from console.link.ssh import HostSpec
 from console.model import (
     AgentHello,
-    ConnectionInfo,
     ExitEvent,
     ForeignOutput,
     GpuSamples,
@@ -52,6 +51,7 @@ from console.model import (
     VmStat,
 )
 from tests.conftest import free_port
+from tests.helpers.heard import Heard
 from tests.helpers.rel_util import cleanup_runs, kill_quietly
 from tests.helpers.wait import await_until
 
@@ -85,32 +85,6 @@ def test_every_error_kind_has_its_class():
     assert all(ERRORS[k].kind == k for k in ERRORS)
 
 
-class Heard(LinkListener):
-    """A typed listener that keeps what it hears."""
-
-    def __init__(self) -> None:
-        self.samples: list[HostSnapshot] = []
-        self.chunks: list[LogChunk] = []
-        self.events: list[object] = []
-        self.states: list[ConnectionInfo] = []
-        self.ticks = 0
-
-    def on_sample(self, snapshot: HostSnapshot) -> None:
-        self.samples.append(snapshot)
-
-    def on_log(self, chunk: LogChunk) -> None:
-        self.chunks.append(chunk)
-
-    def on_event(self, event) -> None:
-        self.events.append(event)
-
-    def on_state(self, connection: ConnectionInfo) -> None:
-        self.states.append(connection)
-
-    def on_tick(self) -> None:
-        self.ticks += 1
-
-
 @pytest.fixture
 def sim(tmp_path):
     d = tmp_path / "sim"
@@ -126,8 +100,7 @@ async def link(sim, runs_dir, monkeypatch):
     lk = HostLink(HostSpec(name="local", local=True),
                   HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="sim", sim_dir=str(sim)),
                   interval=0.3)
-    heard = Heard()
-    lk.listen(heard)
+    heard = Heard(lk)
     await lk.open()
     lk.heard = heard  # type: ignore[attr-defined]
     sent: set[str] = set()

@@ -4,7 +4,6 @@ another one now (pid + start time)."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ from console.link.link import HostLink
 from console.link.ssh import HostSpec
 from console.ops.foreign_log import NoOutput, read_foreign_output
 from tests.helpers.rel_util import kill_quietly
+from tests.helpers.wait import await_until
 
 CHATTY = "import sys, time\nfor i in range(3): print('line', i, flush=True)\ntime.sleep(60)"
 
@@ -35,17 +35,15 @@ async def test_stdout_file_is_read_and_a_pipe_is_refused(link, tmp_path):
     to_pipe = subprocess.Popen([sys.executable, "-c", CHATTY], stdout=subprocess.PIPE)
     try:
         to_pipe.stdout.readline()
-        for _ in range(100):
-            if log.read_text().count("line") == 3:
-                break
-            await asyncio.sleep(0.05)
-        proc = await link.request("proc", {"pid": to_file.pid})
-        where, lines = await read_foreign_output(link, to_file.pid, proc["start_ticks"])
+        assert await await_until(lambda: log.read_text().count("line") == 3, 10)
+        proc = await link.client.proc(to_file.pid)
+        assert proc is not None
+        where, lines = await read_foreign_output(link, to_file.pid, proc.start_ticks)
         assert where == str(log) and lines == ["line 0", "line 1", "line 2"]
         with pytest.raises(NoOutput, match="not a file"):
             await read_foreign_output(link, to_pipe.pid, None)
         with pytest.raises(NoOutput, match="gone"):
-            await read_foreign_output(link, to_file.pid, proc["start_ticks"] + 1)
+            await read_foreign_output(link, to_file.pid, proc.start_ticks + 1)
     finally:
         kill_quietly([to_file.pid, to_pipe.pid])
         to_file.wait(5)

@@ -124,8 +124,10 @@ def test_follow_keeps_up_with_a_fast_log(tmp_path):
     import sys
 
     from console.config import HostConfig
+    from console.link.client import LinkListener
     from console.link.link import HostLink
     from console.link.ssh import HostSpec
+    from console.model import LogChunk
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -142,13 +144,13 @@ def test_follow_keeps_up_with_a_fast_log(tmp_path):
         agent = lk.hello["pid"]
         got = {"end": 0, "bytes": 0, "ordered": True}
 
-        def on(kind, msg):
-            if kind == "log":
-                got["ordered"] &= msg["offset"] == got["end"]
-                got["end"], got["bytes"] = msg["end"], got["bytes"] + len(msg["data"])
-        lk.listeners.append(on)
+        class Counting(LinkListener):
+            def on_log(self, chunk: LogChunk) -> None:
+                got["ordered"] &= chunk.offset == got["end"]
+                got["end"], got["bytes"] = chunk.end, got["bytes"] + len(chunk.data)
+        lk.listen(Counting())
         t0, cpu0 = time.monotonic(), cpu_s(agent)
-        await lk.follow_log(SID, 0)
+        await lk.client.follow_log(SID, 0)
         while got["end"] < size and time.monotonic() - t0 < 30:
             await asyncio.sleep(0.02)
         took, cpu = time.monotonic() - t0, cpu_s(agent) - cpu0
@@ -175,8 +177,10 @@ def test_exit_events_are_not_delayed_by_a_fast_follow(tmp_path):
     import sys
 
     from console.config import HostConfig
+    from console.link.client import LinkListener
     from console.link.link import HostLink
     from console.link.ssh import HostSpec
+    from console.model import AgentEvent, ExitEvent, LogChunk
 
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -193,14 +197,16 @@ def test_exit_events_are_not_delayed_by_a_fast_follow(tmp_path):
         await lk.open()
         seen: dict[str, float] = {}
 
-        def on(kind, msg):
-            if kind == "log":
+        class Timing(LinkListener):
+            def on_log(self, chunk: LogChunk) -> None:
                 seen.setdefault("log", time.monotonic())
-            elif msg.get("kind") == "exit" and msg.get("pid") == victim.pid:
-                seen.setdefault("exit", time.monotonic())
-        lk.listeners.append(on)
-        await lk.request("watch", {"pid": victim.pid, "start_ticks": ticks})
-        await lk.follow_log(SID, 0)
+
+            def on_event(self, event: AgentEvent) -> None:
+                if isinstance(event, ExitEvent) and event.pid == victim.pid:
+                    seen.setdefault("exit", time.monotonic())
+        lk.listen(Timing())
+        await lk.client.watch(victim.pid, ticks)
+        await lk.client.follow_log(SID, 0)
         t0 = time.monotonic()
         while "log" not in seen and time.monotonic() - t0 < 10:
             await asyncio.sleep(0.005)

@@ -17,6 +17,8 @@ from console.core.classify import LogClassifier, classify
 from console.link.link import HostLink
 from console.link.ssh import HostSpec
 from console.ui.format import clean
+from tests.helpers.heard import Heard
+from tests.helpers.wait import await_until
 
 SID = "20260101-000000-gpu0-hostile"
 
@@ -37,10 +39,8 @@ def _append(runs_dir: Path, data: bytes) -> None:
         f.write(data)
 
 
-async def _collect_until(link: HostLink, got: list[str], size: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while link.follows.get(SID, 0) < size and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+async def _collect_until(link: HostLink, size: int, timeout: float = 15.0) -> None:
+    await await_until(lambda: link.follows.get(SID, 0) >= size, timeout, step=0.05)
 
 
 def _expected(raw: bytes) -> str:
@@ -50,31 +50,29 @@ def _expected(raw: bytes) -> str:
 async def test_follow_with_invalid_utf8_loses_nothing_after_it(local_link, runs_dir):
     """Regression: the console counted the decoded text's UTF-8 length (U+FFFD is 3 bytes for a 1-byte
     invalid byte), drifted past the agent's offset and silently dropped every later chunk."""
-    got: list[str] = []
-    local_link.listeners.append(lambda k, m: got.append(m["data"]) if k == "log" else None)
-    await local_link.follow_log(SID, 0)
+    heard = Heard(local_link)
+    await local_link.client.follow_log(SID, 0)
     parts = [b"bad \xff\xfe bytes\n", b"second line\n", b"\xc3\x28 third \x80\n", b"The server is fired up\n"]
     raw = b""
     for p in parts:
         _append(runs_dir, p)
         raw += p
         await asyncio.sleep(0.15)
-    await _collect_until(local_link, got, len(raw))
-    assert "".join(got) == _expected(raw)
+    await _collect_until(local_link, len(raw))
+    assert heard.text() == _expected(raw)
     assert local_link.follows[SID] == len(raw)  # the console's offset is the true byte offset
 
 
 async def test_multibyte_char_split_at_chunk_boundary(local_link, runs_dir):
     """A 1 MB line of 3-byte characters is read in 256 KiB chunks that split characters: the bytes
     still all arrive, once, and the offset stays exact."""
-    got: list[str] = []
-    local_link.listeners.append(lambda k, m: got.append(m["data"]) if k == "log" else None)
-    await local_link.follow_log(SID, 0)
+    heard = Heard(local_link)
+    await local_link.client.follow_log(SID, 0)
     line = ("€" * (1 << 20 // 3 + 7)).encode() + b"\n"  # not a multiple of 3 at any 256 KiB boundary
     tail = b"after the huge line\n"
     _append(runs_dir, line + tail)
-    await _collect_until(local_link, got, len(line) + len(tail), timeout=20)
-    text = "".join(got)
+    await _collect_until(local_link, len(line) + len(tail), timeout=20)
+    text = heard.text()
     assert local_link.follows[SID] == len(line) + len(tail)
     assert text.endswith("after the huge line\n") and text.count("after the huge line") == 1
     # at most a few replacement characters where chunks cut a character, never lost bytes
@@ -82,14 +80,13 @@ async def test_multibyte_char_split_at_chunk_boundary(local_link, runs_dir):
 
 
 async def test_hundred_thousand_lines_at_once_in_order(local_link, runs_dir):
-    got: list[str] = []
-    local_link.listeners.append(lambda k, m: got.append(m["data"]) if k == "log" else None)
-    await local_link.follow_log(SID, 0)
+    heard = Heard(local_link)
+    await local_link.client.follow_log(SID, 0)
     raw = b"".join(b"line %06d \x1b[31mred\x1b[0m\n" % i for i in range(100_000))
     t0 = time.monotonic()
     _append(runs_dir, raw)
-    await _collect_until(local_link, got, len(raw), timeout=30)
-    lines = "".join(got).splitlines()
+    await _collect_until(local_link, len(raw), timeout=30)
+    lines = heard.text().splitlines()
     assert len(lines) == 100_000 and lines[0].startswith("line 000000") and lines[-1].startswith("line 099999")
     assert lines == sorted(lines)  # in order, nothing twice
     assert time.monotonic() - t0 < 30

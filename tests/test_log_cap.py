@@ -26,8 +26,9 @@ from console.host.logfollow import LogFollower, read_log
 from console.link.link import HostLink
 from console.link.protocol import shipped_sources
 from console.link.ssh import HostSpec
-from console.model import ExitRecord
+from console.model import ExitRecord, LaunchSpec, LogRotated, LogTruncated
 from console.ops.tracker import TAIL_BYTES
+from tests.helpers.heard import Heard
 from tests.helpers.log_flood import HEAD, TRACEBACK, TRAILER, stream
 from tests.helpers.rel_util import cleanup_runs, cli, write_config
 from tests.helpers.wait import await_until, wait_until
@@ -64,42 +65,36 @@ def test_capped_launch_rotates_and_never_loses_the_decisive_line(tmp_path):
     async def go():
         lk = HostLink(HostSpec(name="local", local=True), hc, interval=5.0)
         await lk.open()
-        got: list[dict] = []
-        events: list[dict] = []
-
-        def on(kind, msg):
-            if kind == "log" and msg.get("session_id") == sid:
-                got.append(msg)
-            elif kind == "event" and msg.get("kind") in ("log_rotated", "log_truncated"):
-                events.append(msg)
-        lk.listeners.append(on)
+        heard = Heard(lk, sid)
+        got = heard.chunks
         try:
-            info = await lk.request("launch", {"spec": {"session_id": sid, "gpus": [], "port": None, "argv": [
-                sys.executable, FLOOD, str(CAP), str(FOLLOWED), str(BURST), str(FLOODED), str(hs)]}}, timeout=60)
-            assert info["record"] and info["spec"]["log_cap_mb"] == 1, info  # the host's cap, in the spec
-            await lk.follow_log(sid, 0)  # before any rotation: the server waits for "go"
+            spec = LaunchSpec(session_id=sid, argv=[sys.executable, FLOOD, str(CAP), str(FOLLOWED), str(BURST),
+                                                    str(FLOODED), str(hs)])
+            info = (await lk.client.launch(spec, timeout=60)).session
+            assert info and info.record and info.spec and info.spec.log_cap_mb == 1, info  # the host's cap, in the spec
+            await lk.client.follow_log(sid, 0)  # before any rotation: the server waits for "go"
             (hs / "go").touch()
             for k, last in enumerate(burst_ends):  # one burst (3/4 segment) at a time, each seen before the next
-                seen = await await_until(lambda: any(last in m["data"] for m in got[-8:]), 30)
+                seen = await await_until(lambda: any(last in m.data for m in got[-8:]), 30)
                 assert seen, f"burst {k} never arrived"
                 (hs / f"ack-{k}").touch()
-            await lk.unfollow_log(sid)
+            await lk.client.unfollow_log(sid)
             (hs / "flood").touch()
             assert await await_until(lambda: (runs / sid / "exit.json").exists(), 60)
         finally:
             await lk.close()
-        return got, events
+        return got, [e for e in heard.events if isinstance(e, (LogRotated, LogTruncated))]
     try:
         got, events = asyncio.run(go())
     finally:
         cleanup_runs(runs)
 
     # the follower started before the first rotation saw every line once, in order, across ~6 rotations
-    text = "".join(m["data"] for m in got)
+    text = "".join(m.data for m in got)
     assert text.encode() == followed_part, (len(text), len(followed_part))
-    rotated = [e for e in events if e["kind"] == "log_rotated"]
-    assert len(rotated) >= 4 and not any(e["dropped"] for e in rotated), events
-    assert not [e for e in events if e["kind"] == "log_truncated"], events
+    rotated = [e for e in events if isinstance(e, LogRotated)]
+    assert len(rotated) >= 4 and not any(e.dropped for e in rotated), events
+    assert not [e for e in events if isinstance(e, LogTruncated)], events
 
     d = runs / sid
     assert json.loads((d / "exit.json").read_text())["exit_code"] == 1

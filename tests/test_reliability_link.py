@@ -17,24 +17,17 @@ from console.audit import Audit
 from console.model import KillTarget
 from console.ops import lifecycle
 from tests.conftest import free_port
+from tests.helpers.heard import Heard
 from tests.helpers.rel_util import agent_pids, cleanup_runs, req, ssh_link, wait_until
 
 pytestmark = pytest.mark.sshd
 
 
-class LogSink:
+class LogSink(Heard):
     """Everything the link pushed for one session, in order."""
 
     def __init__(self, link, sid):
-        self.sid, self.chunks = sid, []
-        link.listeners.append(self)
-
-    def __call__(self, kind, msg):
-        if kind == "log" and msg.get("session_id") == self.sid:
-            self.chunks.append((msg["offset"], msg["data"]))
-
-    def text(self) -> str:
-        return "".join(d for _, d in self.chunks)
+        super().__init__(link, sid)
 
     def assert_exact(self, log_path, min_len: int = 1):
         """What arrived is exactly the file's prefix: contiguous offsets, nothing lost, nothing twice."""
@@ -43,7 +36,7 @@ class LogSink:
         assert len(text) >= min_len
         assert raw.decode("utf-8", "replace").startswith(text), (text[-200:], raw[-200:])
         off = 0
-        for o, d in self.chunks:
+        for o, d in ((c.offset, c.data) for c in self.chunks):
             assert o == off, (o, off)
             off += len(d.encode())
 
@@ -73,8 +66,7 @@ async def test_idle_abort_reconnects_log_exact_audit_once(sshd, runs_dir, audit,
         r = await lifecycle.launch(lk, req(free_port(), "--delay", "0.2"), wait=False, session_id=sid)
         assert r.ok, r
         log = runs_dir / r.session_id / "output.log"
-        states = []
-        lk.listeners.append(lambda k, m: states.append(m["state"]) if k == "state" else None)
+        heard = Heard(lk)
         for _ in range(2):  # two drops in a row while idle
             await asyncio.sleep(0.6)
             lk.abort_connection()
@@ -85,6 +77,7 @@ async def test_idle_abort_reconnects_log_exact_audit_once(sshd, runs_dir, audit,
         assert await wait_until(lambda: sink.text().count("Decode batch") >= after + 2, 15)  # more after the drops
         sink.assert_exact(log, min_len=100)
         assert "ready to roll" in sink.text() and "Decode batch" in sink.text()
+        states = [c.state for c in heard.states]
         assert states.count("reconnecting") >= 2 and states[-1] == "connected"
         sessions = await lk.request("sessions")
         s = next(x for x in sessions if x["session_id"] == r.session_id)
@@ -118,7 +111,7 @@ async def test_abort_during_launch_server_survives_and_state_is_true(sshd, runs_
         assert on_steps.done and lk.attempts == 0
         await _reconnected(lk)
         sid = r.session_id
-        snap = await lifecycle._fresh(lk)
+        snap = await lifecycle.fresh_snapshot(lk)
         s = next(x for x in snap.sessions if x.session_id == sid)
         assert s.server_alive and s.exit is None
         got = await wait_until(lambda: "ready to roll" in (runs_dir / sid / "output.log").read_text(), 15)
@@ -210,7 +203,7 @@ async def test_agent_killed_is_restarted_and_sessions_intact(sshd, runs_dir):
         assert lk.hello["pid"] != old and lk.hello["pid"] in agent_pids() and old not in agent_pids()
         await wait_until(lambda: "ready to roll" in sink.text() and len(sink.text()) >= 100, 15)
         sink.assert_exact(runs_dir / r.session_id / "output.log", min_len=100)
-        snap = await lifecycle._fresh(lk)
+        snap = await lifecycle.fresh_snapshot(lk)
         s = next(x for x in snap.sessions if x.session_id == r.session_id)
         assert s.server_alive and s.supervisor_alive and s.exit is None
         k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=5)
@@ -257,15 +250,14 @@ async def test_dropped_connection_reconnects_at_once_without_false_unreachable(s
     runner = asyncio.create_task(lk.run())
     try:
         for _ in range(3):
-            states = []
-            lk.listeners.append(probe := lambda k, m: states.append((m["state"], m["error"])) if k == "state" else None)
+            probe = Heard(lk)
             t0 = time.monotonic()
             lk.abort_connection()
             await wait_until(lambda: lk.chan is None, 5)
             await _reconnected(lk, timeout=10)
             assert time.monotonic() - t0 < 3.0
-            assert [s for s, _ in states] == ["reconnecting", "connected"], states
-            lk.listeners.remove(probe)
+            assert [c.state for c in probe.states] == ["reconnecting", "connected"], probe.states
+            lk.unlisten(probe)
     finally:
         await lk.close()
         runner.cancel()
@@ -311,7 +303,7 @@ async def test_abort_with_request_in_flight_launch_resumes_and_confirms_ready(ss
         # the link is kept up (HostLink.run): the launch waits out the drop and confirms every step
         assert r.ok and r.state == "ready", r
         assert getattr(on_steps, "done", False)
-        snap = await lifecycle._fresh(lk)
+        snap = await lifecycle.fresh_snapshot(lk)
         s = next(x for x in snap.sessions if x.session_id == r.session_id)
         assert s.server_alive and s.exit is None
         k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=5)
@@ -337,7 +329,7 @@ async def test_tui_tracker_log_path_survives_drops_exactly(sshd, runs_dir):
         await _reconnected(lk)
         r = await lifecycle.launch(lk, req(free_port(), "--delay", "1.5"), wait=False)
         assert r.ok, r
-        assert await wait_until(lambda: r.session_id in tr.rings, 10)
+        assert await wait_until(lambda: r.session_id in tr.logs, 10)
         shown[:0] = await tr.follow(r.session_id, 5000)
         for _ in range(2):
             await asyncio.sleep(0.7)
