@@ -8,14 +8,14 @@ import asyncio
 import os
 
 from textual.widgets import Input, Static
-from ui_fakes import FakeBackend, frozen_app, view_a
+from ui_fakes import FakeBackend, frozen_app, started, toasts, view_a
 
 from console.audit import Audit
 from console.model import Advice, HostView, Suggestion
 from console.ui.screens.advice import AdviceScreen
 from console.ui.screens.flag_form import FlagForm
 from console.ui.widgets.gpu_panel import GpuPanel
-from tests.helpers.wait import await_until
+from tests.helpers.wait import await_until, until
 from tests.test_report import FLAGS, SECRET, local_host, mtp  # noqa: F401 (local_host: the stand-in host fixture)
 
 
@@ -64,46 +64,46 @@ def advised_view() -> HostView:
     return view_a().model_copy(update={"advice": [a]})
 
 
-async def settle(pilot, n: int = 3) -> None:
-    for _ in range(n):
-        await pilot.pause(0.12)
-
-
 def panel(app, idx: int, host: str = "host-a"):
     return next(p for p in app.query(GpuPanel) if p.host == host and p.index == idx)
 
 
-def notes(app) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+async def select(pilot, idx: int) -> None:
+    """Focus host-a's GPU ``idx`` and wait until it is the selected panel."""
+    panel(pilot.app, idx).focus()
+    await until(pilot, lambda: panel(pilot.app, idx).has_class("selected"))
+
+
+def advice_text(app) -> str:
+    return str(app.screen.query_one("#advice-text", Static).render()) if isinstance(app.screen, AdviceScreen) else ""
+
+
+def toast_starting(app, text: str) -> bool:
+    return any(n.startswith(text) for n in toasts(app))
 
 
 async def test_panel_shows_the_first_advice_in_one_line():
     app = frozen_app(FakeBackend([advised_view()]))
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        body = panel(app, 3).body.plain.splitlines()
+        await started(pilot)
+        body = (await until(pilot, lambda: "⚑" in panel(app, 3).body.plain and panel(app, 3).body.plain)).splitlines()
         assert body[-1].startswith("⚑ GPU at 43% of its power limit with 8 queued; consider EAGLE/MTP"), body
         assert not any("⚑" in line for line in panel(app, 0).body.plain.splitlines())  # not on other GPUs
-        app.action_compact()
-        await settle(pilot)
-        assert "⚑" not in panel(app, 3).body.plain  # compact panels keep their four lines
+        await pilot.press("c")
+        await until(pilot, lambda: "⚑" not in panel(app, 3).body.plain)  # compact panels keep their four lines
 
 
 async def test_i_opens_the_advice_and_e_there_opens_the_flag_form_with_the_suggestion():
     be = FakeBackend([advised_view()])
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        panel(app, 3).focus()
-        await settle(pilot)
+        await started(pilot)
+        await select(pilot, 3)
         await pilot.press("i")
-        await settle(pilot)
-        assert isinstance(app.screen, AdviceScreen)
-        text = str(app.screen.query_one("#advice-text", Static).render())
+        text = await until(pilot, lambda: advice_text(app))
         assert "power 300 W of 700 W" in text and "accepted by the flag validator" in text and "pid 5150" in text
         await pilot.press("e")
-        await settle(pilot)
-        form = app.screen
+        form = await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen)
         assert isinstance(form, FlagForm), form
         assert form.query_one("#f-spec_algo").value == "EAGLE"
         assert form.query_one("#f-port", Input).value == "30003"
@@ -114,25 +114,20 @@ async def test_i_opens_the_advice_and_e_there_opens_the_flag_form_with_the_sugge
 async def test_i_on_a_gpu_without_advice_says_so_and_e_is_blocked_in_read_only():
     app = frozen_app(FakeBackend([advised_view()], read_only=True))
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        panel(app, 0).focus()
-        await settle(pilot)
+        await started(pilot)
+        await select(pilot, 0)
         await pilot.press("i")  # not destructive: open in read-only too
-        await settle(pilot)
-        assert isinstance(app.screen, AdviceScreen)
-        assert "Nothing to say" in str(app.screen.query_one("#advice-text", Static).render())
+        assert "Nothing to say" in await until(pilot, lambda: advice_text(app))
         await pilot.press("escape")
-        await settle(pilot)
-        panel(app, 3).focus()
-        await settle(pilot)
+        await until(pilot, lambda: not isinstance(app.screen, AdviceScreen))
+        await select(pilot, 3)
         await pilot.press("i")
-        await settle(pilot)
+        await until(pilot, lambda: "pid 5150" in advice_text(app))
         await pilot.press("e")
-        await settle(pilot)
-        assert not isinstance(app.screen, FlagForm)
-        assert "read-only: edit and relaunch disabled" in notes(app)
+        await until(pilot, lambda: "read-only: edit and relaunch disabled" in toasts(app))
+        assert isinstance(app.screen, AdviceScreen)  # no form
         await pilot.press("escape")
-        await settle(pilot)
+        await until(pilot, lambda: not isinstance(app.screen, AdviceScreen))
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Advice (i)" in titles and "Report (p)" in titles  # offered in read-only: neither is destructive
 
@@ -141,19 +136,15 @@ async def test_p_writes_the_report_of_the_selected_session_and_shows_its_path():
     be = FakeBackend([advised_view()], read_only=True)  # p is not destructive
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        panel(app, 2).focus()  # the FAILED session
-        await settle(pilot)
+        await started(pilot)
+        await select(pilot, 2)  # the FAILED session
         await pilot.press("p")
-        await settle(pilot)
+        await until(pilot, lambda: toast_starting(app, "report written: /tmp/mtpconsole-fake/reports/report-s-failed.md"))
         assert ("report", "host-a", "s-failed") in be.calls
-        assert any(n.startswith("report written: /tmp/mtpconsole-fake/reports/report-s-failed.md") for n in notes(app))
-        panel(app, 3).focus()  # a hand-started server on a GPU that never ran a session: nothing to report
-        await settle(pilot)
+        await select(pilot, 3)  # a hand-started server on a GPU that never ran a session: nothing to report
         await pilot.press("p")
-        await settle(pilot)
+        await until(pilot, lambda: toast_starting(app, "no session to report on host-a GPU 3"))
         assert [c for c in be.calls if c[0] == "report"] == [("report", "host-a", "s-failed")]
-        assert any(n.startswith("no session to report on host-a GPU 3") for n in notes(app))
 
 
 async def test_p_says_why_when_the_report_cannot_be_written():
@@ -164,12 +155,10 @@ async def test_p_says_why_when_the_report_cannot_be_written():
     be.report = refuse  # type: ignore[method-assign]
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        panel(app, 0).focus()
-        await settle(pilot)
+        await started(pilot)
+        await select(pilot, 0)
         await pilot.press("p")
-        await settle(pilot)
-        assert any(n.startswith("report of s-ready not written: host-a: no session") for n in notes(app))
+        await until(pilot, lambda: toast_starting(app, "report of s-ready not written: host-a: no session"))
 
 
 def test_advice_screen_snapshot(snap_compare):
@@ -182,7 +171,7 @@ def test_advice_screen_snapshot(snap_compare):
     app = harness(lambda: [], on_ready=lambda a: a.push_screen(AdviceScreen(items, gpu=3, host="host-a")))
 
     async def run_before(pilot) -> None:
-        await settle(pilot)
+        await until(pilot, lambda: "throttle: sw_power_cap" in advice_text(pilot.app))
     assert snap_compare(app, terminal_size=(110, 30), run_before=run_before)
 
 
@@ -235,12 +224,12 @@ async def test_demo_tui_shows_the_advice_on_the_hand_started_servers_panel(monke
         async with app.run_test(size=SIZE) as pilot:
             def advised():
                 return next((p for p in app.query(GpuPanel) if "of its power limit with" in p.body.plain), None)
-            p = await await_until(advised, 60)
+            p = await until(pilot, advised, 60)
             p.focus()
-            await settle(pilot)
+            await until(pilot, lambda: p.has_class("selected"))
             await pilot.press("i")
-            await settle(pilot)
-            assert isinstance(app.screen, AdviceScreen) and app.screen.items[0].kind == "gpu_underused"
+            await until(pilot, lambda: isinstance(app.screen, AdviceScreen))
+            assert app.screen.items[0].kind == "gpu_underused"
             await pilot.press("escape")
             await app.action_quit()
 
@@ -252,6 +241,9 @@ def test_tracker_advice_is_rate_limited_and_a_rule_bug_never_stops_the_view(monk
     class Link:
         name = "host-a"
         listeners: list = []
+
+        def listen(self, listener) -> None:
+            pass
 
     now = [1000.0]
     runs: list[int] = []
