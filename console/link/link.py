@@ -8,6 +8,9 @@ agent answers nothing (frozen, the TCP connection still up) is ``stale``, not ``
 hear a ``tick`` every half interval while the link is kept up, so what depends on age is re-derived
 while nothing arrives.
 
+What the agent answers is typed by :attr:`HostLink.client` (``console/link/client.py``); what it pushes reaches
+typed listeners (:meth:`HostLink.listen`) as models.
+
 Longer than ~400 lines on purpose: it is one connection's whole life (transport, bootstrap,
 requests, reconnects, followed logs) around state they all share.
 """
@@ -480,7 +483,9 @@ class HostLink:
         return fut
 
     async def request(self, op: str, args: dict | None = None, *, timeout: float = 30.0, audit: bool = True) -> Any:
-        """Send one request and wait for its reply. Raises RequestError, LinkDown or TimeoutError."""
+        """Send one request and wait for its reply. Raises RequestError (the class of the reply's ``kind``),
+        LinkDown or TimeoutError. Private to ``console/link``: above it, hosts are asked through ``self.client``
+        (one typed method per op; ``tests/test_architecture.py`` holds that line)."""
         t0 = time.perf_counter()
         ok, result_text = False, None
         try:
