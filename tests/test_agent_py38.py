@@ -1,5 +1,6 @@
 """The shipped agent and supervisor really run on Python 3.8 (the oldest host Python supported):
-bootstrap, hello, a launch through the supervisor, retitled workers, exit records."""
+bootstrap, hello, a launch through the supervisor, retitled workers, exit records, a server's stdout file
+(``foreign_output``), an error reply's kind."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def test_agent_and_supervisor_on_python38(tmp_path):
             "argv": [sys.executable, str(RETITLE), "launcher", str(go), "0", "sglang::scheduler"]})
         assert r["ok"], r
         rec = r["result"]["record"]
+        fo = agent.request("foreign_output", pid=rec["pid"], start_ticks=rec["start_ticks"], tail_bytes=4096)
+        assert fo["ok"] and fo["result"]["path"].endswith("/output.log"), fo  # its stdout: the session's log
+        assert agent.request("read_log", session_id=sid, tail_bytes=4096)["result"]["mtime"] > 0
         msg, _ = agent.read_until(lambda m: m.get("type") == "sample" and any(
             p["argv"] == ["sglang::scheduler"] and p["session_id"] == sid for p in m["data"]["servers"]), timeout=10)
         (w,) = [p for p in msg["data"]["servers"] if p["argv"] == ["sglang::scheduler"] and p["session_id"] == sid]
@@ -41,6 +45,8 @@ def test_agent_and_supervisor_on_python38(tmp_path):
         assert agent.request("kill", pid=rec["pid"], pgid=rec["pgid"], start_ticks=rec["start_ticks"], signal=9,
                              session_id=sid)["ok"]
         agent.read_until(lambda m: m.get("kind") == "session_ended" and m.get("session_id") == sid, timeout=10)
+        gone = agent.request("kill", pid=rec["pid"], start_ticks=rec["start_ticks"], signal=9)
+        assert (gone["ok"], gone["kind"]) == (False, "no_such_process"), gone
         exits = (tmp_path / "runs" / sid / "exits.jsonl").read_text()
         assert '"pid": %d' % w["pid"] in exits
     finally:
