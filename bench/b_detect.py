@@ -7,7 +7,7 @@ real sshd (agent, supervisor, followed log, exit watch). The stand-in writes its
 a silent SIGKILL (no last words: only the exit tells). It stamps the wall clock right before each
 event. Watching the same run:
 
-* console: a listener behind the console's own session watch (``lifecycle._SessionWatch``: the
+* console: a listener behind the console's own session watch (``lifecycle.SessionWatch``: the
   followed log fed to the incremental ``LogClassifier``, the agent's ``exit``/``session_ended``
   events with the supervisor's exit record); READY/FAILED is when its classification says so;
   also when ``launch()`` itself returns READY;
@@ -31,6 +31,7 @@ from bench.links import open_link
 from bench.stats import cell, ratio, summarize
 from console.model import LaunchRequest
 from console.ops import lifecycle
+from console.ops.session_log import SessionLogs
 from tests.helpers.sshd import free_port
 
 STAND_IN = str(Path(__file__).resolve().parent / "stand_in.py")
@@ -80,7 +81,7 @@ async def _one(link, sshd, runs: Path, root: Path, i: int, end: str) -> dict:
     req = LaunchRequest(host=link.name, command=[sys.executable, STAND_IN], gpus=[0], port=port,
                         flags=["--stamp-dir", str(stamps), "--ready-after", str(READY_AFTER),
                                "--crash-after", f"{crash_after:.3f}", "--end", end])
-    watch = lifecycle._SessionWatch(link, sid)
+    watch = lifecycle.SessionWatch(link, sid)
     seen: dict = {}
     done = asyncio.Event()
 
@@ -98,6 +99,10 @@ async def _one(link, sshd, runs: Path, root: Path, i: int, end: str) -> dict:
             seen["with_exit"] = watch.exit is not None
             done.set()
     link.listeners.append(on)
+
+    def on_lines(log, lines) -> None:  # the followed log's chunks, heard once the watch's log was fed with them
+        on("log", {"session_id": log.session_id})
+    SessionLogs.of(link).readers.append(on_lines)
     polled: dict = {}
     stop = asyncio.Event()
     poll_task = asyncio.create_task(_poller(sshd, runs / sid / "output.log", port, polled, stop))
@@ -117,6 +122,7 @@ async def _one(link, sshd, runs: Path, root: Path, i: int, end: str) -> dict:
         poll_task.cancel()
         await asyncio.gather(poll_task, return_exceptions=True)
         link.listeners.remove(on)
+        SessionLogs.of(link).readers.remove(on_lines)
         watch.close()
         try:
             await link.unfollow_log(sid)

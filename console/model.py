@@ -702,6 +702,8 @@ class Step(Frozen):
     elapsed_s: float | None = None
     evidence: str | None = None
     """What proved it (the pid, the log line, the HTTP code) or why it failed."""
+    phase: Literal["kill", "launch"] | None = None
+    """The operation part it belongs to: a relaunch's steps are its kill's, then its launch's."""
 
 
 class OperationResult(Frozen):

@@ -86,7 +86,7 @@ async def test_a_dead_launchers_last_queue_gives_no_advice_and_its_orphan_is_adv
         by_hand.wait(5)
 
         async def holders():
-            s = await lifecycle._fresh(link)
+            s = await lifecycle.fresh_snapshot(link)
             return [p.pid for p in s.gpus[0].procs if p.pid != by_hand.pid and _alive(p.pid)]
         deadline = time.monotonic() + 10
         while not (orphans := await holders()) and time.monotonic() < deadline:
@@ -96,7 +96,7 @@ async def test_a_dead_launchers_last_queue_gives_no_advice_and_its_orphan_is_adv
         seen: list = []
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:  # until the orphan is proven (the agent sees its parent die)
-            snap = await lifecycle._fresh(link)
+            snap = await lifecycle.fresh_snapshot(link)
             advice, figures = await advise_link(link, snap, now=time.time(),
                                                 validate=schema_validator(bundled_schema()))
             seen.append(advice)
@@ -140,7 +140,7 @@ async def test_a_managed_sessions_killed_launcher_leaves_only_orphan_advice(link
                         env={"MTPCONSOLE_SIM_FAULT": "orphan"})
     r = await lifecycle.launch(link, req, timeout=60)
     assert r.ok and r.session_id, r
-    snap = await lifecycle._fresh(link)
+    snap = await lifecycle.fresh_snapshot(link)
     info = next(x for x in snap.sessions if x.session_id == r.session_id)
     assert info.record is not None
     with open(Path(info.run_dir) / "output.log", "a") as f:
@@ -152,7 +152,7 @@ async def test_a_managed_sessions_killed_launcher_leaves_only_orphan_advice(link
         seen: list = []
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:  # until the orphan is proven (the agent sees its parent die)
-            snap = await lifecycle._fresh(link)
+            snap = await lifecycle.fresh_snapshot(link)
             left = [p.pid for p in snap.gpus[0].procs]
             advice, _ = await advise_link(link, snap, now=time.time(), validate=schema_validator(bundled_schema()))
             seen.append(advice)

@@ -51,6 +51,9 @@ class AgentLink:
         self.tails = 0
         self.gate: asyncio.Event | None = None
 
+    def listen(self, listener) -> None:  # the views are asked for by hand here: nothing is streamed
+        pass
+
     def snapshot(self) -> HostSnapshot:
         """The latest sample, just received (the host streams one a second)."""
         return self.snap.model_copy(update={"received_at": self.clock(), "sampled_at": self.clock()})
@@ -91,12 +94,12 @@ async def test_foreign_server_without_metrics_gets_the_advice_status_gives():
     tr = tracker_mod.HostTracker(link, interval=1.0, on_view=views.append, on_log=lambda *a: None,  # type: ignore[arg-type]
                                  clock=lambda: now[0])
     link.tails = 0
-    tr.emit()  # the first view: the stdout file and the model's config are being read in the background
+    tr.update()  # the first view: the stdout file and the model's config are being read in the background
     assert views[-1].advice == [] and link.tails == 0
     await drain(tr)
     assert link.tails == 1
     now[0] += tracker_mod.ADVICE_EVERY_S
-    tr.emit()
+    tr.update()
     assert views[-1].advice == status_advice  # the same findings, evidence and checked suggestion as status
     queue = tr.figure_history["pid:5150"][-1].queue
     assert queue is not None and (queue.value, queue.source, queue.at) == (9.0, "log", NOW)  # dated when read
@@ -113,7 +116,7 @@ async def test_the_stdout_read_is_off_the_view_path_and_rate_limited():
 
     async def view_after(dt: float) -> None:
         now[0] += dt
-        tr.emit()
+        tr.update()
         await asyncio.sleep(0)  # a background read started by this view gets to send its requests
 
     await view_after(0)

@@ -104,6 +104,9 @@ async def test_health_flap_is_an_event():
         listeners: list = []
         answers = [200, 503, 200]
 
+        def listen(self, listener) -> None:
+            pass
+
         async def request(self, op, args, **kw):
             return {"status": self.answers.pop(0)}
 

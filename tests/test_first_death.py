@@ -167,7 +167,7 @@ async def test_kill_9_of_the_launcher_names_the_launcher_first(link, sim, runs_d
         flags=["--model-path", str(model), *FIXED_FLAGS, "--tp-size", "2"], gpus=[0, 1], port=free_port(),
         env={"MTPCONSOLE_SIM_FAULT": fault} if fault else {}), timeout=60)
     assert r.ok, r
-    snap = await lifecycle._fresh(link)
+    snap = await lifecycle.fresh_snapshot(link)
     members = {p.pid: p for p in snap.servers if p.session_id == r.session_id and p.role != "supervisor"}
     rec = json.loads((runs_dir / r.session_id / "record.json").read_text())
     await link.refresh()  # one more sample: every member's exit watch is in place

@@ -105,7 +105,7 @@ async def test_sigterm_ignored_escalates_to_sigkill(link):
 async def test_escaped_worker_is_cleaned_and_reported(link, runs_dir):
     r = await lifecycle.launch(link, req(free_port(), mode="escape_worker"), timeout=30)
     assert r.ok
-    snap = await lifecycle._fresh(link)
+    snap = await lifecycle.fresh_snapshot(link)
     members = [p for p in snap.servers if p.session_id == r.session_id and p.role != "supervisor"]
     groups = {p.pgid for p in members}
     assert len(members) == 2 and len(groups) == 2, members  # the worker left the launcher's group

@@ -59,7 +59,7 @@ async def link(sim, runs_dir):
 async def _ended(link: HostLink, sid: str, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while True:
-        snap = await lifecycle._fresh(link)
+        snap = await lifecycle.fresh_snapshot(link)
         s = next(x for x in snap.sessions if x.session_id == sid)
         if s.exit is not None or time.monotonic() > deadline:
             return snap, s
@@ -76,7 +76,7 @@ async def _launch_then_kill_launcher(link: HostLink, model):
                         flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port())
     r = await lifecycle.launch(link, req, timeout=60)
     assert r.ok and r.session_id, r
-    snap = await lifecycle._fresh(link)
+    snap = await lifecycle.fresh_snapshot(link)
     info = next(x for x in snap.sessions if x.session_id == r.session_id)
     assert info.record is not None
     os.kill(info.record.pid, signal.SIGKILL)  # the launcher, as an operator's kill -9 would

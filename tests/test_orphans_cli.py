@@ -105,7 +105,7 @@ async def test_double_forked_worker_is_an_orphan_and_a_live_session_is_not(link,
         assert r.ok, r
 
         async def found():
-            snap = await lifecycle._fresh(link)
+            snap = await lifecycle.fresh_snapshot(link)
             return snap, find_orphans(snap)
         deadline = time.monotonic() + 20
         snap, orphans = await found()

@@ -81,7 +81,7 @@ async def test_preflight_after_a_kill_never_names_what_the_kill_reported_gone(li
         by_hand.wait(5)
 
         async def holders():
-            s = await lifecycle._fresh(link)
+            s = await lifecycle.fresh_snapshot(link)
             return [p for p in s.servers if p.alive and p.pid != by_hand.pid and p.gpu_mem_mib.get(0)]
         for _ in range(50):
             if held := [p.pid for p in await holders()]:

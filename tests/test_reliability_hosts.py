@@ -114,7 +114,7 @@ async def test_host_without_gpu_tools_says_no_gpu_information(sshd, runs_dir):
     lk = ssh_link(sshd, runs_dir, gpu_source="auto")
     await lk.open()
     try:
-        snap = await lifecycle._fresh(lk)
+        snap = await lifecycle.fresh_snapshot(lk)
         assert snap.gpu_source == "none" and snap.gpus == []
         assert "no GPU information" in snap.gpu_error and "nvidia-smi not found" in snap.gpu_error
         r = await lifecycle.launch(lk, req(free_port()), timeout=30)
@@ -169,7 +169,7 @@ async def test_runs_dir_full_or_read_only_clear_error_nothing_half_created(sshd,
         assert "Traceback" not in r.error
         left = sorted(p.name for p in d.iterdir() if p.name != ".launch.lock")
         assert left == before, left  # no half-made session dir, no partial supervisor copy
-        snap = await lifecycle._fresh(lk)
+        snap = await lifecycle.fresh_snapshot(lk)
         assert snap.sessions == []
     finally:
         await lk.close()

@@ -68,7 +68,7 @@ async def test_escaped_scheduler_is_found_killed_and_gpu_released(link, sim):
     _, model = sim
     r = await lifecycle.launch(link, sim_req(model, free_port(), fault="orphan"), timeout=60)
     assert r.ok, r
-    snap = await lifecycle._fresh(link)
+    snap = await lifecycle.fresh_snapshot(link)
     members = [p for p in snap.servers if p.session_id == r.session_id and p.role != "supervisor"]
     launcher = next(p for p in members if p.role == "launcher")
     escaped = [p for p in members if p.pgid != launcher.pgid]
@@ -110,7 +110,7 @@ async def test_orphan_holding_gpu_blocks_relaunch_until_cleared(link, sim, tmp_p
         by_hand.wait(5)
 
         async def holders():
-            s = await lifecycle._fresh(link)
+            s = await lifecycle.fresh_snapshot(link)
             return [p.pid for p in s.gpus[0].procs if p.pid != by_hand.pid and _alive(p.pid)]
         deadline = time.monotonic() + 10
         while not (orphans := await holders()) and time.monotonic() < deadline:

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import time
-from collections import deque
 
-from console.core.classify import LogClassifier
-from console.model import ConnectionInfo, HostSnapshot, SessionInfo
+from console.model import ConnectionInfo, HostSnapshot, LogChunk, SessionInfo
+from console.ops.session_log import read_whole
 from console.ops.tracker import HostTracker
 
 
@@ -17,6 +16,9 @@ class FakeLink:
     def __init__(self):
         self.listeners = []
         self.sessions: list[str] = []
+
+    def listen(self, listener) -> None:  # nothing is streamed in these unit tests
+        pass
 
     def snapshot(self) -> HostSnapshot:
         return HostSnapshot(name="h", connection=ConnectionInfo(state="connected", since=time.time()),
@@ -28,9 +30,8 @@ async def test_tracker_forgets_sessions_the_host_dropped():
     tr = HostTracker(link, interval=1.0, on_view=lambda v: None, on_log=lambda *a: None)
     for i in range(200):  # sessions come and go, as over days of relaunches
         sid = f"s{i}"
-        tr.classifiers[sid] = LogClassifier()
-        tr.classes[sid] = tr.classifiers[sid].result(None)
-        tr.rings[sid] = deque(["x" * 100] * 1000, maxlen=5000)
+        tr.logs[sid] = read_whole(sid, LogChunk(session_id=sid, data=("x" * 100 + "\n") * 1000))
+        tr.classes[sid] = tr.logs[sid].result(None)
         tr.health[sid], tr.health_at[sid] = True, 0.0
     tr.ui_follows.add("s3")
     tr.launching["s150"] = 1
@@ -38,10 +39,10 @@ async def test_tracker_forgets_sessions_the_host_dropped():
     for t in list(tr._tasks):
         t.cancel()
     tr._spawn = lambda key, coro: coro.close()  # no remote work in this unit test
-    tr.emit()
-    kept = set(tr.rings)
+    tr.update()  # the view, then the bookkeeping of what is followed (forgetting what the host dropped)
+    kept = set(tr.logs)
     assert kept == {f"s{i}" for i in range(190, 200)} | {"s3", "s150"}
-    assert set(tr.classifiers) <= kept and set(tr.classes) <= kept and set(tr.health) <= kept
+    assert set(tr.classes) <= kept and set(tr.health) <= kept
 
 
 async def test_tracker_shows_a_launch_from_the_moment_it_is_sent_and_its_result_at_once():

@@ -293,4 +293,4 @@ async def test_planner_text_is_not_doubled(monkeypatch):
         return None, "not planned: no GPU memory information"
     monkeypatch.setattr(lifecycle, "memory_verdict", verdict)
     assert await be.planner(["--model-path", "/m"], [0], host="h") == "not planned: no GPU memory information"
-    assert "plan_text != verdict" in inspect.getsource(lifecycle)  # no "(fits)" after "fits"
+    assert "plan_text != verdict" in inspect.getsource(lifecycle.preflight)  # no "(fits)" after "fits"

@@ -72,7 +72,7 @@ class LiveBackend:
             tr = self.trackers[link.name] = HostTracker(link, interval=self.interval, on_view=on_view,
                                                         on_log=on_log, clock=self.clock)
             if prestarted:
-                tr.emit()  # what the link already has (its first sample may have come before the UI)
+                tr.update()  # what the link already has (its first sample may have come before the UI)
             else:
                 self._tasks.append(asyncio.create_task(link.run()))
 
@@ -88,7 +88,7 @@ class LiveBackend:
 
         def cb(steps: list[Step]) -> None:
             on_steps(steps)
-            mine = [s for s in steps[skip:] if not s.name.startswith("kill: ")]
+            mine = [s for s in steps[skip:] if s.phase != "kill"]
             tr.launch_step(sid, sum(1 for s in mine if s.state in ("ok", "skipped") and s.name != "preflight"))
         return cb
 

@@ -1,14 +1,18 @@
 """HostTracker: turns one link's stream (samples, events, logs) into HostViews.
 
-Follows every live session's log once (from a bounded tail, then by byte offset) to
-classify it incrementally and keep a ring buffer for the UI; classifies ended sessions
-once from the tail of their own log; probes /health of READY sessions so a green badge is
-verified now; fills each view's advice (at most once a second, from a ring of each server's
-serving figures, the followed logs and the served models' shapes, read once in the background).
-A hand-started server's own output (its stdout file: figures from its ``Decode batch`` lines and
-its last lines, as ``status`` reads them) is read in the background every few seconds, never on a
-view's path. Views are derived on each sample, on each change of the link's state, and on the link's
-ticks when no view has been emitted for an interval: the age rule (STALE) runs while nothing arrives.
+Two steps on each sample, change of the link's state, or tick with no view for an interval (the age rule,
+STALE, runs while nothing arrives): :meth:`HostTracker.emit` derives the view from what is known (no I/O),
+then :meth:`HostTracker.schedule` starts, in the background, the reads that view calls for:
+
+- every live session's log followed once through the link's one :class:`~console.ops.session_log.SessionLogs`
+  (from a bounded tail, then by byte offset; shared with a launch's own watch): classified incrementally,
+  its ring of lines kept for the UI;
+- an ended session classified once from the tail of its own log;
+- GET /health of READY sessions (:func:`~console.ops.session_log.probe_health`) so a green badge is verified now;
+- the served models' shapes (read once) and the hand-started servers' own output (their stdout files, as
+  ``status`` reads them, every few seconds) for the advice each view carries (at most once a second, from
+  a ring of each server's serving figures, the followed logs and those shapes).
+
 No UI imports.
 """
 
@@ -19,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Collection
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from console.core.advisor import Validator
 from console.core.current import CurrentState
@@ -27,15 +31,21 @@ from console.core.flags import FlagSchema
 from console.core.flags.sources import bundled_schema
 from console.core.model_config import ModelShape
 from console.core.sessions import derive_views
-from console.link.link import HostLink, LinkDown, RequestError
+from console.link.client import HostClient, LinkListener
+from console.link.errors import LinkDown, RequestError
+from console.link.link import HostLink
 from console.model import (
     Advice,
+    AgentEvent,
     Classification,
+    ConnectionInfo,
     ExitRecord,
+    HostSnapshot,
     HostView,
     OperationResult,
     PendingLaunch,
     ServingFigures,
+    SessionEnded,
 )
 from console.ops.advice_host import (
     LIVE_STATES,
@@ -49,12 +59,8 @@ from console.ops.advice_host import (
     schema_validator,
     view_key,
 )
+from console.ops.session_log import TAIL_BYTES, SessionLog, SessionLogs, probe_health, read_whole
 
-if TYPE_CHECKING:
-    from console.core.classify import LogClassifier
-
-TAIL_BYTES = 256 * 1024
-RING_LINES = 5000
 HEALTH_EVERY_S = 5.0
 ADVICE_EVERY_S = 1.0
 """The advisor runs at most once a second per host (its rules read trends over minutes)."""
@@ -73,13 +79,38 @@ def _bundled_validator() -> Validator:
     return schema_validator(bundled_schema())
 
 
+class _Stream(LinkListener):
+    """What a tracker hears of its link (an object of its own: the tracker's ``on_log`` is the UI's callback)."""
+
+    def __init__(self, tracker: HostTracker) -> None:
+        self.tracker = tracker
+
+    def on_sample(self, snapshot: HostSnapshot) -> None:
+        self.tracker.update()
+
+    def on_state(self, connection: ConnectionInfo) -> None:
+        self.tracker.update()
+
+    def on_tick(self) -> None:
+        self.tracker.tick()
+
+    def on_event(self, event: AgentEvent) -> None:
+        if isinstance(event, SessionEnded):
+            self.tracker.ended(event)
+
+
 class HostTracker:
+    """One host's views, derived from its link's stream (see module doc)."""
+
     def __init__(self, link: HostLink, *, interval: float, on_view: Callable[[HostView], None],
                  on_log: Callable[[str, str, list[str]], None], clock: Callable[[], float] = time.time):
         self.link, self.interval, self.on_view, self.on_log, self.clock = link, interval, on_view, on_log, clock
-        self.classifiers: dict[str, LogClassifier] = {}
+        self.client = HostClient.of(link)
+        self.session_logs = SessionLogs.of(link)
+        """The link's followed logs (one per session, shared with a launch's watch)."""
+        self.logs: dict[str, SessionLog] = {}
+        """Each session's log as this tracker knows it: followed (live), or read once (ended, or for the UI)."""
         self.classes: dict[str, Classification] = {}
-        self.rings: dict[str, deque[str]] = {}
         self.ui_follows: set[str] = set()
         self.health: dict[str, bool] = {}
         self.health_at: dict[str, float] = {}
@@ -104,34 +135,35 @@ class HostTracker:
         """When the last read ended (this tracker's clock): the next starts FOREIGN_LOG_EVERY_S later at the earliest."""
         self.emitted_at = float("-inf")
         """When the last view was emitted (``time.monotonic``): a tick re-derives one an interval old."""
-        link.listeners.append(self._on)
+        link.listen(_Stream(self))
+        self.session_logs.readers.append(self._read)
 
     # -------------------------------------------------------------- stream
-    def _on(self, kind: str, msg: dict) -> None:
-        if kind == "log":
-            self._log(msg["session_id"], msg.get("data", ""))
-        elif kind == "event" and msg.get("kind") == "session_ended":
-            sid = msg["session_id"]
-            c = self.classifiers.get(sid)
-            if c is not None and msg.get("exit"):
-                try:
-                    self.classes[sid] = c.result(ExitRecord.model_validate(msg["exit"]))
-                except Exception:
-                    pass
-            self._spawn(f"unfollow:{sid}", self._unfollow_ended(sid))
-        elif kind in ("sample", "state"):
-            self.emit()
-        elif kind == "tick" and time.monotonic() - self.emitted_at >= self.interval:
-            self.emit()  # nothing arrived for an interval: the view's age (STALE) is derived again
+    def tick(self) -> None:
+        """The link's tick: a view again when none was emitted for an interval."""
+        if time.monotonic() - self.emitted_at >= self.interval:
+            self.update()  # nothing arrived for an interval: the view's age (STALE) is derived again
 
-    def _log(self, sid: str, data: str) -> None:
-        c = self.classifiers.get(sid)
-        if c is None:
+    def ended(self, event: SessionEnded) -> None:
+        """A session's server ended: classified with its exit record; its log unfollowed a moment later."""
+        sid = event.session_id
+        log = self.logs.get(sid)
+        if log is not None and event.exit is not None:
+            log.exit = event.exit
+            self.classes[sid] = log.result(event.exit)
+        self._spawn(f"unfollow:{sid}", self._unfollow_ended(sid))
+
+    def _followed(self, sid: str) -> bool:
+        """This tracker reads the session's followed log (not a one-time read of it)."""
+        log = self.logs.get(sid)
+        return log is not None and log is self.session_logs.get(sid)
+
+    def _read(self, log: SessionLog, lines: list[str]) -> None:
+        """A followed log grew: its session's classification now, its lines to the UI when it shows them."""
+        sid = log.session_id
+        if self.logs.get(sid) is not log:
             return
-        c.feed(data)
-        self.classes[sid] = c.result(None)
-        lines = data.splitlines()
-        self.rings.setdefault(sid, deque(maxlen=RING_LINES)).extend(lines)
+        self.classes[sid] = log.result(log.exit)
         if sid in self.ui_follows and lines:
             self.on_log(self.link.name, sid, lines)
 
@@ -152,31 +184,55 @@ class HostTracker:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    # -------------------------------------------------------------- views
-    def emit(self) -> None:
-        """Derive the host's view from the link's latest snapshot now and hand it to ``on_view``."""
+    # -------------------------------------------------------------- views, then the reads they call for
+    def update(self) -> None:
+        """Something arrived (or time passed): the view now (:meth:`emit`), then its reads (:meth:`schedule`)."""
+        self.schedule(self.emit())
+
+    def emit(self) -> HostView:
+        """Derive the host's view from the link's latest snapshot and what is known now, and hand it to
+        ``on_view`` (no I/O: :meth:`schedule` starts the reads). Returns it."""
         self.emitted_at = time.monotonic()
         snap = self.link.snapshot()
-        if snap.connection.state == "connected":
-            now = self.clock()
-            for s in snap.sessions:
-                sid = s.session_id
-                if s.exit is None and sid not in self.classifiers:
-                    self._spawn(f"follow:{sid}", self._start_follow(sid))
-                elif s.exit is not None and sid not in self.classes:
-                    self._spawn(f"classify:{sid}", self._classify_ended(sid, s.exit))
-                c = self.classes.get(sid)
-                if (s.exit is None and c is not None and c.state == "ready"
-                        and now - self.health_at.get(sid, 0) > HEALTH_EVERY_S and s.spec and s.spec.port):
-                    self.health_at[sid] = now
-                    self._spawn(f"health:{sid}", self._probe(sid, s.spec.port))
-            self._forget(snap)
         views = derive_views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
                              launching=self.launching)
         view = self.current.apply(HostView(snapshot=snap, sessions=views))
         if snap.connection.state == "connected":
             view = view.model_copy(update={"advice": self._advise(view)})
         self.on_view(view)
+        return view
+
+    def schedule(self, view: HostView) -> None:
+        """Start in the background what ``view`` calls for (each at most once at a time): follow a new live
+        session's log, classify an ended one, probe a READY one's /health, read the served models' shapes and
+        the hand-started servers' output; forget the sessions the host no longer reports."""
+        snap = view.snapshot
+        if snap.connection.state != "connected":
+            return
+        now = self.clock()
+        for s in snap.sessions:
+            sid = s.session_id
+            if s.exit is None and not self._followed(sid):
+                self._spawn(f"follow:{sid}", self._start_follow(sid))
+            elif s.exit is not None and sid not in self.classes:
+                self._spawn(f"classify:{sid}", self._classify_ended(sid, s.exit))
+            c = self.classes.get(sid)
+            if (s.exit is None and c is not None and c.state == "ready"
+                    and now - self.health_at.get(sid, 0) > HEALTH_EVERY_S and s.spec and s.spec.port):
+                self.health_at[sid] = now
+                self._spawn(f"health:{sid}", self._probe(sid, s.spec.port))
+        self._forget(snap)
+        self._schedule_advice_reads(view)
+
+    def _schedule_advice_reads(self, view: HostView) -> None:
+        """The advisor's inputs that come from the host: each served model's shape (once), the hand-started
+        servers' own output (every FOREIGN_LOG_EVERY_S, one read at a time)."""
+        live = [s for s in view.sessions if s.state in LIVE_STATES]
+        if any(p and p not in self.shape_cache for p in {argv_model_path(s.argv) for s in live}):
+            self._spawn("shapes", self._load_shapes(view))
+        if (any(s.session_id is None and s.state == "foreign" for s in live) and "foreign-logs" not in self._busy
+                and self.clock() - self.foreign_logs_at >= FOREIGN_LOG_EVERY_S):
+            self._spawn("foreign-logs", self._read_foreign_logs(view))
 
     # -------------------------------------------------------------- advice
     def _validate(self) -> Validator:
@@ -193,13 +249,8 @@ class HostTracker:
             return self.advice
         self.advice_at = now
         live = [s for s in view.sessions if s.state in LIVE_STATES]
-        paths = {argv_model_path(s.argv) for s in live}
-        if any(p and p not in self.shape_cache for p in paths):
-            self._spawn("shapes", self._load_shapes(view))
         if not any(s.session_id is None and s.state == "foreign" for s in live):
-            self.foreign_logs = LiveLogs()
-        elif "foreign-logs" not in self._busy and now - self.foreign_logs_at >= FOREIGN_LOG_EVERY_S:
-            self._spawn("foreign-logs", self._read_foreign_logs(view))
+            self.foreign_logs = LiveLogs()  # no hand-started server left: nothing of their output is current
         shapes = {k: v for k, v in self.shape_cache.items() if v is not None}
         keys = {view_key(s): s for s in live}
         logs = self._live_logs(keys)
@@ -218,7 +269,7 @@ class HostTracker:
     def _live_logs(self, keys: Collection[str]) -> LiveLogs:
         """The logs the advisor reads for the live servers ``keys``: the followed session logs' last lines and
         the hand-started servers' last read output (the same inputs ``status`` gives it)."""
-        tails = {k: list(self.rings[k])[-LOG_TAIL_LINES:] for k in keys if k in self.rings}
+        tails = {k: self.logs[k].tail(LOG_TAIL_LINES) for k in keys if k in self.logs}
         f = self.foreign_logs
         return LiveLogs(tails={**{k: v for k, v in f.tails.items() if k in keys}, **tails},
                         metrics={k: v for k, v in f.metrics.items() if k in keys},
@@ -236,10 +287,9 @@ class HostTracker:
     async def _load_shapes(self, view: HostView) -> None:
         async def read_file(path: str) -> str:
             try:
-                r = await self.link.request("read_file", {"path": path, "max_bytes": 4 << 20}, audit=False)
+                return await self.client.read_file(path, 4 << 20)
             except RequestError as e:  # the host's answer (no such file, too big): cached as unreadable
                 raise OSError(str(e)) from None
-            return str(r["data"])
 
         await load_shapes(view, read_file, self.shape_cache)
         self.advice_at = float("-inf")  # the planner can check suggestions now: at the next view
@@ -248,7 +298,7 @@ class HostTracker:
     def launch_sent(self, p: PendingLaunch) -> None:
         """A launch request is on its way: its GPUs read LAUNCHING 0/6 now, not at the next sample."""
         self.current.launch_sent(p)
-        self.emit()
+        self.update()
 
     def launch_step(self, session_id: str, step: int) -> None:
         self.launching[session_id] = step
@@ -260,66 +310,62 @@ class HostTracker:
         if result.ok and result.state == "ready" and result.session_id == session_id:
             self.health[session_id], self.health_at[session_id] = True, self.clock()  # just verified
         self.current.launch_done(session_id, result)
-        self.emit()
+        self.update()
 
     def kill_done(self, session_id: str | None, pid: int | None, result: OperationResult,
                   start_ticks: int | None = None) -> None:
         self.current.kill_done(session_id, pid, result, start_ticks)
-        self.emit()
+        self.update()
 
     def acknowledge(self, session_id: str) -> None:
         self.current.acknowledge(session_id)
-        self.emit()
+        self.update()
 
-    def _forget(self, snap) -> None:
+    def _forget(self, snap: HostSnapshot) -> None:
         """Drop what is kept for sessions the host no longer reports (bounded memory over a long run)."""
         keep = {s.session_id for s in snap.sessions} | self.ui_follows | set(self.launching) | set(self.current.pending)
-        for d in (self.classifiers, self.classes, self.rings, self.health, self.health_at):
+        for sid in [k for k in self.logs if k not in keep]:
+            if self._followed(sid):
+                self.session_logs.forget(sid)
+        for d in (self.logs, self.classes, self.health, self.health_at):
             for sid in [k for k in d if k not in keep]:
                 del d[sid]
 
     async def _start_follow(self, sid: str) -> None:
-        r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
-        from console.core.classify import LogClassifier  # not before the first frame (tui.LATER_MODULES)
-
-        c = LogClassifier()
-        self.classifiers[sid] = c
-        self.rings[sid] = deque(maxlen=RING_LINES)
-        self._log(sid, r["data"])
-        await self.link.follow_log(sid, r["end"], r.get("file"))
+        """Follow a live session's log (from its last TAIL_BYTES, or the follow a launch already runs)."""
+        log = self.logs[sid] = await self.session_logs.follow(sid, TAIL_BYTES)
+        self.classes[sid] = log.result(log.exit)
 
     async def _unfollow_ended(self, sid: str) -> None:
         await asyncio.sleep(1.0)  # let the last lines arrive
         if sid not in self.ui_follows:
-            await self.link.unfollow_log(sid)
+            await self.session_logs.unfollow(sid)
 
     async def _classify_ended(self, sid: str, ex: ExitRecord) -> None:
-        r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES}, audit=False)
-        from console.core.classify import classify
-
-        self.classes[sid] = classify(r["data"], ex)
-        self.rings[sid] = deque(r["data"].splitlines(), maxlen=RING_LINES)
-        self.emit()
+        """An ended session: classified once from its log's tail, with its exit record."""
+        log = read_whole(sid, await self.client.read_log(sid, tail_bytes=TAIL_BYTES))
+        log.exit = ex
+        self.logs[sid], self.classes[sid] = log, log.result(ex)
+        self.update()
 
     async def _probe(self, sid: str, port: int) -> None:
-        r = await self.link.request("http_get", {"port": port, "path": "/health", "timeout": 5}, audit=False,
-                                    timeout=10)
-        ok = r.get("status") == 200
+        r = await probe_health(self.client, port, 5)
+        ok = r.status == 200
         was = self.health.get(sid)
         self.health[sid] = ok
         if was is not None and was != ok:  # a flap: READY's health check changed its answer
             self.current.event("health_flap", f"session {sid}: GET /health "
-                               + ("answers 200 again" if ok else f"now answers {r.get('status') or 'nothing'}"),
+                               + ("answers 200 again" if ok else f"now answers {r.status or 'nothing'}"),
                                session_id=sid)
 
     # -------------------------------------------------------------- UI log
     async def follow(self, sid: str, tail_lines: int) -> list[str]:
         """Start showing a session's lines to the UI: its ring buffer now, new lines via on_log."""
         self.ui_follows.add(sid)
-        if sid not in self.rings:
-            r = await self.link.request("read_log", {"session_id": sid, "tail_bytes": TAIL_BYTES})
-            self.rings[sid] = deque(r["data"].splitlines(), maxlen=RING_LINES)
-        return list(self.rings[sid])[-tail_lines:]
+        if sid not in self.logs:
+            chunk = await self.client.read_log(sid, tail_bytes=TAIL_BYTES, audit=True)
+            self.logs.setdefault(sid, read_whole(sid, chunk))  # a follow that started meanwhile is kept
+        return self.logs[sid].tail(tail_lines)
 
     def unfollow(self, sid: str) -> None:
         self.ui_follows.discard(sid)

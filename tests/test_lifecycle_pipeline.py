@@ -1,0 +1,133 @@
+"""Lifecycle as data and one log pipeline (issue 27, moves 3 and 4).
+
+- ``console/ops/lifecycle/`` keeps small functions (none over 80 lines) and a launch that is a table of checks
+  named as the steps it reports;
+- a launch and the tracker on one link share one follow of a session's log (one ``follow_log`` request, one
+  :class:`SessionLog`): every byte of ``output.log`` reaches it once, none is lost to a second follow moving the
+  agent's offset; a relaunch plans memory once (one read of the model's config.json) and its steps carry their
+  phase (``kill`` then ``launch``), which is what the live backend counts a launch's n/6 by.
+
+Real processes: a local agent over simulated GPUs and the SGLang stand-in.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.config import HostConfig
+from console.link.link import HostLink
+from console.link.ssh import HostSpec
+from console.model import KillTarget, LaunchRequest, Step
+from console.ops import lifecycle
+from console.ops.session_log import SessionLogs
+from console.ops.tracker import HostTracker
+from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from tests.conftest import free_port
+from tests.helpers.rel_util import REPO, cleanup_runs
+from tests.helpers.wait import await_until
+
+LIFECYCLE = REPO / "console" / "ops" / "lifecycle"
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines_in_lifecycle():
+    long = []
+    for path in sorted(LIFECYCLE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.name}:{node.lineno} {node.name}: {n} lines")
+    assert long == []
+
+
+def test_the_launch_table_is_the_launch_steps():
+    from console.ops.lifecycle.launch import _Launch
+
+    table = _Launch.table(object.__new__(_Launch))  # the table only names bound probes: nothing is asked
+    assert [c.name for c in table] == lifecycle.LAUNCH_STEPS
+    assert [c.timeout for c in table if c.name in ("logging", "on GPU")] == [120.0, 60.0]
+
+
+def test_the_backend_counts_launch_steps_by_phase_not_by_name():
+    from console.config import Config
+    from console.ops.backend import LiveBackend
+
+    counted: list[int] = []
+
+    class Tracker:
+        def launch_step(self, sid: str, n: int) -> None:
+            counted.append(n)
+
+    be = LiveBackend(Config(), [])
+    be.trackers["h"] = Tracker()  # type: ignore[assignment]
+    cb = be._launch_steps("h", "s1", lambda steps: None)
+    steps = [Step(name="kill: exited", state="ok", phase="kill"), Step(name="port closed", state="ok", phase="kill"),
+             Step(name="preflight", state="ok", phase="launch"), Step(name="spawned", state="ok", phase="launch"),
+             Step(name="logging", state="running", phase="launch")]
+    cb(steps)
+    assert counted == [1]  # spawned: the kill's steps and the preflight are not the launch's n/6
+
+
+@pytest.fixture
+def sim(tmp_path):
+    d = tmp_path / "sim"
+    (d / "alloc").mkdir(parents=True)
+    (d / "gpus.json").write_text(json.dumps([{"index": i, "uuid": f"GPU-q{i}", "name": "Sim", "mem_total_mib": 97887,
+                                              "power_limit_w": 600.0} for i in range(2)]))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
+    return d, model
+
+
+@pytest.fixture(autouse=True)
+def _private_audit_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTPCONSOLE_AUDIT_LOG", str(tmp_path / "audit.jsonl"))
+
+
+async def test_one_follow_per_session_and_a_relaunch_plans_once(sim, runs_dir):
+    d, model = sim
+    sent: list[tuple[str, dict]] = []
+    env = {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
+    link = HostLink(HostSpec(name="local", local=True),
+                    HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="sim", sim_dir=str(d),
+                               launch_env=env), interval=0.3,
+                    audit=lambda host, op, args, ok, result, ms: sent.append((op, args)))
+    await link.open()
+    tracker = HostTracker(link, interval=0.3, on_view=lambda v: None, on_log=lambda *a: None)
+    req = LaunchRequest(host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+                        flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port())
+    try:
+        r = await lifecycle.launch(link, req, timeout=60)
+        assert r.ok and r.state == "ready", r
+        assert {s.phase for s in r.steps} == {"launch"}
+        sid = r.session_id
+        assert sid is not None
+        assert await await_until(lambda: sid in tracker.logs, 10), "the tracker never followed the session"
+        shared = SessionLogs.of(link).get(sid)
+        assert shared is not None and tracker.logs[sid] is shared  # one SessionLog: the launch's and the view's
+        assert [a for op, a in sent if op == "follow_log" and a.get("session_id") == sid] == \
+            [{"session_id": sid, "offset": 0, "file": None}]  # one follow, from the start
+        out = Path(runs_dir) / sid / "output.log"
+        assert await await_until(lambda: shared.received == out.stat().st_size, 10), \
+            (shared.received, out.stat().st_size)  # every byte once: none lost, none twice
+
+        sent.clear()
+        rr = await lifecycle.relaunch(link, KillTarget(host="local", session_id=sid), req, timeout=60, grace=5)
+        assert rr.ok and rr.state == "ready", rr
+        kill = [s for s in rr.steps if s.phase == "kill"]
+        assert kill and all(s.name.startswith("kill: ") for s in kill)  # names as before, the phase is data
+        assert [s.name for s in rr.steps if s.phase == "launch"] == ["preflight", *lifecycle.LAUNCH_STEPS]
+        reads = [a for op, a in sent if op == "read_file" and a.get("path", "").endswith("config.json")]
+        assert len(reads) == 1, reads  # the memory plan: made once, before the kill, used by the launch
+        k = await lifecycle.kill(link, KillTarget(host="local", session_id=rr.session_id), grace=5)
+        assert k.ok and {s.phase for s in k.steps} == {"kill"}, k
+    finally:
+        await link.close()
+        cleanup_runs(runs_dir)
