@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from textual.widgets import Button, Input, Static, Switch
-from ui_fakes import ARGV, FAILED_LOG, NOW, FakeBackend, frozen_app, view_a, view_idle
+from ui_fakes import ARGV, FAILED_LOG, NOW, FakeBackend, frozen_app, started, toasts, view_a, view_idle
 
 from console.model import AuditEntry, HostView, KillTarget, OperationResult, Step
 from console.ui.flag_values import split_argv
@@ -14,13 +14,9 @@ from console.ui.widgets.host_header import HostHeader
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
+from tests.helpers.wait import until
 
 SIZE = (140, 60)
-
-
-async def settle(pilot, n: int = 3) -> None:
-    for _ in range(n):
-        await pilot.pause(0.12)
 
 
 def panel(app, host: str, idx: int) -> GpuPanel:
@@ -36,43 +32,73 @@ def last(be: FakeBackend, op: str) -> tuple:
 
 
 def notes(app) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+    return toasts(app)
+
+
+def selected(app) -> GpuPanel | None:
+    """The panel drawn as selected (the log pane and the keys follow it)."""
+    return next((p for p in app.query(GpuPanel) if p.has_class("selected")), None)
+
+
+def calls(be: FakeBackend, op: str) -> list[tuple]:
+    return [c for c in be.calls if c[0] == op]
+
+
+def label(app, selector: str = "#launch") -> str:
+    return str(app.screen.query_one(selector, Button).label)
+
+
+def clickable(app, selector: str = "#launch") -> bool:
+    """The button is out of its pressed effect (a click during it is ignored, as Textual's Button does)."""
+    return not app.screen.query_one(selector, Button).has_class("-active")
+
+
+def text_of(app, selector: str) -> str:
+    return str(app.screen.query_one(selector, Static).render())
+
+
+def is_form(app) -> bool:
+    return isinstance(app.screen, FlagForm) and bool(app.screen.query("#f-model_path"))
+
+
+def is_dialog(app) -> bool:
+    """A confirmation dialog is up, its Cancel button focused (the default)."""
+    s = app.screen
+    return isinstance(s, ConfirmScreen) and s.focused is not None and s.focused.id == "cancel"
 
 
 async def focus_gpu(app, pilot, idx: int, host: str = "host-a") -> None:
     panel(app, host, idx).focus()
-    await settle(pilot)
+    await until(pilot, lambda: panel(app, host, idx).has_class("selected"))
 
 
 async def submit_form(app, pilot) -> None:
-    """Launch (shows checks), then Confirm launch."""
+    """Launch (shows checks), then Confirm launch: the form closes."""
     assert isinstance(app.screen, FlagForm)
     await pilot.click("#launch")
-    await settle(pilot, 2)
-    assert str(app.screen.query_one("#launch", Button).label) == "Confirm launch"
+    await until(pilot, lambda: label(app) == "Confirm launch" and clickable(app))
     await pilot.click("#launch")
-    await settle(pilot)
+    await until(pilot, lambda: not isinstance(app.screen, FlagForm))
 
 
 async def test_launch_steps_to_ready():
     be = FakeBackend([view_idle()])
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await pilot.press("tab")
-        await settle(pilot)
-        assert app.selected is panel(app, "host-a", 0) and badge(app, "host-a", 0) == "IDLE"
+        await until(pilot, lambda: selected(app) is panel(app, "host-a", 0))
+        assert badge(app, "host-a", 0) == "IDLE"
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: is_form(app))
         assert app.screen.query_one("#f-model_path", Input).value == "/models/demo-27b"
         await submit_form(app, pilot)
-        assert not isinstance(app.screen, FlagForm)
-        req = last(be, "launch")[1]
+        req = (await until(pilot, lambda: calls(be, "launch")))[-1][1]
         assert req.gpus == [0] and req.port == 30000
         assert req.flags[:2] == ["--model-path", "/models/demo-27b"] and "--mem-fraction-static" in req.flags
-        await settle(pilot)
-        assert badge(app, "host-a", 0) == "READY"
         steps = app.query_one(StepsView)
+        await until(pilot, lambda: badge(app, "host-a", 0) == "READY" and steps.result is not None
+                    and len(app.query_one(LogPane).lines) == 2)
         assert [s.state for s in steps.steps] == ["ok"] * 7 and steps.result.ok
         assert app.following == ("host-a", "s-new-1")  # the new session's own log, nothing else
         assert list(app.query_one(LogPane).lines) == ["fresh session line 1", "fresh session line 2"]
@@ -82,22 +108,21 @@ async def test_launch_failed_shows_cause_and_keeps_form_values():
     be = FakeBackend([view_idle()], outcome="failed")
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 1)
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: is_form(app))
         app.screen.query_one("#f-mem_fraction", Input).value = "0.7"
         await submit_form(app, pilot)
-        await settle(pilot)
-        assert badge(app, "host-a", 1) == "FAILED: gpu_oom"
+        steps = app.query_one(StepsView)
+        await until(pilot, lambda: badge(app, "host-a", 1) == "FAILED: gpu_oom" and steps.result is not None
+                    and any("launch FAILED: gpu_oom" in n for n in notes(app)))
         text = panel(app, "host-a", 1).body.plain
         assert "Not enough memory" in text
-        steps = app.query_one(StepsView)
-        assert steps.result is not None and not steps.result.ok
+        assert not steps.result.ok
         assert [s.state for s in steps.steps][4:] == ["failed", "skipped", "skipped"]
-        assert any("launch FAILED: gpu_oom" in n for n in notes(app))
         await pilot.press("l")  # the next try starts from what was typed
-        await settle(pilot)
+        await until(pilot, lambda: is_form(app))
         assert app.screen.query_one("#f-mem_fraction", Input).value == "0.7"
 
 
@@ -107,61 +132,58 @@ async def test_form_inline_errors_block_launch():
     be.planner = lambda flags, gpus: f"fits on GPUs {gpus}"
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 0)
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: is_form(app))
         form = app.screen
         form.query_one("#f-mem_fraction", Input).value = "1.5"
         form.query_one("#f-port", Input).value = "70000"
         form.query_one("#f-extras", Input).value = "--a 'unterminated"
         await pilot.click("#launch")
-        await settle(pilot, 2)
-        errs = {w.id: str(w.render()) for w in form.query(".field-error.-shown")}
-        assert errs == {"err-mem_fraction": "must be in (0, 1]", "err-port": "must be 1–65535",
-                        "err-extras": "cannot split: No closing quotation"}
+
+        def errors() -> dict[str, str]:
+            return {w.id: str(w.render()) for w in form.query(".field-error.-shown")}
+        await until(pilot, lambda: errors() == {"err-mem_fraction": "must be in (0, 1]", "err-port": "must be 1–65535",
+                                                "err-extras": "cannot split: No closing quotation"} and clickable(app))
         form.query_one("#f-mem_fraction", Input).value = "0.8"
         form.query_one("#f-port", Input).value = "30001"
         form.query_one("#f-extras", Input).value = "--bogus 1"
         await pilot.click("#launch")
-        await settle(pilot, 2)
-        checks = str(form.query_one("#checks", Static).render())
-        assert "unrecognized arguments: --bogus" in checks and "fits on GPUs [0]" in checks
-        assert str(form.query_one("#launch", Button).label) == "Launch"  # errors: not armed
+        checks = await until(pilot, lambda: "fits on GPUs [0]" in text_of(app, "#checks") and clickable(app)
+                             and text_of(app, "#checks"))
+        assert "unrecognized arguments: --bogus" in checks
+        assert label(app) == "Launch"  # errors: not armed
         assert not any(c[0] == "launch" for c in be.calls)
         form.query_one("#f-extras", Input).value = "\x00"
         await pilot.click("#launch")
-        await settle(pilot, 2)
-        assert "NUL" in str(form.query_one("#err-extras", Static).render())
+        await until(pilot, lambda: "NUL" in text_of(app, "#err-extras"))
 
 
 async def test_kill_cancel_is_default_then_confirm_uses_captured_target():
     be = FakeBackend()
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 0)
         await pilot.press("k")
-        await settle(pilot)
-        assert isinstance(app.screen, ConfirmScreen)
-        assert app.screen.focused.id == "cancel"
-        body = str(app.screen.query_one(".dialog-body", Static).render())
+        await until(pilot, lambda: is_dialog(app))
+        body = text_of(app, ".dialog-body")
         assert "host-a" in body and "0,1" in body and "s-ready" in body and "4200" in body
         assert "GPU memory released" in body and "port closed" in body
         await pilot.press("enter")
-        await settle(pilot)
-        assert not isinstance(app.screen, ConfirmScreen) and not any(c[0] == "kill" for c in be.calls)
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert not any(c[0] == "kill" for c in be.calls)
 
         await pilot.press("k")
-        await settle(pilot)
+        await until(pilot, lambda: is_dialog(app))
         # the list shifts under the dialog: another session now sits on GPU 0
         v = view_a()
         be.push(v.model_copy(update={"sessions": [s.model_copy(update={"session_id": "s-other"})
                                                   if s.session_id == "s-ready" else s for s in v.sessions]}))
-        await settle(pilot)
+        await until(pilot, lambda: any(s.session_id == "s-other" for s in app.views["host-a"].sessions))
         await pilot.press("tab", "enter")
-        await settle(pilot)
-        kills = [c for c in be.calls if c[0] == "kill"]
+        kills = await until(pilot, lambda: calls(be, "kill"))
         assert kills == [("kill", KillTarget(host="host-a", session_id="s-ready"))]
 
 
@@ -169,47 +191,45 @@ async def test_kill_foreign_targets_pid_and_start_ticks():
     be = FakeBackend()
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 3)
         await pilot.press("k")
-        await settle(pilot)
-        assert "foreign" in str(app.screen.query_one(".dialog-body", Static).render())
+        await until(pilot, lambda: is_dialog(app))
+        assert "foreign" in text_of(app, ".dialog-body")
         await pilot.click("#confirm")
-        await settle(pilot)
-        assert ("kill", KillTarget(host="host-a", pid=5150, start_ticks=5203)) in be.calls
+        assert await until(pilot, lambda: calls(be, "kill")) == [("kill", KillTarget(host="host-a", pid=5150,
+                                                                                     start_ticks=5203))]
 
 
 async def test_relaunch_same_flags_and_edited_flag():
     be = FakeBackend()
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 0)
         await pilot.press("r")
-        await settle(pilot)
-        assert isinstance(app.screen, ConfirmScreen) and app.screen.focused.id == "cancel"
+        await until(pilot, lambda: is_dialog(app))
         await pilot.click("#confirm")
-        await settle(pilot)
+        await until(pilot, lambda: calls(be, "relaunch"))
         op, target, req = last(be, "relaunch")
         assert target.session_id == "s-ready"
         assert req.flags == split_argv(ARGV)[1] and req.gpus == [0, 1] and req.replaces == "s-ready"
 
         be.push(view_a())  # back to the fixed view (s-ready on GPUs 0,1)
-        await settle(pilot)
+        await until(pilot, lambda: app.query_one(StepsView).result is not None
+                    and "s-ready" in panel(app, "host-a", 1).body.plain)
         await focus_gpu(app, pilot, 1)
         await pilot.press("e")
-        await settle(pilot)
+        await until(pilot, lambda: is_form(app))
         form = app.screen
-        assert isinstance(form, FlagForm)
         assert form.query_one("#f-mem_fraction", Input).value == "0.85"
         assert form.query_one("#f-spec_algo").value == "EAGLE"
         form.query_one("#f-mem_fraction", Input).value = "0.8"
         await pilot.click("#launch")
-        await settle(pilot, 2)
-        diff = str(form.query_one("#diff", Static).render())
+        diff = await until(pilot, lambda: label(app) == "Confirm launch" and clickable(app) and text_of(app, "#diff"))
         assert "- --mem-fraction-static 0.85" in diff and "+ --mem-fraction-static 0.8" in diff
         await pilot.click("#launch")
-        await settle(pilot)
+        await until(pilot, lambda: len(calls(be, "relaunch")) == 2)
         op, target, req = last(be, "relaunch")
         assert target == KillTarget(host="host-a", session_id="s-ready")
         i = req.flags.index("--mem-fraction-static")
@@ -221,11 +241,11 @@ async def test_read_only_refuses_destructive_keys():
     be = FakeBackend()
     app = frozen_app(be, read_only=True)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 0)
-        for key in "klre":
+        for i, key in enumerate("klre"):
             await pilot.press(key)
-            await settle(pilot, 1)
+            await until(pilot, lambda: len(notes(app)) == i + 1)  # noqa: B023  (awaited in this turn)
             assert not isinstance(app.screen, (ConfirmScreen, FlagForm))
         assert notes(app) == ["read-only: kill disabled", "read-only: launch disabled",
                               "read-only: relaunch disabled", "read-only: edit and relaunch disabled"]
@@ -238,35 +258,33 @@ async def test_host_unreachable_ui_stays_responsive():
     be = FakeBackend(hold=True)  # the kill below blocks until the gate opens
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         assert badge(app, "host-a", 0) == "READY"
         await focus_gpu(app, pilot, 0)
         await pilot.press("k")
-        await settle(pilot)
+        await until(pilot, lambda: is_dialog(app))
         await pilot.click("#confirm")
-        await settle(pilot)
-        assert app.op_busy
+        await until(pilot, lambda: app.op_busy)
         v = view_a(state="unreachable", error="connection lost: timeout")
         be.push(v)
-        await settle(pilot)
-        assert {badge(app, "host-a", i) for i in range(4)} == {"UNREACHABLE"}
+        await until(pilot, lambda: {badge(app, "host-a", i) for i in range(4)} == {"UNREACHABLE"})
         assert "stale-red" in app.query_one(".host-header").classes
         await pilot.press("a")  # keys are still handled while the operation waits
-        await settle(pilot, 1)
-        assert "-shown" in app.query_one("#audit").classes
+        await until(pilot, lambda: "-shown" in app.query_one("#audit").classes)
         await pilot.press("c")
-        await settle(pilot, 1)
-        assert app.compact and app.query_one(".gpus").styles.layout.name == "grid"
+        await until(pilot, lambda: app.query_one(".gpus").styles.layout.name == "grid")
+        assert app.op_busy
         be.gate.set()
-        await settle(pilot)
-        assert not app.op_busy and app.query_one(StepsView).result.ok
+        await until(pilot, lambda: not app.op_busy)
+        assert app.query_one(StepsView).result.ok
 
 
 async def test_stale_sample_turns_ready_into_stale():
     app = frozen_app(FakeBackend([view_a(age=5.0)]))
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        assert badge(app, "host-a", 0) == "STALE" and badge(app, "host-a", 2) == "FAILED: gpu_oom"
+        await started(pilot)
+        await until(pilot, lambda: badge(app, "host-a", 0) == "STALE")
+        assert badge(app, "host-a", 2) == "FAILED: gpu_oom"
         assert "stale-amber" in app.query_one(".host-header").classes
 
 
@@ -274,46 +292,42 @@ async def test_log_switching_filter_and_follow():
     be = FakeBackend()
     app = frozen_app(be)
     async with app.run_test(size=(140, 30)) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 0)
         pane = app.query_one(LogPane)
-        assert app.following == ("host-a", "s-ready") and len(pane.lines) == 7
+        await until(pilot, lambda: app.following == ("host-a", "s-ready") and len(pane.lines) == 7)
         assert pane.lines[-1] == "coloured line with a bell and a  title change"  # no escapes survive
         await focus_gpu(app, pilot, 2)
-        assert app.following == ("host-a", "s-failed")
+        await until(pilot, lambda: app.following == ("host-a", "s-failed") and list(pane.lines) == FAILED_LOG)
         assert ("unfollow_log", "host-a", "s-ready") in be.calls
         be.on_log("host-a", "s-ready", ["must not show"])
         be.on_log("host-a", "s-failed", ["x" * 5000])
-        await settle(pilot)
+        await until(pilot, lambda: len(pane.lines) == 4)
         assert list(pane.lines)[:3] == FAILED_LOG and "must not show" not in pane.lines
         assert pane.lines[-1].endswith("… [+3000 chars]") and len(pane.lines[-1]) < 2100
 
         await pilot.press("slash")
-        await settle(pilot, 1)
+        await until(pilot, lambda: isinstance(app.focused, Input))
         await pilot.press(*"Error", "enter")
-        await settle(pilot, 1)
-        assert list(pane.log_widget.lines) == [FAILED_LOG[2]]
+        await until(pilot, lambda: list(pane.log_widget.lines) == [FAILED_LOG[2]])
         pane.set_filter("")
-        await settle(pilot, 1)
+        await until(pilot, lambda: len(pane.log_widget.lines) == 4)
         be.on_log("host-a", "s-failed", [f"line {i}" for i in range(100)])
-        await settle(pilot)
         log = pane.log_widget
-        assert log.scroll_y == log.max_scroll_y  # following
+        await until(pilot, lambda: len(pane.lines) == 104 and log.max_scroll_y > 0
+                    and log.scroll_y == log.max_scroll_y)  # following
         log.scroll_to(y=0, animate=False)
-        await settle(pilot, 1)
+        await until(pilot, lambda: log.scroll_y == 0)
         be.on_log("host-a", "s-failed", ["a", "b", "c"])
-        await settle(pilot)
+        await until(pilot, lambda: "3 new lines" in text_of(app, ".new-lines"))
         assert pane.unseen == 3 and log.scroll_y == 0
-        assert "3 new lines" in str(pane.query_one(".new-lines", Static).render())
         await pilot.press("end")
-        await settle(pilot)
-        assert pane.unseen == 0 and log.scroll_y == log.max_scroll_y
+        await until(pilot, lambda: pane.unseen == 0 and log.scroll_y == log.max_scroll_y)
         await pilot.press("w")
-        await settle(pilot, 1)
-        assert pane.wrap and len(log.lines) > len(pane.lines)
+        await until(pilot, lambda: pane.wrap and len(log.lines) > len(pane.lines))
 
         await focus_gpu(app, pilot, 3)  # a foreign server has no session log
-        assert app.following is None and len(pane.lines) == 0
+        await until(pilot, lambda: app.following is None and len(pane.lines) == 0)
         banner = str(pane.query_one(".banner", Static).render())
         assert "foreign server (pid 5150)" in banner and "z shows its output" in banner  # where to read it
 
@@ -322,24 +336,21 @@ async def test_view_coalescing_and_theme_cycle():
     be = FakeBackend([view_idle()])
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         for i in range(200):  # a burst: only the latest view is applied
             be.push(view_idle(n=2 + (i % 2)))
         assert len(app.pending_views) == 1
-        await settle(pilot)
-        assert len(app.query(GpuPanel)) == 3 and not app.pending_views
+        await until(pilot, lambda: len(app.query(GpuPanel)) == 3 and not app.pending_views)
         assert app.theme == "textual-dark" and "theme-dark" in app.classes
         await pilot.press("t")
         assert app.theme == "textual-light" and "theme-light" in app.classes
         await pilot.press("t")
         assert app.theme == "mtp-high-contrast" and "theme-high-contrast" in app.classes
         await pilot.press("question_mark")
-        await settle(pilot, 1)
-        assert app.screen.query("HelpPanel")
+        await until(pilot, lambda: app.screen.query("HelpPanel"))
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Kill (k)" in titles and "Launch (l)" in titles
         await pilot.press("q")
-        await settle(pilot, 1)
     assert ("stop",) in be.calls
 
 
@@ -351,25 +362,26 @@ async def test_remote_text_is_never_markup():
     be.logs[("host-a", "s-[i]x")] = ["[bold]not bold[/bold] [/]"]
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 0)
         p = panel(app, "host-a", 0)
         assert "[b]evil[/b] [red" in p.title_text
         assert "s-[i]x" in p.body.plain
-        assert list(app.query_one(LogPane).lines) == ["[bold]not bold[/bold] [/]"]
+        await until(pilot, lambda: list(app.query_one(LogPane).lines) == ["[bold]not bold[/bold] [/]"])
         be.on_audit(AuditEntry(at=NOW, host="host-a", op="[b]op", result="[/]"))
         app.say("[/] bad")
-        await settle(pilot)
+        await pilot.press("a")  # the audit pane draws the entry: never parsed as markup
+        await until(pilot, lambda: "-shown" in app.query_one("#audit").classes and app.query_one("#audit").row_count == 2)
 
 
 async def test_compact_is_a_grid_sized_by_width():
     views = [HostView(snapshot=view_idle("host-a", 8).snapshot), view_idle("host-b", 8)]
     app = frozen_app(FakeBackend(views))
     async with app.run_test(size=(200, 50)) as pilot:
-        await settle(pilot)
-        full = panel(app, "host-a", 0).region.height
+        await started(pilot)
+        full = await until(pilot, lambda: panel(app, "host-a", 0).region.height)
         await pilot.press("c")
-        await settle(pilot)
+        await until(pilot, lambda: panel(app, "host-a", 0).region.y == panel(app, "host-a", 1).region.y)
         cols = app.grid_columns()
         assert cols == (app.query_one("#hosts").size.width - 1) // 44 >= 2
         p0, p1 = panel(app, "host-a", 0), panel(app, "host-a", 1)
@@ -377,12 +389,11 @@ async def test_compact_is_a_grid_sized_by_width():
         assert p0.region.height == 6 < full  # title, power, stats, session + border
         assert "no processes" not in p0.body.plain
         await pilot.resize_terminal(120, 50)
-        await settle(pilot)
-        assert app.grid_columns() < cols
-        assert app.query_one(".gpus").styles.grid_size_columns == app.grid_columns()
+        await until(pilot, lambda: app.grid_columns() < cols
+                    and app.query_one(".gpus").styles.grid_size_columns == app.grid_columns())
         await pilot.press("c")
-        await settle(pilot)
-        assert panel(app, "host-a", 0).region.height == full and panel(app, "host-a", 1).region.y > full
+        await until(pilot, lambda: panel(app, "host-a", 0).region.height == full)
+        assert panel(app, "host-a", 1).region.y > full
         assert "no processes" in panel(app, "host-a", 0).body.plain
 
 
@@ -401,21 +412,19 @@ async def test_form_hooks_get_the_host_and_a_plan_error_needs_force():
     be.validator, be.planner = validator, planner
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 1)
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: is_form(app))
         form = app.screen
         await pilot.click("#launch")
-        await settle(pilot, 2)
+        checks = await until(pilot, lambda: "does not fit" in text_of(app, "#checks") and text_of(app, "#checks"))
         assert ("validator", "host-a") in seen and ("planner", "host-a") in seen
-        checks = str(form.query_one("#checks", Static).render())
-        assert "does not fit" in checks and "flags: no problems" in checks
-        assert str(form.query_one("#launch", Button).label) == "Launch"  # blocked
+        assert "flags: no problems" in checks
+        assert label(app) == "Launch"  # blocked
         form.query_one("#force", Switch).value = True
-        await settle(pilot, 1)
         await submit_form(app, pilot)
-        req = last(be, "launch")[1]
+        req = (await until(pilot, lambda: calls(be, "launch")))[-1][1]
         assert req.force and req.gpus == [1]
 
 
@@ -433,29 +442,27 @@ async def test_launch_refused_before_start_creates_no_session():
     be.launch = refuse
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await focus_gpu(app, pilot, 1)
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: is_form(app))
         await submit_form(app, pilot)
-        await settle(pilot)
+        steps = app.query_one(StepsView)
+        await until(pilot, lambda: steps.result is not None
+                    and any("launch refused, nothing started: memory plan: does not fit" in n for n in notes(app)))
         assert badge(app, "host-a", 1) == "IDLE" and badge(app, "host-a", 0) == "IDLE"
         assert "no server" in panel(app, "host-a", 1).body.plain
         assert "FAILED" not in header(app) and "IDLE 2" in header(app)
         assert str(app.query_one(".host-note", Static).render()) == ""
-        steps = app.query_one(StepsView)
         assert not steps.result.ok and steps.steps[0].state == "failed"
-        assert any("launch refused, nothing started: memory plan: does not fit" in n for n in notes(app))
         await pilot.press("k")
-        await settle(pilot, 1)
+        await until(pilot, lambda: "nothing is running on host-a GPU 1" in notes(app)[-1])
         assert not isinstance(app.screen, ConfirmScreen)
-        assert "nothing is running on host-a GPU 1" in notes(app)[-1]
         be.launch = FakeBackend.launch.__get__(be)
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: is_form(app))
         await submit_form(app, pilot)
-        await settle(pilot)
-        assert badge(app, "host-a", 1) == "READY"
+        await until(pilot, lambda: badge(app, "host-a", 1) == "READY")
 
 
 def header(app, host: str = "host-a") -> str:
@@ -468,14 +475,15 @@ async def test_keys_typed_ahead_each_move_the_selection():
     be = FakeBackend([view_idle(n=4)])
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        start = app.selected.index if app.selected is not None else -1
+        await started(pilot)
+        first = selected(app)
+        start = first.index if first is not None else -1
         app.action_next_panel(1)
         app.action_next_panel(1)  # no await between them: the first focus event has not run yet
-        await settle(pilot)
-        assert app.selected is panel(app, "host-a", start + 2)
+        await until(pilot, lambda: app.focused is panel(app, "host-a", start + 2))
+        assert selected(app) is panel(app, "host-a", start + 2)
         app.action_next_panel(-1)
         app.action_next_panel(-1)
         app.action_next_panel(-1)
-        await settle(pilot)
-        assert app.selected is panel(app, "host-a", (start + 2 - 3) % 4)
+        await until(pilot, lambda: app.focused is panel(app, "host-a", (start + 2 - 3) % 4))
+        assert selected(app) is panel(app, "host-a", (start + 2 - 3) % 4)
