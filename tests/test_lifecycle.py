@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from console.config import HostConfig
+from console.link.client import LinkListener
 from console.link.link import HostLink
 from console.link.ssh import parse_host_spec
-from console.model import KillTarget, LaunchRequest
+from console.model import KillTarget, LaunchRequest, LogChunk
 from console.ops import lifecycle
 from tests.conftest import free_port
 from tests.helpers.wait import await_until
@@ -147,7 +148,11 @@ async def test_connection_aborted_after_launch_server_survives_and_log_unbroken(
     r = await lifecycle.launch(lk, req(free_port(), "--delay", "1.5"), wait=False)
     assert r.ok
     lines: list[str] = []
-    lk.listeners.append(lambda kind, msg: lines.extend(msg["data"].splitlines()) if kind == "log" else None)
+
+    class Lines(LinkListener):
+        def on_log(self, chunk: LogChunk) -> None:
+            lines.extend(chunk.data.splitlines())
+    lk.listen(Lines())
     await lk.follow_log(r.session_id, 0)
     assert await await_until(lambda: lines, 10), "no log line before the abort"
     lk.abort_connection()  # no goodbye: a dead network

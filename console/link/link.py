@@ -130,11 +130,8 @@ class HostLink:
         self.follows: dict[str, int] = {}
         self.follow_files: dict[str, int | None] = {}
         """The inode each followed offset is in (a capped log is rotated: offsets restart in the new file)."""
-        self.listeners: list[Callable[[str, dict], None]] = []
-        """Untyped listeners, called with (kind, message) for every sample, event and log message, and on state
-        changes: the old way, kept while callers move to :meth:`listen`."""
-        self.watchers: list[LinkListener] = []
-        """Typed listeners (:meth:`listen`): they hear models."""
+        self._listeners: list[LinkListener] = []
+        """Who hears what arrives (:meth:`listen`), as models."""
         self.client = HostClient(self)
         """The agent's ops, typed (:class:`~console.link.client.HostClient`): the way to ask this host."""
         self.connected = asyncio.Event()
@@ -145,16 +142,16 @@ class HostLink:
     # ------------------------------------------------------------ connection
     def listen(self, listener: LinkListener) -> None:
         """Tell ``listener`` what arrives (samples, log chunks, events) and how the connection fares, as models."""
-        if listener not in self.watchers:
-            self.watchers.append(listener)
+        if listener not in self._listeners:
+            self._listeners.append(listener)
 
     def unlisten(self, listener: LinkListener) -> None:
         """Stop telling ``listener`` (one never added is fine)."""
-        if listener in self.watchers:
-            self.watchers.remove(listener)
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     def _tell(self, method: str, *arg: Any) -> None:
-        for w in list(self.watchers):
+        for w in list(self._listeners):
             try:
                 getattr(w, method)(*arg)
             except Exception:  # a listener must never kill the link
@@ -164,21 +161,13 @@ class HostLink:
         if state != self.state or error != self.error:
             self.state, self.error, self.since = state, error, self.clock()
             self._snapshot = None
-            self._notify("state", {"state": state, "error": error})
-            if self.watchers:
+            if self._listeners:
                 self._tell("on_state", self.snapshot().connection)
 
     def mark_down(self, error: str, *, refused: bool = False) -> None:
         """Record that this host could not be reached (``refused``: it was refused, e.g. its host key), with
         the reason its snapshot reports; for callers that gave up on it without :meth:`run`."""
         self._set_state("failed" if refused else "unreachable", error)
-
-    def _notify(self, kind: str, msg: dict) -> None:
-        for fn in list(self.listeners):
-            try:
-                fn(kind, msg)
-            except Exception:  # a listener must never kill the link
-                pass
 
     async def _open_channel(self) -> _Channel:
         argv = [self.cfg.python, "-u", "-c", protocol.BOOTSTRAP]
@@ -312,8 +301,7 @@ class HostLink:
                     fut.set_exception(request_error(msg.get("kind"), msg.get("error")))
         elif t == "sample":
             self.sample, self.received_at, self._snapshot = msg["data"], self.clock(), None
-            self._notify("sample", msg)
-            if self.watchers:
+            if self._listeners:
                 self._tell("on_sample", self.snapshot())
         elif t == "log":
             sid = msg.get("session_id")
@@ -326,8 +314,7 @@ class HostLink:
                     self.follows[sid] + len(msg.get("data", "").encode("utf-8")))
                 if isinstance(msg.get("file"), int):
                     self.follow_files[sid] = msg["file"]
-                self._notify("log", msg)
-                chunk = pushed_log(msg) if self.watchers else None
+                chunk = pushed_log(msg) if self._listeners else None
                 if chunk is not None:
                     self._tell("on_log", chunk)
         elif t == "event":
@@ -336,14 +323,12 @@ class HostLink:
             if msg.get("kind") == "log_rotated" and msg.get("session_id") in self.follows:
                 # the old segment was pushed to its end; the new file's lines come from its offset 0
                 self.follows[msg["session_id"]], self.follow_files[msg["session_id"]] = 0, msg.get("file")
-            self._notify("event", msg)
             self._tell_event(msg)
         elif t in ("error", "fatal"):
-            self._notify("error", msg)
             self._tell_event(msg)
 
     def _tell_event(self, msg: dict) -> None:
-        event = pushed_event(msg) if self.watchers else None
+        event = pushed_event(msg) if self._listeners else None
         if event is not None:
             self._tell("on_event", event)
 
@@ -400,7 +385,6 @@ class HostLink:
         if self.chan is not None and not self._pinging() and time.monotonic() >= self._ping_due():
             self._pinged_at = time.monotonic()
             self._ping_task = asyncio.create_task(self._ping())
-        self._notify("tick", {})
         self._tell("on_tick")
 
     async def _fail(self, error: str, fatal: bool = False) -> None:
