@@ -76,14 +76,14 @@ async def run(ctx, sec) -> None:
         return orig_display(screen, renderable)
     app._display = display
     actions: dict[str, float] = {}
-    for name in ("action_next_panel", "action_compact"):
-        orig = getattr(app, name)
+    for name in ("action_next_panel", "action_compact"):  # the GPU panels' screen's actions (its keys)
+        orig = getattr(app.main, name)
 
         def wrapped(*a, _orig=orig, _name=name):
             r = _orig(*a)
             actions[_name] = time.perf_counter()
             return r
-        setattr(app, name, wrapped)
+        setattr(app.main, name, wrapped)
 
     spent = {"apply_views": 0.0, "section": 0.0, "layout": 0.0}
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -91,9 +91,14 @@ class Profile(Strict):
     description: str | None = None
 
 
+ThemeName = Literal["dark", "light", "high-contrast"]
+"""The TUI's themes (``ui.theme``, ``--theme``; ``t`` cycles them in this order)."""
+THEME_NAMES: tuple[ThemeName, ...] = get_args(ThemeName)
+
+
 class UiConfig(Strict):
     interval: float = Field(default=1.0, gt=0.0, le=60.0)
-    theme: str = "dark"
+    theme: ThemeName = "dark"
     keymap: dict[str, str] = Field(default_factory=dict)
     """action name -> key, overriding the defaults."""
     read_only: bool = False

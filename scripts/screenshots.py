@@ -90,7 +90,7 @@ async def shoot(out: Path) -> list[Path]:
             await until(pilot, lambda: panel0() is not None and panel0().badge_label == "FOREIGN"
                         and panel0().gpu is not None and (panel0().gpu.power_w or 0) > 200, 90,
                         "the hand-started server serving on GPU 0")
-            app._focus_panel(panel0())
+            app.main.focus_panel(panel0())
             await pilot.pause(2.0)
 
             await pilot.press("k")

@@ -7,9 +7,8 @@ import sys
 from typing import Callable
 
 from console.core.redact import redact_obj, redact_text
+from console.core.text import STEP_MARKS
 from console.model import OperationResult, Step
-
-MARK = {"ok": "✓", "failed": "✗", "running": "…", "pending": " ", "skipped": "-", "warning": "⚠"}
 
 
 def term(text: str) -> str:
@@ -34,7 +33,7 @@ def step_printer(json_output: bool) -> Callable[[list[Step]], None]:
             if s.state in ("ok", "failed", "skipped", "warning") and (s.name, s.state) not in shown:
                 shown.add((s.name, s.state))
                 t = f" ({s.elapsed_s:.2f} s)" if s.elapsed_s is not None else ""
-                print(f"  {MARK[s.state]} {s.name}{t}: {term(s.evidence or '')}", flush=True)
+                print(f"  {STEP_MARKS[s.state]} {s.name}{t}: {term(s.evidence or '')}", flush=True)
     return on_steps
 
 

@@ -19,6 +19,7 @@ import importlib
 import sys
 
 from console.commands.context import CliContext, demo_or_config, make_audit, make_links
+from console.config import THEME_NAMES
 from console.errors import UserError
 
 UI_MODULES = ("console.ops.backend", "console.ui.app")
@@ -29,8 +30,8 @@ LATER_MODULES = ("console.core.classify", "console.ui.screens.sessions", "consol
 loop once the first frames are drawn (:data:`WARM_AFTER_S`), so a key pressed then does not wait for them."""
 WARM_AFTER_S = 1.5
 """Seconds after the app starts before :data:`LATER_MODULES` are imported (its first frames come first)."""
-THEMES = ("dark", "light", "high-contrast")
-"""``console.ui.themes.NAMES`` (a test keeps them equal): a wrong ``--theme`` is refused before Textual is
+THEMES = THEME_NAMES
+"""``console.config.ThemeName`` (``console.ui.themes.NAMES`` too): a wrong ``--theme`` is refused before Textual is
 imported, and the hosts start before that import."""
 GC_PAUSE_S = 5.0
 """The cyclic garbage collector is paused while the TUI starts (the UI's imports and first frames allocate

@@ -16,51 +16,38 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable
 
 from textual import events
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import CommandPalette
-from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Header
 
 from console.backend import Backend
-from console.model import AuditEntry, HostView, OperationResult, SessionView
+from console.config import ThemeName
+from console.model import AuditEntry, HostView, OperationResult
 from console.ui.format import clean, short
 from console.ui.log_follow import LogFollower
-from console.ui.main_screen import MainScreen
+from console.ui.main_screen import KEYS, MainScreen, allowed
+from console.ui.protocols import LogListener
 from console.ui.screens.workflow import Workflow
 from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
 from console.ui.views import ViewPipeline
-from console.ui.widgets.audit import AuditPane
-from console.ui.widgets.footer import QuietFooter
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
-from console.ui.widgets.log_pane import LogPane
-from console.ui.widgets.steps import StepsView
 
 if TYPE_CHECKING:
     from console.ui.operations import Operations
     from console.ui.screens.advice import AdviceActions
 
-DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
-MAIN_ONLY = {*DESTRUCTIVE, "select_panel", "filter_log", "wrap_log", "follow_log", "audit", "compact",
-             "sessions", "full_log", "orphans", "events", "move_panel", "next_panel", "advice", "report"}
-"""Actions of the GPU panels' screen: hidden from the footer and inert while another screen is shown."""
-COMPACT_CELL = 44
-"""Width of one GPU panel in compact mode (the stats line fits)."""
-
-
-class HostsPane(VerticalScroll):
-    """The scrolling column of host sections; tells the app when its width changes (compact grid)."""
-
-    def on_resize(self) -> None:
-        app = self.app
-        if isinstance(app, MtpConsoleApp):
-            app.set_grid()
-
 
 class MtpConsoleApp(App):
-    """The operator console. Build it with :func:`make_app`."""
+    """The operator console. Build it with :func:`make_app`.
+
+    The GPU panels' screen (:attr:`main`, ``console/ui/main_screen.py``) owns what is drawn there and its keys;
+    the app owns the data coming in, the timers, the theme and help keys, and the parts that carry out what a
+    key starts: the operations (:attr:`ops`), the screens behind keys (:attr:`workflow`), the advice keys
+    (:attr:`advice_actions`), the log follower and the view pipeline. Each part gets the app typed as
+    :class:`console.ui.protocols.Console`.
+    """
 
     def say(self, message: str, **kw) -> None:
         """A toast whose text is never parsed as markup (it often quotes remote text)."""
@@ -71,28 +58,10 @@ class MtpConsoleApp(App):
     BINDINGS = [
         Binding("question_mark", "help", "Help", tooltip="show or hide the key help", id="help"),
         Binding("q", "quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
-        Binding("l", "launch", "Launch", tooltip="launch a server on the selected GPU (flag form)", id="launch"),
-        Binding("k", "kill", "Kill", tooltip="stop the selected session, confirmed", id="kill"),
-        Binding("r", "relaunch", "Relaunch", tooltip="confirmed kill, then launch with the same flags", id="relaunch"),
-        Binding("e", "edit", "Edit", tooltip="edit the flags and relaunch", id="edit"),
-        Binding("enter", "select_panel", "Select", show=False, tooltip="focus the selected GPU panel", id="select_panel"),
-        Binding("slash", "filter_log", "Filter", tooltip="filter the log (hide non-matching lines)", id="filter_log"),
-        Binding("w", "wrap_log", "Wrap", tooltip="toggle wrapping of long log lines", id="wrap_log"),
-        Binding("end", "follow_log", "Follow", show=False, tooltip="jump to the end of the log and follow it", id="follow_log"),
-        Binding("a", "audit", "Audit", tooltip="show or hide the remote commands run", id="audit"),
-        Binding("c", "compact", "Compact", tooltip="compact GPU panels", id="compact"),
         Binding("t", "cycle_theme", "Theme", tooltip="dark → light → high contrast", id="cycle_theme"),
-        Binding("s", "sessions", "Sessions", tooltip="every session, current and ended: open, acknowledge",
-                id="sessions"),
-        Binding("z", "full_log", "Full log", tooltip="the log full screen: search, decisive line", id="full_log"),
-        Binding("o", "orphans", "Orphans", tooltip="processes of no live server holding GPU memory", id="orphans"),
-        Binding("v", "events", "Events", tooltip="exits, OOM kills, READY, actions, with times", id="events"),
-        Binding("i", "advice", "Advice", tooltip="the advisor on the selected GPU: evidence, checked change; e edits",
-                id="advice"),
-        Binding("p", "report", "Report", tooltip="write the incident report of the selected GPU's session",
-                id="report"),
         Binding("f1", "help", "Help", show=False, tooltip="show or hide the key help", id="help_f1"),
     ]
+    """Keys of every screen (the GPU panels' screen has its own: ``console.ui.main_screen.KEYS``)."""
 
     def __init__(self, backend: Backend, *, theme: str = "dark", read_only: bool = False,
                  clock: Callable[[], float] = time.time, interval: float | None = None,
@@ -106,19 +75,18 @@ class MtpConsoleApp(App):
         self.read_only = bool(read_only or backend.read_only)
         self.clock = clock
         self.interval = float(interval or backend.interval or 1.0)
-        self.theme_name = theme
+        self.theme_name: ThemeName = theme
         self.register_theme(HIGH_CONTRAST)
         self.set_theme(theme)  # before the DOM exists: no restyle of every widget at mount
+        self.main = MainScreen(self, id="_default")
+        """The GPU panels' screen (the default screen)."""
         self.pipeline = ViewPipeline(self)
         self.pending_views = self.pipeline.pending
         self.views = self.pipeline.views
-        self.sections = self.pipeline.sections
         self.audit_queue: deque[AuditEntry] = deque()
-        self.selected: GpuPanel | None = None
         self.log_follower = LogFollower(self)
-        self.compact = False
         self.workflow = Workflow(self)
-        self.log_listeners: list[Callable[[str, str, list[str]], None]] = []
+        self.log_listeners: list[LogListener] = []
         """Also told every batch of log lines (the full-screen log)."""
 
     # Built at first use (a key, a form): their modules (forms, impact, advice screens) are no part of the
@@ -155,32 +123,52 @@ class MtpConsoleApp(App):
     def results(self) -> list[OperationResult]:
         return self.ops.results
 
+    # The GPU panels' screen, as the tests and benches reach it through the app.
+    @property
+    def selected(self) -> GpuPanel | None:
+        """The selected GPU panel (:attr:`main`'s)."""
+        return self.main.selected
+
+    @property
+    def compact(self) -> bool:
+        """Compact mode (:attr:`main`'s)."""
+        return self.main.compact
+
+    @property
+    def sections(self) -> dict[str, HostSection]:
+        return self.main.sections
+
+    def panels(self) -> list[GpuPanel]:
+        return self.main.panels()
+
+    def select(self, panel: GpuPanel) -> None:
+        self.main.select(panel)
+
+    def section(self, host: str) -> HostSection:
+        return self.main.section(host)
+
+    def grid_columns(self, width: int | None = None) -> int:
+        return self.main.grid_columns(width)
+
+    def action_next_panel(self, step: int = 1) -> None:
+        self.main.action_next_panel(step)
+
+    def action_compact(self) -> None:
+        self.main.action_compact()
+
     # ------------------------------------------------------------------ layout
     def get_default_screen(self) -> Screen:
-        return MainScreen(id="_default")
-
-    def compose(self) -> ComposeResult:
-        yield Header()
-        with Horizontal(id="body"):
-            with HostsPane(id="hosts"):
-                for h in self.backend.hosts:
-                    self.sections[h] = HostSection(h)
-                    yield self.sections[h]
-            with Vertical(id="side"):
-                yield StepsView(self.clock, id="steps")
-                yield LogPane(id="log")
-                yield AuditPane(id="audit")
-        yield QuietFooter()
+        return self.main
 
     def on_mount(self) -> None:
         self.sub_title = "READ-ONLY" if self.read_only else f"{len(self.backend.hosts)} host(s)"
         self.set_interval(0.1, self.apply_views)
         self.set_interval(0.075, self.flush_logs)
         self.set_interval(1.0, self.pipeline.refresh_ages)
-        self.set_interval(0.25, self._spin)
-        self.run_worker(self._start_backend(), group="backend", exit_on_error=False)
+        self.set_interval(0.25, self.spin)
+        self.run_worker(self.start_backend(), group="backend", exit_on_error=False)
 
-    async def _start_backend(self) -> None:
+    async def start_backend(self) -> None:
         try:
             await self.backend.start(self.on_view, self.on_log, self.on_audit)
         except Exception as e:  # the UI stays up and says why
@@ -212,9 +200,6 @@ class MtpConsoleApp(App):
         self.audit_queue.append(entry)
 
     # ------------------------------------------------------------------ timers
-    def section(self, host: str) -> HostSection:
-        return self.pipeline.section(host)
-
     def apply_views(self, force: bool = False) -> None:
         """Apply the views pushed since the last tick (see console/ui/views.py)."""
         self.pipeline.apply(force)
@@ -224,109 +209,21 @@ class MtpConsoleApp(App):
 
     def flush_logs(self) -> None:
         if self.audit_queue:
-            audit = self.query_one(AuditPane)
+            audit = self.main.audit_pane
             while self.audit_queue:
                 audit.add_entry(self.audit_queue.popleft())
         self.log_follower.flush()
 
-    def _spin(self) -> None:
+    def spin(self) -> None:
         if self.animation_level != "none":
-            self.query_one(StepsView).tick()
-
-    # ------------------------------------------------------------------ selection and log
-    def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
-        focused = self.focused
-        if isinstance(focused, GpuPanel) and focused is not message.panel:
-            return  # a focus the keys have already moved past (Tab Tab typed ahead)
-        self.select(message.panel)
-
-    def select(self, panel: GpuPanel) -> None:
-        if self.selected is not None and self.selected is not panel:
-            self.selected.remove_class("selected")
-        self.selected = panel
-        panel.add_class("selected")
-        self.log_follower.sync(panel)
-
-    def find_session(self, host: str, sid: str) -> SessionView | None:
-        view = self.views.get(host)
-        return next((s for s in view.sessions if s.session_id == sid), None) if view else None
-
-    def panels(self) -> list[GpuPanel]:
-        return list(self.query(GpuPanel))
-
-    def action_next_panel(self, step: int = 1) -> None:
-        panels = self.panels()
-        if not panels:
-            return
-        i = panels.index(self.selected) if self.selected in panels else -step if step > 0 else 0
-        target = panels[(i + step) % len(panels)]
-        # Selected now, not when the focus event comes round: keys typed ahead (Tab Tab) each move on.
-        self.select(target)
-        self._focus_panel(target)
-
-    @staticmethod
-    def _focus_panel(panel: GpuPanel) -> None:
-        """Focus ``panel`` and scroll the hosts pane only as far as needed to show it.
-
-        Textual's own focus scroll centres a widget that the last frame did not show entirely;
-        right after a layout change (the first tab after start) that frame can be out of date,
-        and the pane jumped by a few lines with the panel already in view.
-        """
-        panel.focus(scroll_visible=False)
-        panel.scroll_visible(animate=False)
-
-    def action_select_panel(self) -> None:
-        p = self.selected
-        if p is None or not p.is_attached:
-            self.action_next_panel(1)
-            return
-        self._focus_panel(p)
-        self.log_follower.sync(p)  # explicit: show the session there now
-
-    def action_filter_log(self) -> None:
-        self.query_one(LogPane).open_filter()
-
-    def action_wrap_log(self) -> None:
-        self.query_one(LogPane).toggle_wrap()
-
-    def action_follow_log(self) -> None:
-        self.query_one(LogPane).follow()
-
-    def action_audit(self) -> None:
-        self.query_one(AuditPane).toggle_class("-shown")
+            self.main.steps.tick()
 
     def on_resize(self, event: events.Resize) -> None:
-        self.workflow.fit(event.size.width, event.size.height)
+        self.main.fit(event.size.width, event.size.height)
         self.fit_help()
 
-    def action_compact(self) -> None:
-        """Compact mode: short panels in a grid, as many columns as the width allows."""
-        self.workflow.user_compact = True  # the operator chose: no more automatic switching
-        self._toggle_compact()
-
-    def _toggle_compact(self) -> None:
-        self.compact = not self.compact
-        with self.batch_update():
-            # Inline styles, not a class on #hosts: a class there restyles every widget below it
-            # (~100 with 64 panels), this touches two containers per host and one widget per panel.
-            for sec in self.sections.values():
-                sec.set_compact(self.compact, self.grid_columns())
-
-    def grid_columns(self, width: int | None = None) -> int:
-        """GPU panels per row in compact mode for a hosts pane ``width`` cells wide."""
-        if width is None:
-            width = self.query_one("#hosts").size.width or self.size.width
-        return max(1, min(8, (width - 1) // COMPACT_CELL))
-
-    def set_grid(self) -> None:
-        if not self.compact:
-            return
-        n = self.grid_columns()
-        for sec in self.sections.values():
-            sec.set_compact(True, n)
-
     # ------------------------------------------------------------------ themes and help
-    def set_theme(self, name: str) -> None:
+    def set_theme(self, name: ThemeName) -> None:
         self.theme_name = name
         self.theme = TEXTUAL_THEME[name]
         for n in NAMES:
@@ -350,88 +247,34 @@ class MtpConsoleApp(App):
         self.fit_help(helping=False)  # the panel leaves the DOM after this call
 
     def fit_help(self, helping: bool | None = None) -> None:
-        """While the key help is open beside too narrow a main view (80x24), the log pane steps aside for it:
-        squeezed below their minimum widths the GPU panels would be laid out off screen."""
-        screen = self.screen
-        if not isinstance(screen, MainScreen):
-            return
-        helping = bool(screen.query("HelpPanel")) if helping is None else helping
-        need = sum(int(w.styles.min_width.value) if w.styles.min_width else 0 for w in screen.query("#hosts, #side"))
-        help_w = min(60, max(30, self.size.width // 3))  # Textual's HelpPanel: 33 %, at least 30, at most 60
-        screen.set_class(helping and self.size.width - help_w < need, "-help-narrow")
+        """The GPU panels' screen makes room for the key help on a narrow terminal (MainScreen.fit_help)."""
+        if self.screen is self.main:
+            self.main.fit_help(helping)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """Each command once: the console's own key actions, then Textual's that they do not cover
-        (its "Theme" and "Keys" are the console's ``t`` and ``?``)."""
+        """Each command once: the keys of ``screen`` (of the screen under the palette when it is the palette) that
+        are the console's own — the GPU panels' :data:`~console.ui.main_screen.KEYS`, else the app's — then
+        Textual's that they do not cover (its "Theme" and "Keys" are the console's ``t`` and ``?``)."""
+        under = self.screen_stack[-2] if isinstance(screen, CommandPalette) and len(self.screen_stack) > 1 else screen
+        on_main = under is self.main
         seen: set[str] = set()
         ours = []
-        for b in self.BINDINGS:
-            if (isinstance(b, Binding) and b.action != "quit" and b.action not in seen
-                    and self.check_action(b.action, ())):
-                seen.add(b.action)
+        for b in KEYS if on_main else self.BINDINGS:
+            if not isinstance(b, Binding):
+                continue
+            where, _, action = b.action.rpartition(".")
+            target: App | MainScreen = self.main if on_main and where != "app" else self
+            if action != "quit" and action not in seen and target.check_action(action, ()):
+                seen.add(action)
                 ours.append(SystemCommand(f"{b.description} ({b.key})", b.tooltip or b.description,
-                                          lambda a=b.action: self.run_action(a)))
+                                          lambda a=action, t=target: t.run_action(a)))
         covered = {"Theme", "Keys"}
         yield from (c for c in super().get_system_commands(screen) if c.title not in covered)
         yield from ours
 
     # ------------------------------------------------------------------ read-only
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in MAIN_ONLY and not isinstance(self.screen, (MainScreen, CommandPalette)):
-            return False  # another screen (a table, the full log, a form, a dialog): its own keys only
-        if action in DESTRUCTIVE and self.read_only:
-            return None  # shown disabled in the footer; the key falls through to _refuse
-        return True
-
-    def _refuse(self, action: str) -> None:
-        if self.read_only and isinstance(self.screen, MainScreen):
-            self.say(f"read-only: {DESTRUCTIVE[action]} disabled", severity="warning")
-
-    def key_l(self) -> None:
-        self._refuse("launch")
-
-    def key_k(self) -> None:
-        self._refuse("kill")
-
-    def key_r(self) -> None:
-        self._refuse("relaunch")
-
-    def key_e(self) -> None:
-        self._refuse("edit")
-
-    # ------------------------------------------------------------------ actions
-    def action_launch(self) -> None:
-        self.ops.launch()
-
-    def action_kill(self) -> None:
-        self.ops.kill()
-
-    def action_relaunch(self) -> None:
-        self.ops.relaunch()
-
-    def action_edit(self) -> None:
-        self.ops.edit()
-
-    def action_sessions(self) -> None:
-        self.workflow.sessions()
-
-    def action_full_log(self) -> None:
-        self.workflow.full_log()
-
-    def action_orphans(self) -> None:
-        self.workflow.orphans()
-
-    def action_events(self) -> None:
-        self.workflow.events()
-
-    def action_advice(self) -> None:
-        self.advice_actions.show()
-
-    def action_report(self) -> None:
-        self.advice_actions.report()
-
-    def action_move_panel(self, dx: int, dy: int) -> None:
-        self.workflow.move(dx, dy)
+        return allowed(action, self.read_only)
 
     async def action_quit(self) -> None:
         try:

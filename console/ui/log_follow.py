@@ -12,15 +12,13 @@ old, follow the new and show its tail); lines arriving meanwhile wait in the que
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
+from console.core.text import launch_progress
 from console.model import SessionView
 from console.ui.format import clean, clock_text, gpu_list, hms, short
+from console.ui.protocols import Console
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.log_pane import LogPane
-
-if TYPE_CHECKING:
-    from console.ui.app import MtpConsoleApp
 
 
 def banner(s: SessionView) -> str:
@@ -32,7 +30,7 @@ def banner(s: SessionView) -> str:
     elif s.state == "stopped":
         state += f" by {s.stopped_by or 'an operator'} at {hms(s.ended_at)}"
     elif s.state == "launching":
-        state += f" {s.step or 0}/6"
+        state += f" {launch_progress(s.step)}"
     when = "launch sent" if s.pending else "started"
     return (f"session {clean(s.session_id or '', 80)} · {state} · {s.host} · GPUs {gpu_list(s.gpus)}\n"
             f"{when} {clock_text(s.started_at)}\n$ {argv}")
@@ -41,8 +39,8 @@ def banner(s: SessionView) -> str:
 class LogFollower:
     """Follows one session's log for the log pane (see the module docstring)."""
 
-    def __init__(self, app: MtpConsoleApp) -> None:
-        self.app = app
+    def __init__(self, console: Console) -> None:
+        self.console = console
         self.key: tuple[str, str] | None = None
         """(host, session id) shown in the log pane; None when it shows no session."""
         self.attached = False
@@ -54,7 +52,7 @@ class LogFollower:
 
     @property
     def pane(self) -> LogPane:
-        return self.app.query_one(LogPane)
+        return self.console.main.log_pane
 
     # ---- lines in (any thread) and out (timer)
     def on_log(self, host: str, session_id: str, lines: list[str]) -> None:
@@ -108,7 +106,7 @@ class LogFollower:
         if old is None and new is None:
             return
         self.switching += 1
-        self.app.run_worker(self._switch(old, new), group="follow", exit_on_error=False)
+        self.console.run_worker(self._switch(old, new), group="follow", exit_on_error=False)
 
     @property
     def busy(self) -> bool:
@@ -116,7 +114,7 @@ class LogFollower:
         return self.switching > 0
 
     async def _switch(self, old: tuple[str, str] | None, new: tuple[str, str] | None) -> None:
-        backend = self.app.backend
+        backend = self.console.backend
         try:
             if old is not None:
                 await backend.unfollow_log(*old)
@@ -125,6 +123,6 @@ class LogFollower:
                 if self.key == new:
                     self.pane.add_lines(tail)
         except Exception as e:
-            self.app.say(f"log: {short(clean(str(e)), 200)}", severity="warning")
+            self.console.say(f"log: {short(clean(str(e)), 200)}", severity="warning")
         finally:
             self.switching -= 1

@@ -1,20 +1,323 @@
-"""The GPU panels' screen, in its own module so the app and the screens it opens can both name it
-(``console.ui.app`` imports the workflow screens; they check whether this screen is on top)."""
+"""The GPU panels' screen: the host sections with their GPU panels, the steps, log and audit panes beside
+them, and the keys that act on the selected panel.
+
+It owns what is on it: the composition, which panel is selected (the log pane shows that panel's current
+session), the compact grid and moving between panels. Its keys (:data:`KEYS`) act only while it is on top:
+another screen (a table, the full log, a form, a dialog) has its own. What a key starts — an operation, a
+screen behind a key, the advice — is carried out by the app's parts, reached through
+:class:`~console.ui.protocols.Console`.
+"""
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.command import CommandPalette
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.widgets import Header
+
+from console.ui.protocols import Console
+from console.ui.widgets.audit import AuditPane
+from console.ui.widgets.footer import QuietFooter
+from console.ui.widgets.gpu_panel import GpuPanel
+from console.ui.widgets.host_section import HostSection
+from console.ui.widgets.log_pane import LogPane
+from console.ui.widgets.steps import StepsView
+
+DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
+"""The actions that change a host (refused in read-only mode), and how the refusal names them."""
+COMPACT_CELL = 44
+"""Width of one GPU panel in compact mode (the stats line fits)."""
+SMALL = (100, 30)
+"""Below this many columns or rows the GPU panels go compact by themselves (until ``c`` is pressed)."""
+
+KEYS = [
+    Binding("question_mark", "app.help", "Help", tooltip="show or hide the key help", id="help"),
+    Binding("q", "app.quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
+    Binding("l", "launch", "Launch", tooltip="launch a server on the selected GPU (flag form)", id="launch"),
+    Binding("k", "kill", "Kill", tooltip="stop the selected session, confirmed", id="kill"),
+    Binding("r", "relaunch", "Relaunch", tooltip="confirmed kill, then launch with the same flags", id="relaunch"),
+    Binding("e", "edit", "Edit", tooltip="edit the flags and relaunch", id="edit"),
+    Binding("enter", "select_panel", "Select", show=False, tooltip="focus the selected GPU panel", id="select_panel"),
+    Binding("slash", "filter_log", "Filter", tooltip="filter the log (hide non-matching lines)", id="filter_log"),
+    Binding("w", "wrap_log", "Wrap", tooltip="toggle wrapping of long log lines", id="wrap_log"),
+    Binding("end", "follow_log", "Follow", show=False, tooltip="jump to the end of the log and follow it", id="follow_log"),
+    Binding("a", "audit", "Audit", tooltip="show or hide the remote commands run", id="audit"),
+    Binding("c", "compact", "Compact", tooltip="compact GPU panels", id="compact"),
+    Binding("t", "app.cycle_theme", "Theme", tooltip="dark → light → high contrast", id="cycle_theme"),
+    Binding("s", "sessions", "Sessions", tooltip="every session, current and ended: open, acknowledge",
+            id="sessions"),
+    Binding("z", "full_log", "Full log", tooltip="the log full screen: search, decisive line", id="full_log"),
+    Binding("o", "orphans", "Orphans", tooltip="processes of no live server holding GPU memory", id="orphans"),
+    Binding("v", "events", "Events", tooltip="exits, OOM kills, READY, actions, with times", id="events"),
+    Binding("i", "advice", "Advice", tooltip="the advisor on the selected GPU: evidence, checked change; e edits",
+            id="advice"),
+    Binding("p", "report", "Report", tooltip="write the incident report of the selected GPU's session",
+            id="report"),
+    Binding("f1", "app.help", "Help", show=False, tooltip="show or hide the key help", id="help_f1"),
+]
+"""The keys of this screen, in the footer's order (also the command palette's: ``MtpConsoleApp.get_system_commands``).
+The app's own keys (help, quit, theme) are here again so that the footer keeps this order; the app binds them too,
+for every other screen."""
+
+
+def allowed(action: str, read_only: bool) -> bool | None:
+    """Whether ``action`` may run: None (shown disabled in the footer) for a destructive one in read-only mode."""
+    return None if read_only and action in DESTRUCTIVE else True
+
+
+class HostsPane(VerticalScroll):
+    """The scrolling column of host sections; a new width re-fits the compact grid."""
+
+    def on_resize(self) -> None:
+        screen = self.screen
+        if isinstance(screen, MainScreen):
+            screen.set_grid()
 
 
 class MainScreen(Screen):
-    """The default screen; ``tab`` moves between GPU panels rather than every widget."""
+    """The default screen (see the module docstring); ``tab`` moves between GPU panels rather than every widget."""
 
     BINDINGS = [
-        Binding("tab", "app.next_panel(1)", "Next GPU", show=False),
-        Binding("shift+tab", "app.next_panel(-1)", "Previous GPU", show=False),
-        Binding("left", "app.move_panel(-1, 0)", "Previous GPU", show=False),
-        Binding("right", "app.move_panel(1, 0)", "Next GPU", show=False),
-        Binding("up", "app.move_panel(0, -1)", "GPU above", show=False),
-        Binding("down", "app.move_panel(0, 1)", "GPU below", show=False),
+        Binding("tab", "next_panel(1)", "Next GPU", show=False),
+        Binding("shift+tab", "next_panel(-1)", "Previous GPU", show=False),
+        Binding("left", "move_panel(-1, 0)", "Previous GPU", show=False),
+        Binding("right", "move_panel(1, 0)", "Next GPU", show=False),
+        Binding("up", "move_panel(0, -1)", "GPU above", show=False),
+        Binding("down", "move_panel(0, 1)", "GPU below", show=False),
+        *KEYS,
     ]
+
+    def __init__(self, console: Console, **kw) -> None:
+        super().__init__(**kw)
+        self.console = console
+        self.sections: dict[str, HostSection] = {}
+        """host → its section, filled at compose (a DOM query per host per apply was the top cost)."""
+        self._selected: GpuPanel | None = None
+        self.compact = False
+        """Compact mode: short panels in a grid (``c``, or a small terminal)."""
+        self.user_compact = False
+        """The operator toggled compact mode: the terminal size no longer decides."""
+        self.composed = False
+        """The host sections exist (set once composed, at mount)."""
+
+    # ------------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="body"):
+            with HostsPane(id="hosts"):
+                for h in self.console.backend.hosts:
+                    self.sections[h] = HostSection(h)
+                    yield self.sections[h]
+            with Vertical(id="side"):
+                yield StepsView(self.console.clock, id="steps")
+                yield LogPane(id="log")
+                yield AuditPane(id="audit")
+        yield QuietFooter()
+
+    def on_mount(self) -> None:
+        self.composed = True
+        if self.compact:  # the terminal was small before the sections were composed
+            self.set_grid()
+        self.console.apply_views()  # what arrived while composing: in the first frame
+
+    @property
+    def steps(self) -> StepsView:
+        return self.query_one(StepsView)
+
+    @property
+    def log_pane(self) -> LogPane:
+        return self.query_one(LogPane)
+
+    @property
+    def audit_pane(self) -> AuditPane:
+        return self.query_one(AuditPane)
+
+    def section(self, host: str) -> HostSection:
+        """The section of ``host``; a host the backend did not list at start gets one now."""
+        sec = self.sections.get(host)
+        if sec is None:
+            sec = self.sections[host] = HostSection(host)
+            self.query_one("#hosts").mount(sec)
+            self.call_after_refresh(self.set_grid)
+        return sec
+
+    # ------------------------------------------------------------------ selection
+    @property
+    def selected(self) -> GpuPanel | None:
+        return self._selected
+
+    def panels(self) -> list[GpuPanel]:
+        return list(self.query(GpuPanel))
+
+    def on_gpu_panel_selected(self, message: GpuPanel.Selected) -> None:
+        focused = self.focused
+        if isinstance(focused, GpuPanel) and focused is not message.panel:
+            return  # a focus the keys have already moved past (Tab Tab typed ahead)
+        self.select(message.panel)
+
+    def select(self, panel: GpuPanel) -> None:
+        if self._selected is not None and self._selected is not panel:
+            self._selected.remove_class("selected")
+        self._selected = panel
+        panel.add_class("selected")
+        self.console.log_follower.sync(panel)
+
+    @staticmethod
+    def focus_panel(panel: GpuPanel) -> None:
+        """Focus ``panel`` and scroll the hosts pane only as far as needed to show it.
+
+        Textual's own focus scroll centres a widget that the last frame did not show entirely;
+        right after a layout change (the first tab after start) that frame can be out of date,
+        and the pane jumped by a few lines with the panel already in view.
+        """
+        panel.focus(scroll_visible=False)
+        panel.scroll_visible(animate=False)
+
+    # ------------------------------------------------------------------ navigation
+    def action_next_panel(self, step: int = 1) -> None:
+        panels = self.panels()
+        if not panels:
+            return
+        sel = self._selected
+        i = panels.index(sel) if sel in panels else -step if step > 0 else 0
+        target = panels[(i + step) % len(panels)]
+        # Selected now, not when the focus event comes round: keys typed ahead (Tab Tab) each move on.
+        self.select(target)
+        self.focus_panel(target)
+
+    def action_move_panel(self, dx: int, dy: int) -> None:
+        """Arrow keys between GPU panels: left/right one panel, up/down one row of the grid."""
+        cols = self.grid_columns() if self.compact else 1
+        step = dx if dx else dy * cols
+        panels = self.panels()
+        if not panels:
+            return
+        if self._selected not in panels:
+            self.action_next_panel(1)
+            return
+        i = panels.index(self._selected) + step
+        if 0 <= i < len(panels):
+            self.focus_panel(panels[i])
+
+    def action_select_panel(self) -> None:
+        p = self._selected
+        if p is None or not p.is_attached:
+            self.action_next_panel(1)
+            return
+        self.focus_panel(p)
+        self.console.log_follower.sync(p)  # explicit: show the session there now
+
+    # ------------------------------------------------------------------ the compact grid
+    def action_compact(self) -> None:
+        """Compact mode: short panels in a grid, as many columns as the width allows."""
+        self.user_compact = True  # the operator chose: no more automatic switching
+        self.set_compact(not self.compact)
+
+    def set_compact(self, on: bool) -> None:
+        self.compact = on
+        with self.app.batch_update():
+            # Inline styles, not a class on #hosts: a class there restyles every widget below it
+            # (~100 with 64 panels), this touches two containers per host and one widget per panel.
+            for sec in self.sections.values():
+                sec.set_compact(on, self.grid_columns())
+
+    def fit(self, width: int, height: int) -> None:
+        """Small terminals (80x24): compact panels so several GPUs fit; back to full panels when it grows
+        (until the operator presses ``c``)."""
+        if self.user_compact:
+            return
+        small = width < SMALL[0] or height < SMALL[1]
+        if small != self.compact:
+            self.set_compact(small)
+
+    def grid_columns(self, width: int | None = None) -> int:
+        """GPU panels per row in compact mode for a hosts pane ``width`` cells wide."""
+        if width is None:
+            width = self.query_one("#hosts").size.width or self.app.size.width
+        return max(1, min(8, (width - 1) // COMPACT_CELL))
+
+    def set_grid(self) -> None:
+        if not self.compact:
+            return
+        n = self.grid_columns()
+        for sec in self.sections.values():
+            sec.set_compact(True, n)
+
+    def fit_help(self, helping: bool | None = None) -> None:
+        """While the key help is open beside too narrow a main view (80x24), the log pane steps aside for it:
+        squeezed below their minimum widths the GPU panels would be laid out off screen."""
+        helping = bool(self.query("HelpPanel")) if helping is None else helping
+        need = sum(int(w.styles.min_width.value) if w.styles.min_width else 0 for w in self.query("#hosts, #side"))
+        width = self.app.size.width
+        help_w = min(60, max(30, width // 3))  # Textual's HelpPanel: 33 %, at least 30, at most 60
+        self.set_class(helping and width - help_w < need, "-help-narrow")
+
+    # ------------------------------------------------------------------ the panes
+    def action_filter_log(self) -> None:
+        self.log_pane.open_filter()
+
+    def action_wrap_log(self) -> None:
+        self.log_pane.toggle_wrap()
+
+    def action_follow_log(self) -> None:
+        self.log_pane.follow()
+
+    def action_audit(self) -> None:
+        self.audit_pane.toggle_class("-shown")
+
+    # ------------------------------------------------------------------ read-only
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        top = self.app.screen
+        if top is not self and not isinstance(top, CommandPalette):
+            return False  # under another screen (a dialog, a form): hidden from the footer it shows through
+        return allowed(action, self.console.read_only)
+
+    def refuse(self, action: str) -> None:
+        """A destructive key in read-only mode (its action is disabled, so the key reaches here): say so."""
+        if self.console.read_only:
+            self.console.say(f"read-only: {DESTRUCTIVE[action]} disabled", severity="warning")
+
+    def key_l(self) -> None:
+        self.refuse("launch")
+
+    def key_k(self) -> None:
+        self.refuse("kill")
+
+    def key_r(self) -> None:
+        self.refuse("relaunch")
+
+    def key_e(self) -> None:
+        self.refuse("edit")
+
+    # ------------------------------------------------------------------ what the keys start
+    def action_launch(self) -> None:
+        self.console.ops.launch()
+
+    def action_kill(self) -> None:
+        self.console.ops.kill()
+
+    def action_relaunch(self) -> None:
+        self.console.ops.relaunch()
+
+    def action_edit(self) -> None:
+        self.console.ops.edit()
+
+    def action_sessions(self) -> None:
+        self.console.workflow.sessions()
+
+    def action_full_log(self) -> None:
+        self.console.workflow.full_log()
+
+    def action_orphans(self) -> None:
+        self.console.workflow.orphans()
+
+    def action_events(self) -> None:
+        self.console.workflow.events()
+
+    def action_advice(self) -> None:
+        self.console.advice_actions.show()
+
+    def action_report(self) -> None:
+        self.console.advice_actions.report()

@@ -2,7 +2,7 @@
 
 One operation at a time (``busy``). Each is confirmed in a dialog or the flag form first,
 then runs as a worker that calls the backend, draws its steps in the steps view and
-reports the result. The app owns one :class:`Operations` and calls it from its key actions.
+reports the result. The app owns one :class:`Operations`; the GPU panels' keys call it (``console/ui/main_screen.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import asyncio
 import threading
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Coroutine
 
+from console.backend import Backend, OnSteps
 from console.model import (
     HostSnapshot,
     KillTarget,
@@ -23,14 +24,15 @@ from console.model import (
 )
 from console.ui.flag_values import from_argv, split_argv
 from console.ui.format import clean, gpu_list, short
+from console.ui.protocols import Console
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
 from console.ui.screens.impact import impact_lines
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.steps import StepsView
 
-if TYPE_CHECKING:
-    from console.ui.app import MtpConsoleApp
+OpCall = Callable[[OnSteps], Coroutine[Any, Any, OperationResult]]
+"""One backend call of an operation, given the steps callback."""
 
 ENDED = ("failed", "stopped")
 KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
@@ -78,16 +80,16 @@ class Operations:
 
     def _last_session(self, host: str, index: int) -> SessionView | None:
         """The newest session with a known command line that ran on GPU ``index`` of ``host`` (any state)."""
-        view = self.app.views.get(host)
+        view = self.console.views.get(host)
         on = [s for s in (view.sessions if view else []) if index in s.gpus and s.argv and not s.pending]
         return max(on, key=lambda s: s.started_at or 0.0) if on else None
 
     def _who(self, s: SessionView) -> list[str]:
-        view = self.app.views.get(s.host)
-        return who(s, view.snapshot if view else None, self.app.clock())
+        view = self.console.views.get(s.host)
+        return who(s, view.snapshot if view else None, self.console.clock())
 
-    def __init__(self, app: MtpConsoleApp) -> None:
-        self.app = app
+    def __init__(self, console: Console) -> None:
+        self.console = console
         self.busy = False
         self.form_memory: dict[tuple[str, int], dict[str, Any]] = {}
         """(host, GPU) → what the operator last typed in a launch form there (kept until it launches)."""
@@ -95,26 +97,26 @@ class Operations:
         self._loop_thread = threading.get_ident()
 
     @property
-    def backend(self):
-        return self.app.backend
+    def backend(self) -> Backend:
+        return self.console.backend
 
     @property
     def steps(self) -> StepsView:
-        return self.app.query_one(StepsView)
+        return self.console.main.steps
 
     def _checkers(self) -> dict[str, Any]:
         return {"validator": self.backend.validator, "planner": self.backend.planner}
 
     def _busy(self) -> bool:
         if self.busy:
-            self.app.say("an action is already running; wait for its steps to finish", severity="warning")
+            self.console.say("an action is already running; wait for its steps to finish", severity="warning")
         return self.busy
 
     def _current(self) -> tuple[GpuPanel, SessionView | None] | None:
         """The selected panel and its current session (what the operator sees on it)."""
-        p = self.app.selected
+        p = self.console.main.selected
         if p is None or not p.is_attached:
-            self.app.say("select a GPU panel first (tab / enter)", severity="warning")
+            self.console.say("select a GPU panel first (tab / enter)", severity="warning")
             return None
         return p, p.session
 
@@ -125,15 +127,15 @@ class Operations:
             return None
         p, s = t
         if s is None:
-            self.app.say(f"nothing is running on {p.host} GPU {p.index} (l launches)", severity="warning")
+            self.console.say(f"nothing is running on {p.host} GPU {p.index} (l launches)", severity="warning")
             return None
         if s.state in ENDED:
             offer = f": r relaunches {clean(s.session_id or 'its', 80)}'s flags, e edits them" if s.argv else ""
-            self.app.say(f"nothing is running on {p.host} GPU {p.index} ({s.state.upper()}){offer}",
+            self.console.say(f"nothing is running on {p.host} GPU {p.index} ({s.state.upper()}){offer}",
                          severity="warning")
             return None
         if s.pending or not (s.session_id or s.pids):
-            self.app.say(f"the launch on {p.host} GPU {p.index} is not reported by the host yet: {verb} it "
+            self.console.say(f"the launch on {p.host} GPU {p.index} is not reported by the host yet: {verb} it "
                          "once it is", severity="warning")
             return None
         return p, s
@@ -148,7 +150,7 @@ class Operations:
         try:
             tpl = self.backend.launch_template(p.host, p.index)
         except Exception as e:
-            self.app.say(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
+            self.console.say(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
         raw = self.form_memory.get((p.host, p.index))
         last = self._last_session(p.host, p.index)
         if raw is None and last is not None and not (tpl and tpl.profile):
@@ -160,7 +162,7 @@ class Operations:
         form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(), template=tpl,
                         profiles=self.backend.launch_profiles(p.host),
                         remember=partial(self.form_memory.__setitem__, (p.host, p.index)))
-        self.app.push_screen(form, callback=on_request(lambda req: self._launch_op(req, forget=(p.host, p.index))))
+        self.console.push_screen(form, callback=on_request(lambda req: self._launch_op(req, forget=(p.host, p.index))))
 
     def kill(self) -> None:
         t = self._running("kill")
@@ -169,7 +171,7 @@ class Operations:
         s = t[1]
         target = kill_target(s)  # captured now: a list shifting underneath cannot change it
         lines = [*self._who(s), "", "then checks: " + KILL_CHECKS]
-        self.app.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
+        self.console.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
                              callback=on_ok(lambda: self.run(
                                  f"kill · {s.host} · {s.session_id or 'pid ' + str(target.pid)}", "kill", s.host,
                                  lambda cb: self.backend.kill(target, cb))))
@@ -187,19 +189,19 @@ class Operations:
             return
         s = t2[1]
         if not s.argv:
-            self.app.say("the server's command line is unknown: use e to relaunch with edited flags",
+            self.console.say("the server's command line is unknown: use e to relaunch with edited flags",
                          severity="warning")
             return
         target, req = kill_target(s), relaunch_request(s)
         lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
-        self.app.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
+        self.console.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
                                            "Relaunch"), callback=on_ok(lambda: self._start_relaunch(target, req)))
 
     def _launch_again(self, s: SessionView) -> None:
         """``r`` on an ended session: nothing to kill; launch that session's flags again, and say so."""
         if not s.argv:
-            self.app.say(f"{clean(s.session_id or 'this session', 80)}'s command line is unknown: "
+            self.console.say(f"{clean(s.session_id or 'this session', 80)}'s command line is unknown: "
                          "use l to launch", severity="warning")
             return
         req = relaunch_request(s)
@@ -207,7 +209,7 @@ class Operations:
         ended = f"{s.state.upper()}" + (f": {s.cause}" if s.state == "failed" and s.cause else "")
         lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  f"it ended ({ended}): nothing to kill; its flags are launched again and confirmed step by step"]
-        self.app.push_screen(ConfirmScreen(f"Relaunch {sid}'s flags?", lines, "Relaunch"),
+        self.console.push_screen(ConfirmScreen(f"Relaunch {sid}'s flags?", lines, "Relaunch"),
                              callback=on_ok(lambda: self._launch_op(
                                  req, title=f"relaunch of {sid} (its flags) · {req.host} · GPUs {gpu_list(req.gpus)}",
                                  say=f"relaunching {sid}'s flags on {req.host} GPUs {gpu_list(req.gpus)}")))
@@ -233,14 +235,14 @@ class Operations:
                         title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host}"
                               f" · GPUs {gpu_list(s.gpus)}" + (f" · advice: {clean(why, 80)}" if why else ""),
                         **self._checkers())
-        self.app.push_screen(form, callback=on_request(lambda req: self._start_relaunch(target, req)))
+        self.console.push_screen(form, callback=on_request(lambda req: self._start_relaunch(target, req)))
 
     def _edit_stopped(self, s: SessionView) -> None:
         title = (f"Edit and launch again ({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
                  f" on {s.host} · GPUs {gpu_list(s.gpus)}")
         form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, title=title,
                         replaces=s.session_id, **self._checkers())
-        self.app.push_screen(form, callback=on_request(self._launch_op))
+        self.console.push_screen(form, callback=on_request(self._launch_op))
 
     def _launch_op(self, req: LaunchRequest, *, forget: tuple[str, int] | None = None, title: str | None = None,
                    say: str | None = None) -> None:
@@ -252,24 +254,24 @@ class Operations:
                  lambda cb: self.backend.relaunch(target, req, cb), gpus=req.gpus, req=req)
 
     # ---- running one
-    def run(self, title: str, op: str, host: str, call: Callable, *, forget: tuple[str, int] | None = None,
+    def run(self, title: str, op: str, host: str, call: OpCall, *, forget: tuple[str, int] | None = None,
             gpus: list[int] | None = None, req: LaunchRequest | None = None, say: str | None = None) -> None:
         if self._busy():
             return
         self.busy = True
         self.steps.begin(title)
         if say:
-            self.app.say(say)
-        self.app.run_worker(self._op(op, host, call, forget, req), group="op", exit_on_error=False)
+            self.console.say(say)
+        self.console.run_worker(self._op(op, host, call, forget, req), group="op", exit_on_error=False)
 
     def on_steps(self, steps: list[Step]) -> None:
         """Backend callback for progress; safe from another thread."""
         if threading.get_ident() == self._loop_thread:
             self.steps.set_steps(steps)
         else:
-            self.app.call_from_thread(self.steps.set_steps, steps)
+            self.console.call_from_thread(self.steps.set_steps, steps)
 
-    async def _op(self, op: str, host: str, call: Callable, forget: tuple[str, int] | None,
+    async def _op(self, op: str, host: str, call: OpCall, forget: tuple[str, int] | None,
                   req: LaunchRequest | None = None) -> None:
         try:
             result = await call(self.on_steps)
@@ -281,7 +283,7 @@ class Operations:
             self.busy = False
         self.results.append(result)
         self.steps.finish(result)
-        app = self.app
+        app = self.console
         app.apply_views()  # the backend pushed the result's view: show it now, not at the next tick
         if result.ok:
             app.say(f"{op} confirmed" + (f": {result.state.upper()}" if result.state else ""))

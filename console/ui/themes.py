@@ -13,8 +13,12 @@ from pathlib import Path
 
 from textual.theme import Theme
 
-NAMES = ("dark", "light", "high-contrast")
-TEXTUAL_THEME = {"dark": "textual-dark", "light": "textual-light", "high-contrast": "mtp-high-contrast"}
+from console.config import THEME_NAMES, ThemeName
+
+NAMES: tuple[ThemeName, ...] = THEME_NAMES
+"""Our theme names (their one definition is ``console.config.ThemeName``), in the order ``t`` cycles them."""
+TEXTUAL_THEME: dict[str, str] = {"dark": "textual-dark", "light": "textual-light", "high-contrast": "mtp-high-contrast"}
+"""Our theme name → the Textual theme it selects."""
 
 HIGH_CONTRAST = Theme(
     name="mtp-high-contrast", dark=True,

@@ -9,27 +9,21 @@ view), new events are announced, and the log pane is kept on the selected panel'
 from __future__ import annotations
 
 import gc
-from typing import TYPE_CHECKING
 
 from console.model import HostEvent, HostView
 from console.ui.format import clean, hms
-from console.ui.widgets.host_section import HostSection
-
-if TYPE_CHECKING:
-    from console.ui.app import MtpConsoleApp
+from console.ui.protocols import Console
 
 
 class ViewPipeline:
     """Applies pushed HostViews to the host sections (see the module docstring)."""
 
-    def __init__(self, app: MtpConsoleApp) -> None:
-        self.app = app
+    def __init__(self, console: Console) -> None:
+        self.console = console
         self.pending: dict[str, HostView] = {}
         """host → the latest view not applied yet (only the latest counts)."""
         self.views: dict[str, HostView] = {}
         """host → the view shown."""
-        self.sections: dict[str, HostSection] = {}
-        """host → its section, filled at compose (a DOM query per host per apply was the top cost)."""
         self.events_seen: dict[str, HostEvent] = {}
         """host → the newest event already announced."""
         self.heap_frozen = False
@@ -38,43 +32,38 @@ class ViewPipeline:
         """Backend callback (any thread): keep only the latest view per host."""
         self.pending[view.snapshot.name] = view
 
-    def section(self, host: str) -> HostSection:
-        sec = self.sections.get(host)
-        if sec is None:  # a host the backend did not list at start
-            sec = self.sections[host] = HostSection(host)
-            self.app.query_one("#hosts").mount(sec)
-            self.app.call_after_refresh(self.app.set_grid)
-        return sec
-
     def apply(self, force: bool = False) -> None:
         """Show what arrived since the last tick (``force``: redraw every host)."""
-        app = self.app
+        console, main = self.console, self.console.main
+        if not main.composed:  # the panels' screen is not composed yet: its mount shows them
+            return
         pending = {h: self.pending.pop(h) for h in list(self.pending)}  # pops are atomic
         if force:
             pending = {**self.views, **pending}
         if not pending:
             return
-        now = app.clock()
-        with app.batch_update():
+        now = console.clock()
+        with console.batch_update():
             mounted = False
             for host, view in pending.items():
-                sec = self.section(host)
+                sec = main.section(host)
                 if not sec.children:  # not composed yet (a view right at start): the next tick shows it
                     self.pending.setdefault(host, view)
                     continue
                 self.views[host] = view
-                mounted |= sec.apply(view, now, app.interval)
+                mounted |= sec.apply(view, now, console.interval)
                 self.announce(view)
-            app.log_follower.sync(app.selected)
+            console.log_follower.sync(main.selected)
         if mounted:
-            app.call_after_refresh(self.freeze_heap)
+            console.call_after_refresh(self.freeze_heap)
 
     def refresh_ages(self) -> None:
         """Once a second: the sample ages and what depends on them (staleness), nothing else."""
-        now = self.app.clock()
-        with self.app.batch_update():
+        console = self.console
+        now = console.clock()
+        with console.batch_update():
             for host in self.views:
-                self.section(host).age(now, self.app.interval)
+                console.main.section(host).age(now, console.interval)
 
     def announce(self, view: HostView) -> None:
         """A toast for each new event of a host (foreign servers appearing or vanishing, sessions
@@ -93,7 +82,7 @@ class ViewPipeline:
         self.events_seen[host] = events[-1]
         for e in new:
             if e.kind not in ("launch_refused", "ready"):
-                self.app.say(f"{hms(e.at)} {host}: {clean(e.text, 300)}",
+                self.console.say(f"{hms(e.at)} {host}: {clean(e.text, 300)}",
                              severity="warning" if e.kind in ("foreign_vanished", "session_failed")
                              else "information")
 

@@ -8,8 +8,6 @@ report of the selected GPU's session through the backend.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,10 +17,8 @@ from textual.widgets import Static
 
 from console.model import Advice
 from console.ui.format import clean, short
+from console.ui.protocols import Console
 from console.ui.widgets.gpu_panel import GpuPanel, gpu_advice
-
-if TYPE_CHECKING:
-    from console.ui.app import MtpConsoleApp
 
 
 def advice_text(items: list[Advice], gpu: int, host: str) -> Text:
@@ -86,13 +82,13 @@ class AdviceScreen(ModalScreen["Advice | None"]):
 class AdviceActions:
     """``i`` and ``p`` on the GPU panels (see the module docstring); the app owns one."""
 
-    def __init__(self, app: MtpConsoleApp) -> None:
-        self.app = app
+    def __init__(self, console: Console) -> None:
+        self.console = console
 
     def _panel(self) -> GpuPanel | None:
-        p = self.app.selected
+        p = self.console.main.selected
         if p is None or not p.is_attached:
-            self.app.say("select a GPU panel first (tab / enter)", severity="warning")
+            self.console.say("select a GPU panel first (tab / enter)", severity="warning")
             return None
         return p
 
@@ -101,26 +97,26 @@ class AdviceActions:
         p = self._panel()
         if p is None:
             return
-        view = self.app.views.get(p.host)
+        view = self.console.views.get(p.host)
         items = gpu_advice(view.advice if view else [], p.index, p.session)
-        self.app.push_screen(AdviceScreen(items, gpu=p.index, host=p.host, read_only=self.app.read_only),
+        self.console.push_screen(AdviceScreen(items, gpu=p.index, host=p.host, read_only=self.console.read_only),
                              callback=self.edit)
 
     def edit(self, advice: Advice | None) -> None:
         """Edit and relaunch from ``advice``'s suggestion (blocked in read-only, like ``e``)."""
         if advice is None or advice.suggestion is None or not advice.suggestion.flags:
             return
-        if self.app.read_only:
-            self.app.say("read-only: edit and relaunch disabled", severity="warning")
+        if self.console.read_only:
+            self.console.say("read-only: edit and relaunch disabled", severity="warning")
             return
-        self.app.ops.edit(list(advice.suggestion.flags), advice.kind)
+        self.console.ops.edit(list(advice.suggestion.flags), advice.kind)
 
     def session_to_report(self, p: GpuPanel) -> str | None:
         """The selected GPU's current session, else the newest session (with a run directory) it ran."""
         s = p.session
         if s is not None and s.session_id and not s.pending:
             return s.session_id
-        view = self.app.views.get(p.host)
+        view = self.console.views.get(p.host)
         on = [x for x in (view.sessions if view else []) if p.index in x.gpus and x.session_id and not x.pending]
         return max(on, key=lambda x: x.started_at or 0.0).session_id if on else None
 
@@ -131,17 +127,17 @@ class AdviceActions:
             return
         sid = self.session_to_report(p)
         if sid is None:
-            self.app.say(f"no session to report on {p.host} GPU {p.index} (a hand-started server has no run "
+            self.console.say(f"no session to report on {p.host} GPU {p.index} (a hand-started server has no run "
                          "directory)", severity="warning")
             return
-        self.app.say(f"writing the report of {clean(sid, 80)}…")
-        self.app.run_worker(self._write(p.host, sid), group="report", exit_on_error=False)
+        self.console.say(f"writing the report of {clean(sid, 80)}…")
+        self.console.run_worker(self._write(p.host, sid), group="report", exit_on_error=False)
 
     async def _write(self, host: str, sid: str) -> None:
         try:
-            path = await self.app.backend.report(host, sid)
+            path = await self.console.backend.report(host, sid)
         except Exception as e:  # the UI stays up and says why
-            self.app.say(f"report of {clean(sid, 80)} not written: {short(clean(str(e)), 300)}",
+            self.console.say(f"report of {clean(sid, 80)} not written: {short(clean(str(e)), 300)}",
                          severity="error", timeout=15)
             return
-        self.app.say(f"report written: {clean(path, 300)} (the panel's SVG beside it)", timeout=15)
+        self.console.say(f"report written: {clean(path, 300)} (the panel's SVG beside it)", timeout=15)

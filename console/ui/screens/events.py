@@ -8,22 +8,18 @@ event is listed)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
-from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from console.core.events import KILL_BEFORE_VANISH_S, NOT_BY_THIS_CONSOLE, merge, name_other_killers, run_dir_events
 from console.model import AuditEntry, HostEvent, HostView
 from console.ui.format import clean, gpu_list, short
-from console.ui.widgets.footer import QuietFooter
+from console.ui.screens.table import TableScreen, closing
 
-if TYPE_CHECKING:
-    from console.ui.app import MtpConsoleApp
+OthersAudit = Callable[[float, tuple[str, ...]], Awaitable[list[AuditEntry]]]
+"""The backend's ``others_audit``: other consoles' audit entries of these ops since a time."""
 
 KINDS = ["all", "failures", "lifecycle", "foreign"]
 """``f`` cycles: every event; exits, OOM kills and failures; launches, READY, stops, acks; foreign servers."""
@@ -45,58 +41,43 @@ def host_events(view: HostView, others: list[AuditEntry] | None = None) -> list[
     return merge(name_other_killers(view.events, others or []), run_dir_events(view.snapshot))
 
 
-class EventsScreen(Screen):
+class EventsScreen(TableScreen):
     """Every host's events, newest first, refreshed once a second."""
 
-    DEFAULT_CSS = """
-    EventsScreen { layout: vertical; }
-    EventsScreen .screen-title { height: 1; padding: 0 1; background: $panel; color: $text; text-style: bold; }
-    EventsScreen DataTable { height: 1fr; }
-    EventsScreen .detail { height: auto; max-height: 4; padding: 0 1; border-top: solid $primary; color: $text; }
-    """
+    TABLE_ID = "events"
+    DETAIL_LINES = 4
     BINDINGS = [
         Binding("f", "filter", "Filter", tooltip="all → failures → lifecycle → foreign"),
-        Binding("escape,v", "close", "Back", tooltip="back to the GPU panels"),
-        Binding("question_mark", "app.help", "Help"),
-        Binding("q", "app.quit", "Quit"),
+        *closing("escape,v"),
     ]
 
-    def __init__(self, views: Callable[[], dict[str, HostView]], *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, views: Callable[[], dict[str, HostView]], *, clock: Callable[[], float] = time.time,
+                 others_audit: OthersAudit | None = None) -> None:
         super().__init__()
         self.views, self.clock = views, clock
+        self.others_audit = others_audit
+        """Reads the shared audit log (None: vanished foreign servers stay unattributed)."""
         self.flt = "all"
         self.events: list[HostEvent] = []
         self.others: list[AuditEntry] = []
         """Kills other consoles on this machine sent (the shared audit log), for vanished foreign servers."""
         self._audit_busy = False
 
-    @property
-    def capp(self) -> MtpConsoleApp:
-        return self.app  # type: ignore[return-value]
+    def add_columns(self, table: DataTable) -> None:
+        table.add_columns("TIME", "HOST", "GPU", "KIND", "WHAT", "SOURCE")
 
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static("", classes="screen-title", markup=False)
-            yield DataTable(cursor_type="row", zebra_stripes=True, id="events")
-            yield Static("", classes="detail", markup=False)
-        yield QuietFooter()
-
-    def on_mount(self) -> None:
-        self.query_one(DataTable).add_columns("TIME", "HOST", "GPU", "KIND", "WHAT", "SOURCE")
-        self.refresh_rows()
-        self.set_interval(1.0, self.refresh_rows)
+    def started(self) -> None:
         self.set_interval(AUDIT_EVERY_S, self.read_others)
         self.read_others()
-        self.query_one(DataTable).focus()
 
     def read_others(self) -> None:
         """Read the other consoles' kills from the audit log (in the background), only while a listed foreign
         server's vanishing is not attributed to a console."""
         vanished = [e for v in self.views().values() for e in v.events
                     if e.kind == "foreign_vanished" and NOT_BY_THIS_CONSOLE in e.text]
-        if not vanished or self._audit_busy:
+        fetch = self.others_audit
+        if not vanished or self._audit_busy or fetch is None:
             return
-        fetch = self.capp.backend.others_audit
         self._audit_busy = True
         since = min(e.at for e in vanished) - KILL_BEFORE_VANISH_S
 
@@ -120,11 +101,11 @@ class EventsScreen(Screen):
 
     def refresh_rows(self, force: bool = False) -> None:
         evs = self.collect()
-        self.query_one(".screen-title", Static).update(f"Events · {len(evs)} · filter {self.flt} (f) · newest first")
+        self.title_box.update(f"Events · {len(evs)} · filter {self.flt} (f) · newest first")
         if evs == self.events and not force:
             return
         self.events = evs
-        t = self.query_one(DataTable)
+        t = self.table
         row = t.cursor_row
         t.clear()
         for e in evs:
@@ -136,21 +117,15 @@ class EventsScreen(Screen):
         self.show_detail()
 
     def show_detail(self) -> None:
-        t = self.query_one(DataTable)
-        box = self.query_one(".detail", Static)
-        if not self.events or t.cursor_row is None or not 0 <= t.cursor_row < len(self.events):
+        box = self.detail_box
+        i = self.cursor(len(self.events))
+        if i is None:
             box.update("no events yet" if not self.events else "")
             return
-        e = self.events[t.cursor_row]
+        e = self.events[i]
         box.update(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(e.at))} · {e.host} · {e.kind} · "
                    f"from {e.source}\n{clean(e.text)}")
-
-    def on_data_table_row_highlighted(self) -> None:
-        self.show_detail()
 
     def action_filter(self) -> None:
         self.flt = KINDS[(KINDS.index(self.flt) + 1) % len(KINDS)]
         self.refresh_rows(force=True)
-
-    def action_close(self) -> None:
-        self.dismiss()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import TYPE_CHECKING
 
 from rich.highlighter import Highlighter
 from rich.style import Style
@@ -26,17 +25,15 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, Log, Static
 
+from console.core.text import steps_line
 from console.model import SessionView
 from console.ui.format import clean
 from console.ui.log_follow import banner
+from console.ui.protocols import Console
 from console.ui.widgets.footer import QuietFooter
-from console.ui.widgets.log_pane import ERROR, READY, LogPane
-
-if TYPE_CHECKING:
-    from console.ui.app import MtpConsoleApp
+from console.ui.widgets.log_pane import ERROR, READY
 
 RING = 10_000
-MARK = {"ok": "✓", "failed": "✗", "running": "…", "pending": "·", "skipped": "-"}
 
 
 class _Highlighter(Highlighter):
@@ -94,8 +91,9 @@ class LogScreen(Screen):
         Binding("q", "app.quit", "Quit"),
     ]
 
-    def __init__(self, pinned: SessionView | None = None) -> None:
+    def __init__(self, console: Console, pinned: SessionView | None = None) -> None:
         super().__init__()
+        self.console = console
         self.pinned = pinned
         """A session chosen in the sessions table that is not the log pane's: followed by this screen itself."""
         self.own = False
@@ -114,10 +112,6 @@ class LogScreen(Screen):
         self._redrawing = False
         self._pending: list[str] = []
 
-    @property
-    def capp(self) -> MtpConsoleApp:
-        return self.app  # type: ignore[return-value]
-
     def compose(self) -> ComposeResult:
         yield Static("", classes="banner", markup=False)
         yield FullLog(highlight=True, max_lines=RING * 4)
@@ -134,9 +128,9 @@ class LogScreen(Screen):
         log.highlighter = _Highlighter(self)
         log.styles.scrollbar_size_horizontal = 0
         self.watch(log, "scroll_y", self._scrolled, init=False)
-        self.capp.log_listeners.append(self._on_log)
+        self.console.log_listeners.append(self._on_log)
         p = self.pinned
-        if p is not None and p.session_id and (p.host, p.session_id) != self.capp.log_follower.key:
+        if p is not None and p.session_id and (p.host, p.session_id) != self.console.log_follower.key:
             self.own, self.key = True, (p.host, p.session_id)
             self._show_banner(banner(p) + self._steps_text(p.session_id))
             self.run_worker(self._follow_own(), group="full-log", exit_on_error=False)
@@ -146,39 +140,39 @@ class LogScreen(Screen):
         log.focus()
 
     def on_unmount(self) -> None:
-        if self._on_log in self.capp.log_listeners:
-            self.capp.log_listeners.remove(self._on_log)
-        if self.own and self.key is not None and self.key != self.capp.log_follower.key:
+        if self._on_log in self.console.log_listeners:
+            self.console.log_listeners.remove(self._on_log)
+        if self.own and self.key is not None and self.key != self.console.log_follower.key:
             host, sid = self.key
-            self.capp.run_worker(self.capp.backend.unfollow_log(host, sid), group="full-log-close",
+            self.console.run_worker(self.console.backend.unfollow_log(host, sid), group="full-log-close",
                                  exit_on_error=False)
 
     async def _follow_own(self) -> None:
         assert self.key is not None
         try:
-            tail = await self.capp.backend.follow_log(self.key[0], self.key[1], RING)
+            tail = await self.console.backend.follow_log(self.key[0], self.key[1], RING)
         except Exception as e:  # the host said why: the screen says it
             tail = [f"log of session {self.key[1]} not readable: {clean(str(e), 300)}"]
         self._set_lines([clean(x) for x in tail])
         self.synced = True
 
     def _steps_text(self, sid: str) -> str:
-        result = next((r for r in reversed(self.capp.ops.results) if r.session_id == sid), None)
+        result = next((r for r in reversed(self.console.ops.results) if r.session_id == sid), None)
         if result is None or not result.steps:
             return ""
-        return "\nsteps: " + " · ".join(f"{MARK.get(st.state, '?')} {st.name}" for st in result.steps)
+        return "\nsteps: " + steps_line(result.steps)
 
     # ---- what is shown
     def selected_session(self) -> SessionView | None:
-        p = self.capp.selected
+        p = self.console.main.selected
         return p.session if p is not None and p.is_attached else None
 
     def sync(self) -> None:
         """Take over what the log pane shows (its lines and those still queued for it)."""
-        follower = self.capp.log_follower
+        follower = self.console.log_follower
         self.key = follower.key
-        banner = self.capp.query_one(LogPane).query_one(".banner", Static)
-        text = str(getattr(banner, "_shown", "") or banner.render())
+        pane = self.console.main.log_pane
+        text = pane.banner_shown
         if self.key is None:
             s = self.selected_session()
             if s is not None and s.session_id is None and s.launcher_pid:
@@ -200,14 +194,14 @@ class LogScreen(Screen):
             return
         queued = [x for host, sid, lines in follower.queue if (host, sid) == self.key for x in lines]
         self._show_banner(text + self._steps_text(self.key[1]))
-        self._set_lines([*self.capp.query_one(LogPane).lines, *[clean(x) for x in queued]])
+        self._set_lines([*pane.lines, *[clean(x) for x in queued]])
         self.synced = True
 
     def _show_banner(self, text: str) -> None:
         self.query_one(".banner", Static).update(text)
 
     def tick(self) -> None:
-        follower = self.capp.log_follower
+        follower = self.console.log_follower
         if not self.own and follower.key != self.key or (not self.synced and not follower.busy):
             if follower.key != self.key or self.foreign_pid is None:
                 self.sync()
@@ -369,7 +363,7 @@ class LogScreen(Screen):
 
     async def _read_foreign(self, s: SessionView, pid: int) -> None:
         try:
-            where, lines = await self.capp.backend.foreign_output(s.host, pid, s.launcher_start_ticks)
+            where, lines = await self.console.backend.foreign_output(s.host, pid, s.launcher_start_ticks)
         except Exception as e:  # the host said why (not a regular file, unreadable, gone)
             where, lines = "", [f"no output of pid {s.launcher_pid}: {clean(str(e), 300)}"]
         self._set_lines([clean(x) for x in lines])

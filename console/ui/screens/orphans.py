@@ -7,37 +7,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
 from textual.content import Content
-from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from console.core.orphans import Foreign, Orphan, hunt_snapshot
 from console.model import HostView, KillTarget
 from console.ui.format import clean, short
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.impact import orphan_lines
-from console.ui.widgets.footer import QuietFooter
+from console.ui.screens.table import TableScreen, closing
 
 OnKill = Callable[[Orphan, KillTarget], None]
 
 
-class OrphanScreen(Screen):
+class OrphanScreen(TableScreen):
     """Every suspected orphan of every host; refreshed from the app's views once a second."""
 
-    DEFAULT_CSS = """
-    OrphanScreen { layout: vertical; }
-    OrphanScreen .screen-title { height: 1; padding: 0 1; background: $panel; color: $text; text-style: bold; }
-    OrphanScreen DataTable { height: 1fr; }
-    OrphanScreen .detail { height: auto; max-height: 12; padding: 0 1; border-top: solid $primary; color: $text; }
-    """
+    TABLE_ID = "orphans"
+    HEADING = "Orphans: processes of no live server (proven orphans first, then foreign ones)"
+    DETAIL_LINES = 12
     BINDINGS = [
         Binding("k", "kill", "Kill", tooltip="kill the selected orphan (confirmed)"),
-        Binding("escape,o", "close", "Back", tooltip="back to the GPU panels"),
-        Binding("question_mark", "app.help", "Help"),
-        Binding("q", "app.quit", "Quit"),
+        *closing("escape,o"),
     ]
 
     def __init__(self, views: Callable[[], dict[str, HostView]], on_kill: OnKill, *, read_only: bool = False) -> None:
@@ -45,19 +37,8 @@ class OrphanScreen(Screen):
         self.views, self.on_kill, self.read_only = views, on_kill, read_only
         self.orphans: list[Orphan | Foreign] = []
 
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static("Orphans: processes of no live server (proven orphans first, then foreign ones)", classes="screen-title")
-            yield DataTable(cursor_type="row", zebra_stripes=True, id="orphans")
-            yield Static("", classes="detail", markup=False)
-        yield QuietFooter()
-
-    def on_mount(self) -> None:
-        t = self.query_one(DataTable)
-        t.add_columns("HOST", "PID", "GPU MEMORY", "TITLE", "WHY (first reason)")
-        self.refresh_rows()
-        self.set_interval(1.0, self.refresh_rows)
-        t.focus()
+    def add_columns(self, table: DataTable) -> None:
+        table.add_columns("HOST", "PID", "GPU MEMORY", "TITLE", "WHY (first reason)")
 
     def find(self) -> list[Orphan | Foreign]:
         out: list[Orphan | Foreign] = []
@@ -74,7 +55,7 @@ class OrphanScreen(Screen):
         if [(o.host, o.pid, o.start_ticks, o.evidence, type(o)) for o in found] == \
                 [(o.host, o.pid, o.start_ticks, o.evidence, type(o)) for o in self.orphans] and self.orphans:
             return
-        t = self.query_one(DataTable)
+        t = self.table
         keep = self.selected()
         self.orphans = found
         t.clear()
@@ -90,13 +71,11 @@ class OrphanScreen(Screen):
         self.show_detail()
 
     def selected(self) -> Orphan | Foreign | None:
-        t = self.query_one(DataTable)
-        if not self.orphans or t.cursor_row is None or not 0 <= t.cursor_row < len(self.orphans):
-            return None
-        return self.orphans[t.cursor_row]
+        i = self.cursor(len(self.orphans))
+        return None if i is None else self.orphans[i]
 
     def show_detail(self) -> None:
-        box = self.query_one(".detail", Static)
+        box = self.detail_box
         o = self.selected()
         if o is None:
             box.update("no orphans: every server process and GPU memory holder belongs to a live server"
@@ -107,9 +86,6 @@ class OrphanScreen(Screen):
                                           f"why: {clean(o.why)}", *[f"  - {clean(e)}" for e in o.evidence]])))
             return
         box.update(Content("\n".join(orphan_lines(o))))
-
-    def on_data_table_row_highlighted(self) -> None:
-        self.show_detail()
 
     def action_kill(self) -> None:
         o = self.selected()
@@ -129,6 +105,3 @@ class OrphanScreen(Screen):
                 self.dismiss()
                 self.on_kill(o, target)
         self.app.push_screen(ConfirmScreen(f"Kill orphan pid {o.pid}?", lines, "Kill"), callback=confirmed)
-
-    def action_close(self) -> None:
-        self.dismiss()

@@ -8,16 +8,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
-from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
 from console.model import HostView, SessionView
 from console.ui.format import NA, age_text, clean, gpu_list, short
-from console.ui.widgets.footer import QuietFooter
+from console.ui.screens.table import TableScreen, closing
 
 COLUMNS = ["HOST", "SESSION / PID", "STATE", "GPU", "PORT", "AGE", "CAUSE", "FLAGS", "ACK"]
 FILTERS = ["all", "live", "failed", "ended"]
@@ -46,23 +43,17 @@ def sort_value(s: SessionView, col: int, now: float) -> tuple:
     return (vals[col], s.host, s.session_id or "")
 
 
-class SessionsScreen(Screen):
+class SessionsScreen(TableScreen):
     """Every session of every host (see the module docstring)."""
 
-    DEFAULT_CSS = """
-    SessionsScreen { layout: vertical; }
-    SessionsScreen .screen-title { height: 1; padding: 0 1; background: $panel; color: $text; text-style: bold; }
-    SessionsScreen DataTable { height: 1fr; }
-    SessionsScreen .detail { height: auto; max-height: 6; padding: 0 1; border-top: solid $primary; color: $text; }
-    """
+    TABLE_ID = "sessions"
+    DETAIL_LINES = 6
     BINDINGS = [
         Binding("enter", "open", "Log & steps", tooltip="open the session's log and its steps"),
         Binding("a", "ack", "Acknowledge", tooltip="acknowledge an ended session: its GPU reads IDLE"),
         Binding("f", "filter", "Filter", tooltip="filter by state: all → live → failed → ended"),
         *[Binding(str(i), f"sort({i - 1})", f"Sort by {c}", show=False) for i, c in enumerate(COLUMNS, 1)],
-        Binding("escape,s", "close", "Back", tooltip="back to the GPU panels"),
-        Binding("question_mark", "app.help", "Help"),
-        Binding("q", "app.quit", "Quit"),
+        *closing("escape,s"),
     ]
 
     def __init__(self, views: Callable[[], dict[str, HostView]], *, on_open: Callable[[SessionView], None],
@@ -74,20 +65,9 @@ class SessionsScreen(Screen):
         self.flt = "all"
         self._shown: list = []
 
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static("", classes="screen-title", markup=False)
-            yield DataTable(cursor_type="row", zebra_stripes=True, id="sessions")
-            yield Static("", classes="detail", markup=False)
-        yield QuietFooter()
-
-    def on_mount(self) -> None:
-        t = self.query_one(DataTable)
+    def add_columns(self, table: DataTable) -> None:
         for i, c in enumerate(COLUMNS, 1):
-            t.add_column(f"{c} [{i}]" if i <= 9 else c, key=c)
-        self.refresh_rows()
-        self.set_interval(1.0, self.refresh_rows)
-        t.focus()
+            table.add_column(f"{c} [{i}]" if i <= 9 else c, key=c)
 
     # ---- rows
     def sessions(self) -> list[SessionView]:
@@ -102,12 +82,12 @@ class SessionsScreen(Screen):
         rows.sort(key=lambda s: sort_value(s, self.sort_col, now), reverse=self.reverse)
         shown = [(row_key(s), s.state, s.cause, s.acknowledged, s.started_at, s.ended_at) for s in rows]
         arrow = "▼" if self.reverse else "▲"
-        self.query_one(".screen-title", Static).update(
+        self.title_box.update(
             f"Sessions · {len(rows)} shown · filter {self.flt} (f) · sorted by {COLUMNS[self.sort_col]} {arrow} (1-9)")
         if shown == self._shown and not force:
             self._age_only(rows, now)
             return
-        t = self.query_one(DataTable)
+        t = self.table
         keep = self.selected()
         self._shown, self.rows = shown, rows
         t.clear()
@@ -120,7 +100,7 @@ class SessionsScreen(Screen):
         self.show_detail()
 
     def _age_only(self, rows: list[SessionView], now: float) -> None:
-        t = self.query_one(DataTable)
+        t = self.table
         for s in rows:
             try:
                 t.update_cell(row_key(s), "AGE", self.age(s, now))
@@ -139,14 +119,12 @@ class SessionsScreen(Screen):
                 s.cause or "", short(clean(s.flags_summary), 48), ack]
 
     def selected(self) -> SessionView | None:
-        t = self.query_one(DataTable)
-        if not self.rows or t.cursor_row is None or not 0 <= t.cursor_row < len(self.rows):
-            return None
-        return self.rows[t.cursor_row]
+        i = self.cursor(len(self.rows))
+        return None if i is None else self.rows[i]
 
     def show_detail(self) -> None:
         s = self.selected()
-        box = self.query_one(".detail", Static)
+        box = self.detail_box
         if s is None:
             box.update("no sessions" + ("" if self.flt == "all" else f" match the filter '{self.flt}'"))
             return
@@ -156,9 +134,6 @@ class SessionsScreen(Screen):
         if s.argv:
             parts.append("$ " + short(clean(" ".join(s.argv)), 300))
         box.update("\n".join(parts))
-
-    def on_data_table_row_highlighted(self) -> None:
-        self.show_detail()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
@@ -204,6 +179,3 @@ class SessionsScreen(Screen):
         self.on_ack(s)
         self.refresh_rows()
         self.app.notify(f"acknowledged {s.session_id}: GPU {gpu_list(s.gpus)} reads IDLE", markup=False)
-
-    def action_close(self) -> None:
-        self.dismiss()

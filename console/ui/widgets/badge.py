@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
+from console.core.text import launch_progress
 from console.model import HostSnapshot, SessionView
 
 DOWN = {"unreachable", "failed", "closed"}
@@ -39,7 +40,7 @@ def badge_for(session: SessionView | None, snap: HostSnapshot, now: float, inter
     if session is None:
         return "IDLE", "idle"
     if state == "launching":
-        return f"LAUNCHING {session.step or 0}/6", state
+        return f"LAUNCHING {launch_progress(session.step)}", state
     if state == "failed":
         return f"FAILED: {session.cause or 'unknown'}", state
     return state.upper(), state

@@ -34,7 +34,7 @@ class HostSection(Vertical):
     def set_compact(self, on: bool, columns: int = 1) -> None:
         """Compact mode: ``columns`` short panels per row (a grid), or back to one full panel per row.
 
-        Done with inline styles on this section's grid and its panels (see MtpConsoleApp.action_compact).
+        Done with inline styles on this section's grid and its panels (see MainScreen.set_compact).
         """
         self.compact, self.columns = on, columns
         box = self.query_one(".gpus", Container)

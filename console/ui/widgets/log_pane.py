@@ -25,6 +25,8 @@ from console.ui.format import clean
 RING = 10_000
 ERROR = re.compile(r"Traceback|Error|error:|Not enough memory|out of memory|FAILED|Exception")
 READY = re.compile(r"The server is fired up and ready to roll|Application startup complete")
+NO_SESSION = "no session selected — focus a GPU panel (enter / tab)"
+"""The banner before a panel is selected."""
 
 
 class _LineHighlighter(Highlighter):
@@ -70,10 +72,15 @@ class LogPane(Vertical):
         """(pattern, scroll position, following) when the filter box was opened: esc goes back to it."""
 
     def compose(self) -> ComposeResult:
-        yield Static("no session selected — focus a GPU panel (enter / tab)", classes="banner", markup=False)
+        yield Static(NO_SESSION, classes="banner", markup=False)
         yield Input(placeholder="filter (enter to apply, esc to close)", classes="filter")
         yield SessionLog(classes="log")
         yield Static("", classes="new-lines", markup=False)
+
+    @property
+    def banner_shown(self) -> str:
+        """What the banner says now."""
+        return NO_SESSION if self.banner_text is None else self.banner_text
 
     @property
     def log_widget(self) -> SessionLog:

@@ -16,12 +16,14 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from console.model import OperationResult, Step
+from console.core.text import STEP_MARKS
+from console.model import OperationResult, Step, StepState
 from console.ui.format import clean, short
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-_ICON = {"ok": ("✓", "$text-success"), "failed": ("✗", "$text-error"), "pending": ("·", "$text-muted"),
-         "skipped": ("–", "$text-muted"), "warning": ("⚠", "$text-warning")}
+"""The running step's mark, animated (:data:`~console.core.text.STEP_MARKS` holds the other states' marks)."""
+STYLE: dict[StepState, str] = {"ok": "$text-success", "failed": "$text-error", "pending": "$text-muted",
+                               "skipped": "$text-muted", "warning": "$text-warning", "running": "$text-warning"}
 
 
 class StepsView(VerticalScroll):
@@ -107,7 +109,8 @@ class StepsView(VerticalScroll):
         return Content("\n").join(parts)
 
     def _line(self, s: Step, width: int) -> Content:
-        icon, style = _ICON.get(s.state, (SPINNER[self.frame], "$text-warning"))
+        icon = SPINNER[self.frame] if s.state == "running" else STEP_MARKS[s.state]
+        style = STYLE[s.state]
         return Content.from_markup(
             f"[{style}]$icon[/] $name $el  [$text-muted]$ev[/]",
             icon=icon, name=s.name.ljust(width), el=self._elapsed(s).rjust(7),
