@@ -29,7 +29,8 @@ from pathlib import Path
 
 from bench.links import open_link
 from bench.stats import cell, ratio, summarize
-from console.model import LaunchRequest
+from console.link.client import LinkListener
+from console.model import AgentEvent, LaunchRequest
 from console.ops import lifecycle
 from console.ops.session_log import SessionLogs
 from tests.helpers.sshd import free_port
@@ -85,12 +86,7 @@ async def _one(link, sshd, runs: Path, root: Path, i: int, end: str) -> dict:
     seen: dict = {}
     done = asyncio.Event()
 
-    def on(kind: str, msg: dict) -> None:
-        if msg.get("session_id") != sid:
-            return
-        now = time.time()
-        if kind == "event":
-            seen.setdefault(msg.get("kind"), now)
+    def check(now: float) -> None:
         c = watch.classification()
         if c.state == "ready":
             seen.setdefault("ready", now)
@@ -98,10 +94,18 @@ async def _one(link, sshd, runs: Path, root: Path, i: int, end: str) -> dict:
             seen["failed"], seen["cause"] = now, c.cause
             seen["with_exit"] = watch.exit is not None
             done.set()
-    link.listeners.append(on)
+
+    class OnEvent(LinkListener):
+        def on_event(self, event: AgentEvent) -> None:
+            if getattr(event, "session_id", None) == sid:
+                seen.setdefault(event.kind, time.time())
+                check(time.time())
+    on = OnEvent()
+    link.listen(on)
 
     def on_lines(log, lines) -> None:  # the followed log's chunks, heard once the watch's log was fed with them
-        on("log", {"session_id": log.session_id})
+        if log.session_id == sid:
+            check(time.time())
     SessionLogs.of(link).readers.append(on_lines)
     polled: dict = {}
     stop = asyncio.Event()
@@ -121,7 +125,7 @@ async def _one(link, sshd, runs: Path, root: Path, i: int, end: str) -> dict:
         stop.set()
         poll_task.cancel()
         await asyncio.gather(poll_task, return_exceptions=True)
-        link.listeners.remove(on)
+        link.unlisten(on)
         SessionLogs.of(link).readers.remove(on_lines)
         watch.close()
         try:

@@ -27,7 +27,8 @@ from bench.procstat import descendants, self_cpu, self_rss, stat, tree_cpu
 from bench.simhost import start_stand_in, stop, write_sim_dir
 from bench.stats import cell, summarize
 from console.core.sessions import derive_views
-from console.model import HostView
+from console.link.client import LinkListener
+from console.model import HostSnapshot, HostView
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,16 +41,16 @@ class Console:
         self.count = 0
         self.views: dict[str, HostView] = {}
 
-    def listener(self, link):
-        def on(kind, msg):
-            if kind != "sample":
-                return
-            now = time.time()
-            snap = link.snapshot()
-            self.views[link.name] = HostView(snapshot=snap, sessions=derive_views(snap, {}, now))
-            self.lat.append((now - msg["data"]["sampled_at"]) * 1000)
-            self.count += 1
-        return on
+    def listener(self, link) -> LinkListener:
+        console = self
+
+        class OnSample(LinkListener):
+            def on_sample(self, snap: HostSnapshot) -> None:
+                now = time.time()
+                console.views[link.name] = HostView(snapshot=snap, sessions=derive_views(snap, {}, now))
+                console.lat.append((now - (snap.sampled_at or now)) * 1000)
+                console.count += 1
+        return OnSample()
 
 
 async def _lag_probe(out: list[float], stop_ev: asyncio.Event) -> None:
@@ -90,7 +91,7 @@ async def run(ctx, sec) -> None:
                                      sim_dir=sim, interval=1.0))
             opened = await asyncio.gather(*new)
             for link in opened:
-                link.listeners.append(console.listener(link))
+                link.listen(console.listener(link))
             links.extend(opened)
             connect_s = time.perf_counter() - t0
             await asyncio.sleep(warm)

@@ -24,6 +24,8 @@ from bench.links import open_link
 from bench.procstat import children_cpu, self_cpu, tree_cpu
 from bench.simhost import start_stand_in, stop, write_sim_dir
 from bench.stats import cell, num, ratio, summarize
+from console.link.client import LinkListener
+from console.model import HostSnapshot
 
 SMI = ("nvidia-smi --query-gpu=index,uuid,name,power.draw,power.limit,utilization.gpu,memory.used,"
        "memory.total,temperature.gpu --format=csv,noheader,nounits")
@@ -64,11 +66,11 @@ async def run(ctx, sec) -> None:
             # --- agent: pushed ticks
             ticks: list[float] = []
 
-            def on(kind, msg):
-                if kind == "sample":
-                    link.snapshot()
-                    ticks.append((time.time() - msg["data"]["sampled_at"]) * 1000)
-            link.listeners.append(on)
+            class OnSample(LinkListener):
+                def on_sample(self, snap: HostSnapshot) -> None:  # the link built the snapshot for it
+                    ticks.append((time.time() - (snap.sampled_at or time.time())) * 1000)
+            on = OnSample()
+            link.listen(on)
             await link.request("set_interval", {"interval": 0.25}, audit=False)
             await asyncio.sleep(0.6)
             ticks.clear()
@@ -77,7 +79,7 @@ async def run(ctx, sec) -> None:
             n = len(ticks)
             _acc(cpu["push"], self_cpu() - c0, tree_cpu(sshd.pid) - s0, n)
             await link.request("set_interval", {"interval": 3600}, audit=False)
-            link.listeners.remove(on)
+            link.unlisten(on)
             push_lat.extend(ticks[:n])
             await asyncio.sleep(0.3)
 
