@@ -13,8 +13,10 @@ from console.ui.screens.events import EventsScreen
 from console.ui.screens.log_screen import LogScreen
 from console.ui.screens.orphans import OrphanScreen
 from console.ui.screens.sessions import SessionsScreen
-from tests.helpers.rel_util import wait_until
-from tests.ui_fakes import NOW, FakeBackend, frozen_app, gpu, proc, snapshot, view_a
+from console.ui.widgets.gpu_panel import GpuPanel
+from console.ui.widgets.log_pane import LogPane
+from tests.helpers.wait import until
+from tests.ui_fakes import NOW, FakeBackend, frozen_app, gpu, proc, snapshot, started, toasts, view_a
 
 SIZE = (160, 50)
 
@@ -31,71 +33,73 @@ def view_with_orphan() -> HostView:
     return v.model_copy(update={"snapshot": snap})
 
 
-async def settle(pilot, n: int = 3) -> None:
-    for _ in range(n):
-        await pilot.pause()
+def panel(app, index: int, host: str = "host-a") -> GpuPanel:
+    return next(p for p in app.query(GpuPanel) if p.host == host and p.index == index)
+
+
+def selected(app) -> GpuPanel | None:
+    """The panel drawn as selected."""
+    return next((p for p in app.query(GpuPanel) if p.has_class("selected")), None)
+
+
+def compact(app) -> bool:
+    """The GPU panels are laid out as the compact grid."""
+    return app.query_one(".gpus").styles.layout.name == "grid"
+
+
+def dialog_up(app) -> bool:
+    """A confirmation dialog is up with its Cancel button focused (the default)."""
+    return isinstance(app.screen, ConfirmScreen) and app.focused is not None and app.focused.id == "cancel"
 
 
 async def select_gpu(pilot, app, index: int) -> None:
-    await pilot.press("tab")
-    await settle(pilot)
-    for _ in range(8):
-        if app.selected is not None and app.selected.index == index:
-            return
-        await pilot.press("tab")
-        await settle(pilot)
-    raise AssertionError(f"GPU {index} not reachable with tab")
+    await started(pilot)
+    panel(app, index).focus()
+    await until(pilot, lambda: panel(app, index).has_class("selected"))
 
 
 async def test_s_opens_the_sessions_table_sorts_filters_and_acknowledges():
     backend = FakeBackend()
     app = frozen_app(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         assert app.views["host-a"].counts.get("failed") == 1
         await pilot.press("s")
-        await settle(pilot)
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.rows)
         screen = app.screen
-        assert isinstance(screen, SessionsScreen)
         keys = [s.session_id or f"pid {s.launcher_pid}" for s in screen.rows]
         assert set(keys) == {"s-ready", "s-failed", "pid 5150"}
         await pilot.press("2")  # sort by SESSION / PID
-        await settle(pilot)
-        assert [s.session_id for s in screen.rows][:2] == ["s-failed", "s-ready"]
+        await until(pilot, lambda: [s.session_id for s in screen.rows][:2] == ["s-failed", "s-ready"])
         await pilot.press("2")  # again: reversed
-        await settle(pilot)
-        assert screen.reverse and screen.rows[-1].session_id == "s-failed"
+        await until(pilot, lambda: screen.reverse and screen.rows[-1].session_id == "s-failed")
         await pilot.press("f", "f")  # all -> live -> failed
-        await settle(pilot)
-        assert screen.flt == "failed" and [s.session_id for s in screen.rows] == ["s-failed"]
+        await until(pilot, lambda: screen.flt == "failed" and [s.session_id for s in screen.rows] == ["s-failed"])
         await pilot.press("a")
-        await settle(pilot, 5)
+        await until(pilot, lambda: screen.query_one(DataTable).get_row_at(0)[-1] == "✓")
         assert ("acknowledge", "host-a", "s-failed") in backend.calls
         assert app.views["host-a"].counts.get("failed") is None  # the header count drops
         cur = app.views["host-a"].current_of(2)
         assert cur is not None and cur.session is None  # GPU 2 reads IDLE
-        assert screen.rows[0].acknowledged and screen.query_one(DataTable).get_row_at(0)[-1] == "✓"
+        assert screen.rows[0].acknowledged
         await pilot.press("escape")
-        await settle(pilot)
-        assert not isinstance(app.screen, SessionsScreen)
+        await until(pilot, lambda: not isinstance(app.screen, SessionsScreen))
 
 
 async def test_a_refuses_a_live_session_and_enter_opens_its_log_full_screen():
     app = frozen_app(FakeBackend())
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await pilot.press("s")
-        await settle(pilot)
+        await until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.rows)
         screen = app.screen
-        assert isinstance(screen, SessionsScreen)
         row = next(i for i, s in enumerate(screen.rows) if s.session_id == "s-ready")
         screen.query_one(DataTable).move_cursor(row=row)
         await pilot.press("a")
-        await settle(pilot)
+        await until(pilot, lambda: toasts(app) and toasts(app)[-1].startswith("only an ended session can be acknowledged"))
         assert not screen.rows[row].acknowledged
         await pilot.press("enter")
-        await settle(pilot, 6)
-        assert isinstance(app.screen, LogScreen)
+        await until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.lines)
         log = app.screen
         assert log.key == ("host-a", "s-ready")
         assert any("ready to roll" in x for x in log.lines)
@@ -105,75 +109,64 @@ async def test_z_full_screen_log_search_next_decisive_wrap_and_back():
     app = frozen_app(FakeBackend())
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 2)  # the FAILED session
-        await settle(pilot, 5)
+        await until(pilot, lambda: len(app.query_one(LogPane).lines) == 3)
         await pilot.press("z")
-        await settle(pilot, 5)
+        await until(pilot, lambda: isinstance(app.screen, LogScreen) and len(app.screen.lines) == 3)
         screen = app.screen
-        assert isinstance(screen, LogScreen) and screen.key == ("host-a", "s-failed")
-        assert screen.following and len(screen.lines) == 3
+        assert screen.key == ("host-a", "s-failed") and screen.following
         await pilot.press("slash")
         await pilot.press(*"memory")
         await pilot.press("enter")
-        await settle(pilot)
-        assert screen.term == "memory" and screen.matches == [2] and not screen.following
-        await pilot.press("n")
+        await until(pilot, lambda: screen.term == "memory" and screen.matches == [2])
+        assert not screen.following
+        await pilot.press("n")  # the only match: n and N both land on it
         await pilot.press("N")
-        await settle(pilot)
-        assert screen.match_i == 0
+        await until(pilot, lambda: screen.match_i == 0)
         await pilot.press("end")
-        await settle(pilot)
-        assert screen.following
+        await until(pilot, lambda: screen.following)
         await pilot.press("d")
-        await settle(pilot)
-        assert not screen.following  # at the decisive line
+        await until(pilot, lambda: not screen.following)  # at the decisive line
         await pilot.press("w")
-        await settle(pilot)
-        assert screen.wrap
+        await until(pilot, lambda: screen.wrap)
         # new lines of the session arrive while it is open, and show
         app.backend.on_log("host-a", "s-failed", ["late line after the failure"])
-        await settle(pilot, 4)
-        assert screen.lines[-1] == "late line after the failure"
+        await until(pilot, lambda: screen.lines[-1] == "late line after the failure")
         await pilot.press("z")
-        await settle(pilot)
-        assert not isinstance(app.screen, LogScreen)
+        await until(pilot, lambda: not isinstance(app.screen, LogScreen))
 
 
 async def test_o_orphan_hunter_kill_needs_the_dialog_with_cancel_focused():
     backend = FakeBackend([view_with_orphan()])
     app = frozen_app(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await pilot.press("o")
-        await settle(pilot)
+        await until(pilot, lambda: isinstance(app.screen, OrphanScreen) and app.screen.orphans)
         screen = app.screen
-        assert isinstance(screen, OrphanScreen)
         assert [o.pid for o in screen.orphans] == [7777]
         await pilot.press("k")
-        await settle(pilot)
+        await until(pilot, lambda: dialog_up(app))
         dialog = app.screen
-        assert isinstance(dialog, ConfirmScreen)
         body = "\n".join(dialog.lines)
         assert "pid:      7777 (start 4242" in body and "9,216 MiB on GPU 2" in body and "parent pid 7700" in body
-        assert app.focused is not None and app.focused.id == "cancel"
         await pilot.press("enter")  # Cancel
-        await settle(pilot)
+        await until(pilot, lambda: app.screen is screen)
         assert not any(c[0] == "kill" for c in backend.calls)
         await pilot.press("k")
-        await settle(pilot)
+        await until(pilot, lambda: dialog_up(app))
         app.screen.query_one("#confirm", Button).press()
-        await settle(pilot, 8)
-        kills = [c[1] for c in backend.calls if c[0] == "kill"]
-        assert kills and kills[0].pid == 7777 and kills[0].start_ticks == 4242 and kills[0].session_id is None
+        kills = await until(pilot, lambda: [c[1] for c in backend.calls if c[0] == "kill"])
+        assert kills[0].pid == 7777 and kills[0].start_ticks == 4242 and kills[0].session_id is None
 
 
 async def test_o_in_read_only_refuses_the_kill():
     app = frozen_app(FakeBackend([view_with_orphan()]), read_only=True)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await pilot.press("o")
-        await settle(pilot)
+        await until(pilot, lambda: isinstance(app.screen, OrphanScreen) and app.screen.orphans)
         await pilot.press("k")
-        await settle(pilot)
+        await until(pilot, lambda: "read-only: kill disabled" in toasts(app))
         assert isinstance(app.screen, OrphanScreen)
 
 
@@ -181,20 +174,18 @@ async def test_v_events_merges_console_and_run_dir_events():
     backend = FakeBackend()
     app = frozen_app(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         backend.current["host-a"].event("foreign_appeared", "foreign server pid 5150 appeared", gpus=[3])
         backend.repush("host-a")
-        # conditions, not a fixed number of frames: a busy CI machine takes longer to apply a push
-        await wait_until(lambda: any(e.kind == "foreign_appeared" for e in app.views["host-a"].events), 10)
+        await until(pilot, lambda: any(e.kind == "foreign_appeared" for e in app.views["host-a"].events))
         await pilot.press("v")
-        await wait_until(lambda: isinstance(app.screen, EventsScreen), 10)
+        await until(pilot, lambda: isinstance(app.screen, EventsScreen))
         screen = app.screen
-        assert isinstance(screen, EventsScreen)
-        assert await wait_until(lambda: any(e.kind == "foreign_appeared" for e in screen.events), 10)
+        await until(pilot, lambda: any(e.kind == "foreign_appeared" for e in screen.events))
         await pilot.press("f")
-        assert await wait_until(lambda: screen.flt == "failures", 10)
+        await until(pilot, lambda: screen.flt == "failures")
         await pilot.press("v")
-        assert await wait_until(lambda: not isinstance(app.screen, EventsScreen), 10)
+        await until(pilot, lambda: not isinstance(app.screen, EventsScreen))
 
 
 @pytest.mark.parametrize("keys,want", [(("right",), 1), (("right", "right", "left"), 1), (("down", "down"), 2)])
@@ -203,8 +194,8 @@ async def test_arrow_keys_move_between_panels(keys, want):
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 0)
         await pilot.press(*keys)
-        await settle(pilot)
-        assert app.selected is not None and app.selected.index == want
+        await until(pilot, lambda: app.focused is panel(app, want))
+        assert selected(app) is panel(app, want)
 
 
 async def test_kill_dialog_names_port_model_uptime_traffic_and_memory():
@@ -212,33 +203,28 @@ async def test_kill_dialog_names_port_model_uptime_traffic_and_memory():
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 0)
         await pilot.press("k")
-        await settle(pilot)
+        await until(pilot, lambda: dialog_up(app))
         dialog = app.screen
-        assert isinstance(dialog, ConfirmScreen)
         body = "\n".join(dialog.lines)
         for want in ("port 30000", "model:    /models/demo-27b", "uptime:   10 min",
                      "12 running · 0 queued · 412 tok/s", "118,000 MiB on GPU 0", "118,000 MiB on GPU 1"):
             assert want in body, (want, body)
-        assert app.focused is not None and app.focused.id == "cancel"
 
 
 @pytest.mark.parametrize("size,side_kept", [((80, 24), False), ((200, 50), True)])
 async def test_key_help_on_a_small_terminal_keeps_every_gpu_panel_on_screen(size, side_kept):
-    from console.ui.widgets.gpu_panel import GpuPanel
-
     app = frozen_app(FakeBackend())
     async with app.run_test(size=size) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await pilot.press("question_mark")
-        await settle(pilot)
-        assert app.screen.query("HelpPanel")
         hosts = app.screen.query_one("#hosts")
+        await until(pilot, lambda: app.screen.query("HelpPanel") and hosts.region.right <= size[0]
+                    and app.screen.query_one("#side").display is side_kept)
         assert hosts.region.right <= size[0]  # squeezed under its minimum width it was laid out off screen
         assert all(p.region.x == hosts.region.x for p in app.query(GpuPanel))  # one column, none off to the right
         assert app.screen.query_one("#side").display is side_kept
         await pilot.press("question_mark")
-        await settle(pilot)
-        assert not app.screen.query("HelpPanel") and app.screen.query_one("#side").display
+        await until(pilot, lambda: not app.screen.query("HelpPanel") and app.screen.query_one("#side").display)
 
 
 async def test_edit_form_on_a_short_terminal_shows_the_field_being_typed_in():
@@ -246,9 +232,9 @@ async def test_edit_form_on_a_short_terminal_shows_the_field_being_typed_in():
     async with app.run_test(size=(80, 20)) as pilot:
         await select_gpu(pilot, app, 0)  # a READY session: the form lists what launching stops
         await pilot.press("e")
-        await settle(pilot)
+        await until(pilot, lambda: app.focused is not None and app.focused.id == "f-model_path"
+                    and app.screen.query_one(".fields").region.contains_region(app.focused.region))
         fields, focused = app.screen.query_one(".fields"), app.focused
-        assert focused is not None and focused.id == "f-model_path"
         assert fields.query(".impact")  # what it stops scrolls with the fields, not above them
         assert fields.region.contains_region(focused.region)
 
@@ -291,19 +277,16 @@ async def test_panel_keeps_serving_history_of_the_current_session_only():
     backend = FakeBackend()
     app = frozen_app(backend)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        panel = next(p for p in app.panels() if p.host == "host-a" and p.index == 0)
+        await started(pilot)
+        gpu0 = panel(app, 0)
         base = app.views["host-a"]
         for i in range(3):  # three new samples of a READY session, each applied before the next
-            seen = len(panel.hist["tps"])
+            seen = len(gpu0.hist["tps"])
             snap = base.snapshot.model_copy(update={"sampled_at": base.snapshot.sampled_at + i + 1})
             backend.push(base.model_copy(update={"snapshot": snap}))
-            for _ in range(50):  # bounded: the app applies views on its own timer
-                await pilot.pause()
-                if len(panel.hist["tps"]) > seen:
-                    break
-        assert len(panel.hist["tps"]) >= 3 and panel.hist["tps"][-1] == 412.3
-        assert len(panel.hist["mem"]) >= 3 and "tok/s 412" in panel.body.plain
+            await until(pilot, lambda: len(gpu0.hist["tps"]) > seen)  # noqa: B023  (awaited in this turn)
+        assert len(gpu0.hist["tps"]) >= 3 and gpu0.hist["tps"][-1] == 412.3
+        assert len(gpu0.hist["mem"]) >= 3 and "tok/s 412" in gpu0.body.plain
 
 
 async def test_flag_form_enter_submits_own_footer_and_fewer_tab_stops():
@@ -316,9 +299,8 @@ async def test_flag_form_enter_submits_own_footer_and_fewer_tab_stops():
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 3)
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.query("#f-port"))
         form = app.screen
-        assert isinstance(form, FlagForm)
         keys = {b.action for _, b, enabled, _ in [v for v in form.active_bindings.values()] if enabled}
         assert {"check", "launch", "cancel"} <= keys and "kill" not in keys and "audit" not in keys
         spec_on = form.query_one("#f-spec_algo").value not in ("none",)
@@ -327,11 +309,9 @@ async def test_flag_form_enter_submits_own_footer_and_fewer_tab_stops():
         assert not form.query_one("#check").can_focus and not form.query_one("#cancel").can_focus
         form.query_one("#f-port", Input).focus()
         await pilot.press("enter")  # first enter: checks, arms
-        await settle(pilot)
-        assert form.armed is not None and str(form.query_one("#launch").label) == "Confirm launch"
+        await until(pilot, lambda: str(form.query_one("#launch").label) == "Confirm launch")
         await pilot.press("enter")  # second: launches
-        await settle(pilot, 6)
-        assert any(c[0] == "launch" for c in backend.calls)
+        await until(pilot, lambda: any(c[0] == "launch" for c in backend.calls))
 
 
 async def test_launch_form_prefilled_from_the_last_session_on_that_gpu():
@@ -343,9 +323,8 @@ async def test_launch_form_prefilled_from_the_last_session_on_that_gpu():
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 2)  # s-failed ran here with ARGV
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.query("#f-model_path"))
         form = app.screen
-        assert isinstance(form, FlagForm)
         assert form.query_one("#f-model_path", Input).value == "/models/demo-27b"
         assert form.query_one("#f-max_running", Input).value == "48"
         assert form.query_one("#f-gpus", Input).value == "2"
@@ -354,18 +333,17 @@ async def test_launch_form_prefilled_from_the_last_session_on_that_gpu():
 async def test_small_terminal_compacts_panels_until_the_operator_chooses():
     app = frozen_app(FakeBackend())
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot, 4)
-        assert app.compact  # 80x24: compact by itself
+        await started(pilot)
+        await until(pilot, lambda: compact(app))  # 80x24: compact by itself
         await pilot.resize_terminal(200, 50)
-        await settle(pilot, 4)
-        assert not app.compact  # room again: full panels
+        await until(pilot, lambda: not compact(app))  # room again: full panels
         await pilot.press("c")
-        await settle(pilot)
-        assert app.compact and app.workflow.user_compact
+        await until(pilot, lambda: compact(app))
         await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: app.query_one("#hosts").size.width < 80)
         await pilot.resize_terminal(200, 50)
-        await settle(pilot, 4)
-        assert app.compact  # the operator's choice stands
+        await until(pilot, lambda: app.query_one("#hosts").size.width > 100)
+        assert compact(app)  # the operator's choice stands
 
 
 async def test_flag_form_profile_picker_fills_the_fields():
@@ -381,12 +359,10 @@ async def test_flag_form_profile_picker_fills_the_fields():
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 2)
         await pilot.press("l")
-        await settle(pilot)
+        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.query("#profile"))
         form = app.screen
-        assert isinstance(form, FlagForm)
         form.query_one("#profile", Select).value = "fixed"
-        await settle(pilot)
-        assert form.query_one("#f-model_path", Input).value == "/models/qwen"
+        await until(pilot, lambda: form.query_one("#f-model_path", Input).value == "/models/qwen")
         assert form.query_one("#f-max_running", Input).value == "16"
         assert form.query_one("#f-port", Input).value == "31000"
 
@@ -396,10 +372,9 @@ async def test_palette_still_offers_the_panel_actions_while_it_is_open():
 
     app = frozen_app(FakeBackend())
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await started(pilot)
         await pilot.press("ctrl+p")
-        await settle(pilot)
-        assert isinstance(app.screen, CommandPalette)
+        await until(pilot, lambda: isinstance(app.screen, CommandPalette))
         titles = [c.title for c in app.get_system_commands(app.screen)]
         for want in ("Sessions (s)", "Full log (z)", "Orphans (o)", "Events (v)", "Kill (k)"):
             assert want in titles, titles
