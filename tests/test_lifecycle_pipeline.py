@@ -131,3 +131,32 @@ async def test_one_follow_per_session_and_a_relaunch_plans_once(sim, runs_dir):
     finally:
         await link.close()
         cleanup_runs(runs_dir)
+
+
+SERVER_NEEDING_PORT = '''\
+import argparse
+ap = argparse.ArgumentParser(prog="needs_port")
+ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--model-path", default=None)
+ap.parse_args()
+'''
+
+
+async def test_the_flags_are_checked_as_launched_with_the_requested_port(tmp_path, monkeypatch, runs_dir):
+    """A server whose --port is required, launched with a port the request names (not one of its flags): the
+    preflight checks the flags the server gets (``--port N`` added), so it is not refused for a missing --port."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    script = tmp_path / "needs_port.py"
+    script.write_text(SERVER_NEEDING_PORT)
+    link = HostLink(HostSpec(name="local", local=True),
+                    HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="none"), interval=0.5)
+    await link.open()
+    try:
+        req = LaunchRequest(host="local", command=[sys.executable, str(script)], flags=["--model-path", "/m"],
+                            gpus=[0], port=free_port())
+        checked = await lifecycle.check_request(link, req, None)
+        assert checked.refusals == [] and "flags ok against needs_port" in checked.flags_note, checked
+        without = await lifecycle.check_request(link, req.model_copy(update={"port": None}), None)
+        assert without.refusals and "--port" in without.refusals[0], without  # the check does read --port
+    finally:
+        await link.close()

@@ -17,15 +17,16 @@ import time
 from typing import Any
 
 from console import __version__
-from console.core.sessions import flag_value, has_flag, new_session_id, server_port
+from console.core.sessions import flag_value, new_session_id, server_port
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
-from console.model import LaunchRequest, LaunchSpec, OperationResult, SupervisorRecord
+from console.model import DEFAULT_PORT, LaunchRequest, LaunchSpec, OperationResult, SupervisorRecord
 from console.ops.lifecycle.preflight import (
     Checked,
     check_request,
     host_refusals,
+    launched_flags,
     orphan_note,
     passed_evidence,
     preflight_snapshot,
@@ -45,12 +46,8 @@ def build_spec(req: LaunchRequest, session_id: str, now: float) -> tuple[LaunchS
     for part in req.command + req.flags:
         if "\0" in part:
             raise ValueError("NUL byte in command or flags")
-    argv = list(req.command) + list(req.flags)
-    port = req.port
-    if port is not None and not has_flag(req.flags, "--port"):
-        argv += ["--port", str(port)]
-    elif port is None:
-        port = server_port(req.flags) or 30000
+    argv = list(req.command) + launched_flags(req)
+    port = req.port if req.port is not None else server_port(req.flags) or DEFAULT_PORT
     spec = LaunchSpec(
         session_id=session_id, argv=argv, env_names=sorted(req.env), gpus=list(req.gpus), port=port,
         launched_by=f"{getpass.getuser()}@{socket.gethostname()}", console_version=__version__,

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.core.sessions import flag_value
+from console.core.sessions import flag_value, has_flag
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
@@ -42,6 +42,13 @@ class Checked:
     """The plan says it does not fit and the request forces the launch anyway."""
 
 
+def launched_flags(req: LaunchRequest) -> list[str]:
+    """The server flags a launch of ``req`` runs with: its flags, and ``--port`` when it names a port they lack."""
+    if req.port is not None and not has_flag(req.flags, "--port"):
+        return [*req.flags, "--port", str(req.port)]
+    return list(req.flags)
+
+
 async def check_request(link: HostLink, req: LaunchRequest, snap: HostSnapshot | None, op: str = "launch") -> Checked:
     """The flags check (unless ``req.check_flags`` is off) and the memory plan of ``req`` (``op`` names the
     operation a forced retry would be: ``launch`` or ``relaunch``)."""
@@ -49,7 +56,7 @@ async def check_request(link: HostLink, req: LaunchRequest, snap: HostSnapshot |
     hints: list[str] = []
     line, flags_note = None, ""
     if req.check_flags:  # the host's own server's flags, before anything is spawned
-        fv = await check_launch_flags(link, req.command, req.flags)
+        fv = await check_launch_flags(link, req.command, launched_flags(req))  # as launched: --port included
         if not fv.ok:
             refusals.append(fv.error or "the server rejects these flags")
             line = fv.error
