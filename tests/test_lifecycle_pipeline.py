@@ -160,3 +160,17 @@ async def test_the_flags_are_checked_as_launched_with_the_requested_port(tmp_pat
         assert without.refusals and "--port" in without.refusals[0], without  # the check does read --port
     finally:
         await link.close()
+
+
+def test_a_refused_relaunch_says_the_old_server_was_stopped_by_its_kill_phase(capsys):
+    from console.commands._ops import emit_result
+    from console.model import OperationResult
+
+    kill = Step(name="kill: port closed", state="ok", phase="kill")
+    pre = Step(name="preflight", state="failed", phase="launch")
+    for steps, said in (([kill, pre], "the old server was stopped, nothing was started"),
+                        ([pre], "nothing was stopped or started")):
+        r = OperationResult(op="relaunch", host="h", ok=False, steps=steps, refused="GPU 0 is held",
+                            refusals=["GPU 0 is held"])
+        assert emit_result(False, r) == 1
+        assert capsys.readouterr().out.splitlines()[0] == f"relaunch on h: REFUSED — {said}"

@@ -42,7 +42,7 @@ def emit_result(json_output: bool, r: OperationResult) -> int:
     if json_output:
         print(json.dumps(redact_obj(r.model_dump(mode="json")), indent=2))
     elif r.refused is not None:  # nothing was started (or stopped): one verdict line, then every reason
-        killed = any(x.name.startswith("kill: ") for x in r.steps)  # a relaunch whose new launch was refused
+        killed = any(x.phase == "kill" for x in r.steps)  # a relaunch whose new launch was refused
         what = ("the old server was stopped, nothing was started" if killed else
                 "nothing was stopped or started" if r.op == "relaunch" else "nothing was started")
         print(f"{r.op} on {r.host}: REFUSED — {what}")
