@@ -22,7 +22,7 @@ from collections import Counter
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from ui_fakes import NOW
+from ui_fakes import NOW, record_toasts, toasts
 
 from console.core.current import CurrentState
 from console.model import (
@@ -38,8 +38,10 @@ from console.model import (
 )
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
+from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_header import HostHeader, counts_text
 from console.ui.widgets.log_pane import LogPane
+from tests.helpers.wait import until
 
 HOST = "h"
 GPUS = 3
@@ -149,7 +151,7 @@ class ScriptedHost:
 
     def end_launch(self, sid: str, ok: bool) -> None:
         fut, req = self.inflight.pop(sid)
-        self._set(sid, ok)
+        self.finish(sid, ok)
         fut.set_result(OperationResult(op="launch", host=HOST, ok=ok, session_id=sid, state="ready" if ok else "failed",
                                        cause=None if ok else "gpu_oom"))
 
@@ -158,7 +160,8 @@ class ScriptedHost:
         fut.set_result(OperationResult(op="launch", host=HOST, ok=False, session_id=None, state="failed",
                                        cause="gpu_oom", error="memory plan: does not fit"))
 
-    def _set(self, sid: str, ok: bool) -> None:
+    def finish(self, sid: str, ok: bool) -> None:
+        """The session becomes READY (ok) or FAILED, as the host's next sample says."""
         s = self.sessions[sid]
         upd = {"state": "ready", "step": None} if ok else {"state": "failed", "cause": "gpu_oom", "step": None,
                                                              "ended_at": NOW, "pids": [],
@@ -200,6 +203,7 @@ class TruthMachine(RuleBasedStateMachine):
         self.be = ScriptedHost()
         self.app = make_app(self.be, clock=lambda: NOW)
         self.app.animation_level = "none"
+        record_toasts(self.app)
         self.queue: asyncio.Queue = asyncio.Queue()
         started = self.loop.create_future()
         self.driver = self.loop.create_task(self._drive(started))
@@ -207,7 +211,6 @@ class TruthMachine(RuleBasedStateMachine):
         self.model = Model()
         self.sel = 0
         self.lines = 0
-        self.run(self._settle(4))
         self.run(self._focus(0))
 
     async def _drive(self, started: asyncio.Future) -> None:
@@ -247,22 +250,44 @@ class TruthMachine(RuleBasedStateMachine):
             self.loop.close()
             asyncio.set_event_loop(None)
 
-    async def _settle(self, n: int = 2) -> None:
-        """Let the app apply what arrived (views, log lines, workers, messages): the timers' work done
-        at once, then a few turns of the loop. Bounded: ``n`` rounds."""
-        for _ in range(n):
-            self.app.apply_views()
-            self.app.log_follower.flush()
-            for _ in range(4):
-                await asyncio.sleep(0.002)
+    async def _settle(self) -> None:
+        """Let the app run until it shows what the model says (every invariant holds), bounded; the
+        failure names the invariant that never held."""
+        await until(self.pilot, self.shows_the_model)
+
+    def shows_the_model(self) -> bool:
+        self.panels_show_the_current_session()
+        self.log_pane_shows_the_selected_panels_session()
+        self.header_counts_equal_the_panels()
+        return True
 
     async def _focus(self, i: int) -> None:
-        p = self.panel(i)
-        p.focus()
-        await self._settle(3)
+        await until(self.pilot, lambda: len(self.app.query(GpuPanel)) == GPUS)
+        self.panel(i).focus()
+        await until(self.pilot, lambda: self.panel(i).has_class("selected"))
+        await self._settle()
 
-    def panel(self, i: int):
-        return next(p for p in self.app.panels() if p.index == i)
+    async def _key(self, key: str, screen: type) -> bool:
+        """Press ``key``; True once ``screen`` is up, False once the app said why not (a toast)."""
+        said = len(toasts(self.app))
+        await self.pilot.press(key)
+        await until(self.pilot, lambda: isinstance(self.app.screen, screen) or len(toasts(self.app)) > said)
+        return isinstance(self.app.screen, screen)
+
+    async def _sent(self, before: int) -> None:
+        """Wait until one more launch is in flight (the app sent it)."""
+        await until(self.pilot, lambda: len(self.be.inflight) > before)
+
+    async def _submit(self) -> None:
+        """The form's Launch (the checks run), then Confirm launch once the button is out of its pressed effect."""
+        await self.pilot.click("#launch")
+        button = self.app.screen.query_one("#launch")
+        await until(self.pilot, lambda: str(button.label) == "Confirm launch" and not button.has_class("-active"))
+        await self.pilot.click("#launch")
+        await until(self.pilot, lambda: not isinstance(self.app.screen, FlagForm))
+
+    def panel(self, i: int) -> GpuPanel:
+        return next(p for p in self.app.query(GpuPanel) if p.index == i)
 
     # ---- helpers on the model
     def live_on(self, i: int) -> bool:
@@ -298,7 +323,7 @@ class TruthMachine(RuleBasedStateMachine):
         if sid is None or sid in self.be.inflight or sid.startswith("foreign") or sid not in self.be.sessions:
             return
         if badge == "LAUNCHING":
-            self.be._set(sid, ok)
+            self.be.finish(sid, ok)
             self.model.cur[i] = (sid, "READY" if ok else "FAILED: gpu_oom")
         elif badge == "READY" and not ok:
             self.be.sessions[sid] = self.be.sessions[sid].model_copy(update={"state": "stopped", "ended_at": NOW,
@@ -315,9 +340,10 @@ class TruthMachine(RuleBasedStateMachine):
             return  # a busy GPU: the real preflight refuses it (the refuse rule covers refusals)
         before = self.model.cur[i]
         req = self.be.launch_template(HOST, i)
+        n = len(self.be.inflight)
         self.run(self._call(lambda: self.app.ops.run(f"launch · {HOST} · GPUs {i}", "launch", HOST,
                                                      lambda cb: self.be.launch(req, cb), gpus=req.gpus, req=req)))
-        self.run(self._settle())
+        self.run(self._sent(n))
         self.launched(i, before)
         self.run(self._settle())
 
@@ -335,7 +361,7 @@ class TruthMachine(RuleBasedStateMachine):
         i = self.be.inflight[sid][1].gpus[0]
         self.be.refuse(sid)
         self.model.cur[i] = self.model.before.pop(sid)
-        self.run(self._settle(3))
+        self.run(self._settle())
 
     @precondition(lambda self: self.be.up and any(s in self.be.sessions for s in self.be.inflight))
     @rule(data=st.data(), ok=st.booleans())
@@ -344,7 +370,7 @@ class TruthMachine(RuleBasedStateMachine):
         i = self.be.inflight[sid][1].gpus[0]
         self.be.end_launch(sid, ok)
         self.model.cur[i] = (sid, "READY" if ok else "FAILED: gpu_oom")
-        self.run(self._settle(3))
+        self.run(self._settle())
 
     @rule(i=st.integers(0, GPUS - 1))
     def log_line(self, i):
@@ -387,6 +413,7 @@ class TruthMachine(RuleBasedStateMachine):
     def tab(self):
         self.run(self.pilot.press("tab"))
         self.sel = (self.sel + 1) % GPUS
+        self.run(until(self.pilot, lambda: self.panel(self.sel).has_class("selected")))
         self.run(self._settle())
 
     @precondition(lambda self: self.be.up and not self.app_busy())
@@ -394,33 +421,32 @@ class TruthMachine(RuleBasedStateMachine):
     def key_k(self):
         i = self.sel
         sid, badge = self.model.cur[i]
-        self.run(self.pilot.press("k"))
-        self.run(self._settle())
+        dialog = self.run(self._key("k", ConfirmScreen))
         running = sid is not None and (sid.startswith("foreign") or (sid in self.be.sessions and self.live_on(i)))
         if not running:
-            assert not isinstance(self.app.screen, ConfirmScreen), f"kill offered on {badge} GPU {i}"
+            assert not dialog, f"kill offered on {badge} GPU {i}"
             assert "nothing is running" in self.last_note() or "not reported" in self.last_note(), self.last_note()
             return
-        assert isinstance(self.app.screen, ConfirmScreen), f"no kill dialog on {badge}"
+        assert dialog, f"no kill dialog on {badge} ({self.last_note()})"
         self.check_dialog(sid)
         self.run(self.pilot.click("#confirm"))
-        self.run(self._settle(3))
         self.model.cur[i] = (None, "IDLE") if sid.startswith("foreign") else (sid, "STOPPED")
+        self.run(self._settle())
 
     @precondition(lambda self: self.be.up and not self.app_busy())
     @rule()
     def key_r(self):
         i = self.sel
         sid, badge = self.model.cur[i]
-        self.run(self.pilot.press("r"))
-        self.run(self._settle())
+        dialog = self.run(self._key("r", ConfirmScreen))
         if sid is None or (badge == "LAUNCHING" and sid not in self.be.sessions):
-            assert not isinstance(self.app.screen, ConfirmScreen)
+            assert not dialog, f"relaunch offered on {badge} GPU {i}"
             return
-        assert isinstance(self.app.screen, ConfirmScreen), f"no relaunch dialog on {badge} ({self.last_note()})"
+        assert dialog, f"no relaunch dialog on {badge} ({self.last_note()})"
         self.check_dialog(sid)
+        n = len(self.be.inflight)
         self.run(self.pilot.click("#confirm"))
-        self.run(self._settle(3))
+        self.run(self._sent(n))
         self.launched(i, (None, "IDLE") if sid.startswith("foreign") else
                       (sid, "STOPPED") if self.live_on(i) else (sid, badge))
         self.run(self._settle())
@@ -430,17 +456,15 @@ class TruthMachine(RuleBasedStateMachine):
     def key_e(self):
         i = self.sel
         sid, badge = self.model.cur[i]
-        self.run(self.pilot.press("e"))
-        self.run(self._settle())
+        form = self.run(self._key("e", FlagForm))
         if sid is None or (badge == "LAUNCHING" and sid not in self.be.sessions):
-            assert not isinstance(self.app.screen, FlagForm)
+            assert not form, f"edit offered on {badge} GPU {i}"
             return
-        assert isinstance(self.app.screen, FlagForm), f"no edit form on {badge} ({self.last_note()})"
+        assert form, f"no edit form on {badge} ({self.last_note()})"
         assert ("foreign server" if sid.startswith("foreign") else sid) in self.app.screen.title_text
-        for _ in range(2):
-            self.run(self.pilot.click("#launch"))
-            self.run(self._settle(3))
-        assert not isinstance(self.app.screen, FlagForm)
+        n = len(self.be.inflight)
+        self.run(self._submit())
+        self.run(self._sent(n))
         self.launched(i, (None, "IDLE") if sid.startswith("foreign") else
                       (sid, "STOPPED") if self.live_on(i) else (sid, badge))
         self.run(self._settle())
@@ -452,8 +476,8 @@ class TruthMachine(RuleBasedStateMachine):
         assert want in body, (want, body)
 
     def last_note(self) -> str:
-        notes = list(self.app._notifications)
-        return str(notes[-1].message) if notes else ""
+        notes = toasts(self.app)
+        return notes[-1] if notes else ""
 
     # ---- what must hold after every step
     @invariant()
@@ -473,8 +497,8 @@ class TruthMachine(RuleBasedStateMachine):
     def log_pane_shows_the_selected_panels_session(self):
         if isinstance(self.app.screen, (ConfirmScreen, FlagForm)):
             return
-        sel = self.app.selected
-        assert sel is not None and sel.index == self.sel
+        sel = [p.index for p in self.app.query(GpuPanel) if p.has_class("selected")]
+        assert sel == [self.sel], (sel, self.sel)
         sid, _badge = self.model.cur[self.sel]
         pane = self.app.query_one(LogPane)
         banner = str(pane.query_one(".banner").render())
