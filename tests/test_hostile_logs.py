@@ -18,7 +18,7 @@ from console.link.link import HostLink
 from console.link.ssh import HostSpec
 from console.ui.format import clean
 from tests.helpers.heard import Heard
-from tests.helpers.wait import await_until
+from tests.helpers.wait import await_until, until
 
 SID = "20260101-000000-gpu0-hostile"
 
@@ -152,7 +152,8 @@ async def test_log_pane_draws_no_escape_sequence():
         pane = app.query_one(LogPane)
         pane.start("h", "s", "banner")
         pane.add_lines(evil)
-        await pilot.pause()
+        log = pane.log_widget
+        await until(pilot, lambda: log.size.height > 0 and len(log.lines) == len(pane.lines))  # written and laid out
         for line in pane.lines:
             assert not any(c in line for c in "\x1b\x9b\x07\x08\x00\u202e"), repr(line[:80])
         assert "progress 100%" in pane.lines and any(x.startswith("x" * 100) and "chars]" in x for x in pane.lines)

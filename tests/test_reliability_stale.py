@@ -39,7 +39,7 @@ from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from console.ui.widgets.badge import badge_for, staleness
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, agent_pids, cleanup_runs, popen_cli, write_config
-from tests.helpers.wait import await_until
+from tests.helpers.wait import await_until, until
 
 INTERVAL = 0.3
 PING_TIMEOUT = 1.0
@@ -258,28 +258,25 @@ async def test_frozen_agent_in_the_real_tui_badge_and_header_say_stale(sshd, run
 
             def header() -> str:
                 h = app.query(HostHeader)
-                return h.first()._text.plain if h and getattr(h.first(), "_text", None) is not None else ""
+                return h.first().render().plain if h else ""
 
-            async def until(cond, timeout: float):
-                deadline = time.monotonic() + timeout
-                while not cond() and time.monotonic() < deadline:
-                    await pilot.pause(0.05)
-                return cond()
-            assert await until(lambda: badge() == "READY", 20), (badge(), header())
+            def shown() -> str:
+                return f"badge {badge()!r}, header {header()!r}"
+            await until(pilot, lambda: badge() == "READY", 20, what=shown)
             assert " connected " in f" {header()} ".replace("·", " "), header()
             pid = lk.hello["pid"]
             os.kill(pid, signal.SIGSTOP)
             t0 = time.monotonic()
-            assert await until(lambda: badge() == "STALE" and " stale " in header().replace("·", " "),
-                               BOUND + SLACK + 1.0), (badge(), header())
+            await until(pilot, lambda: badge() == "STALE" and " stale " in header().replace("·", " "),
+                        BOUND + SLACK + 1.0, what=shown)
             assert time.monotonic() - t0 <= BOUND + SLACK + 1.0
             text = header()
             assert "rtt N/A" in text and "age " in text and "STALE 2" in text and "answered no ping" in text, text
             assert "stale-red" in app.query_one(HostHeader).classes
             os.kill(pid, signal.SIGCONT)
             pid = None
-            assert await until(lambda: badge() == "READY" and " connected " in header().replace("·", " "), 10), (
-                badge(), header())
+            await until(pilot, lambda: badge() == "READY" and " connected " in header().replace("·", " "), 10,
+                        what=shown)
     finally:
         if pid:
             os.kill(pid, signal.SIGCONT)

@@ -24,7 +24,9 @@ from console.link.ssh import HostSpec
 from console.ui.app import MtpConsoleApp
 from console.ui.themes import NAMES
 from console.ui.widgets.gpu_panel import GpuPanel
-from tests.helpers.rel_util import REPO, cleanup_runs, wait_until
+from console.ui.widgets.host_section import HostSection
+from tests.helpers.rel_util import REPO, cleanup_runs
+from tests.helpers.wait import await_until, stays, until
 from tests.ui_fakes import NOW, FakeBackend, view_a
 
 SIZE = (160, 50)
@@ -54,8 +56,7 @@ async def test_first_frame_has_the_sample_the_backend_already_had():
     app = NoApplyTimer(FakeBackend([view_a()]), clock=lambda: NOW)
     app.animation_level = "none"
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        panels = _panels(app)
+        panels = await until(pilot, lambda: _panels(app))  # the apply timer is off: the first frame carried it
         assert sorted(p.index for p in panels) == [0, 1, 2, 3]
         assert {p.index: p.gpu.power_w for p in panels}[0] == 612.0  # the sample's own figure
 
@@ -65,15 +66,13 @@ async def test_a_hosts_first_sample_after_start_is_shown_without_a_timer_tick():
     app = NoApplyTimer(backend, clock=lambda: NOW)
     app.animation_level = "none"
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
+        await until(pilot, lambda: app.query(HostSection))  # the screen is up
         assert _panels(app) == []  # no sample yet: no panel, no placeholder figure
         backend.push(view_a())
-        await wait_until(lambda: len(_panels(app)) == 4, 5)
-        assert len(_panels(app)) == 4
+        await until(pilot, lambda: len(_panels(app)) == 4)
         n = len(app.pending_views)
         backend.push(view_a())  # later samples wait for the timer (one apply per tick): off here
-        await pilot.pause()
-        assert len(app.pending_views) == n + 1
+        assert await stays(pilot, lambda: len(app.pending_views) == n + 1, 0.3)
 
 
 def test_the_tui_knows_the_theme_names_without_importing_textual():
@@ -143,7 +142,7 @@ async def test_the_demo_stand_ins_run_behind_the_tui():
 
     async with demo_environment(load=False, background=True) as (cfg, _names):
         marker = f"MTPCONSOLE_SIM_DIR={cfg.hosts['demo'].sim_dir}".encode()
-        pids = await wait_until(lambda: _demo_pids(marker), 10)
+        pids = await await_until(lambda: _demo_pids(marker), 10)
         assert pids
         foreign = min(pids)
         assert os.getpriority(os.PRIO_PROCESS, foreign) == BACKGROUND_NICE
@@ -152,7 +151,7 @@ async def test_the_demo_stand_ins_run_behind_the_tui():
         except OSError:  # a kernel without autogroups
             group = ""
         assert not group or group.rstrip().endswith(f"nice {BACKGROUND_NICE}")
-    assert await wait_until(lambda: not _demo_pids(marker), 10) is True
+    assert await await_until(lambda: not _demo_pids(marker), 10) is True
 
 
 def test_demo_on_a_terminal_shows_simulated_power_and_leaves_nothing():

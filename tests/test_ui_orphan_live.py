@@ -17,6 +17,7 @@ from console.ui.app import make_app
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.orphans import OrphanScreen
 from tests.helpers.rel_util import cleanup_runs, kill_quietly
+from tests.helpers.wait import until
 from tests.test_orphans_cli import sim, sim_env, start_orphan  # noqa: F401  (fixture)
 
 
@@ -25,14 +26,6 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-async def until(pilot, cond, timeout: float) -> bool:
-    for _ in range(int(timeout / 0.2)):
-        if cond():
-            return True
-        await pilot.pause(0.2)
-    return bool(cond())
 
 
 async def test_o_finds_and_k_kills_a_real_orphan(sim, tmp_path, runs_dir):  # noqa: F811
@@ -45,19 +38,17 @@ async def test_o_finds_and_k_kills_a_real_orphan(sim, tmp_path, runs_dir):  # no
     app = make_app(backend)
     try:
         async with app.run_test(size=(160, 40)) as pilot:
-            assert await until(pilot, lambda: any(p.pid == pid for v in app.views.values()
-                                                  for p in v.snapshot.servers), 30)
+            await until(pilot, lambda: any(p.pid == pid for v in app.views.values() for p in v.snapshot.servers), 30)
             await pilot.press("o")
-            await pilot.pause(0.5)
+            await until(pilot, lambda: isinstance(app.screen, OrphanScreen))
             screen = app.screen
-            assert isinstance(screen, OrphanScreen)
-            assert await until(pilot, lambda: [o.pid for o in screen.orphans] == [pid], 10), screen.orphans
+            await until(pilot, lambda: [o.pid for o in screen.orphans] == [pid], 10, what=lambda: screen.orphans)
             assert any("6,000 MiB on GPU 1" in e for e in screen.orphans[0].evidence)
             await pilot.press("k")
-            await pilot.pause(0.5)
-            assert isinstance(app.screen, ConfirmScreen) and app.focused is not None and app.focused.id == "cancel"
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.focused is not None
+                        and app.focused.id == "cancel")
             app.screen.query_one("#confirm", Button).press()
-            assert await until(pilot, lambda: bool(app.results), 60)
+            await until(pilot, lambda: bool(app.results), 60)
             r = app.results[-1]
             steps = {s.name: s.state for s in r.steps}
             assert r.ok and steps["exited"] == "ok" and steps["GPU released"] == "ok", r

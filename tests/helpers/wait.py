@@ -71,14 +71,15 @@ UI_TIMEOUT = 10.0
 """How long a Pilot test waits for a condition (generous: two shared cores, several test sessions)."""
 
 
-async def until(pilot: Any, cond: Callable[[], T], timeout: float = UI_TIMEOUT, *, what: str = "",
-                step: float = 0.02) -> T:
+async def until(pilot: Any, cond: Callable[[], T], timeout: float = UI_TIMEOUT, *,
+                what: str | Callable[[], object] = "", step: float = 0.02) -> T:
     """Let the app under ``pilot`` run until ``cond()`` is truthy; return that value.
 
     The app processes its pending messages before each look (``pilot.pause()``), and the clock runs between
     looks, so timers fire. A condition that raises (a widget not mounted yet, ``next()`` on nothing) counts as
     not yet true. Past ``timeout`` seconds it raises AssertionError naming the condition (``what``, else its
-    source) with its last value or the exception it last raised.
+    source; a callable ``what`` is called then, to say what the app showed) with its last value or the
+    exception it last raised.
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -92,5 +93,18 @@ async def until(pilot: Any, cond: Callable[[], T], timeout: float = UI_TIMEOUT, 
             return value
         if time.monotonic() > deadline:
             last = f"raised {type(error).__name__}: {error}" if error is not None else f"was {value!r}"
-            raise AssertionError(f"not true after {timeout:g} s: {what or _describe(cond)} (it {last})")
+            said = what() if callable(what) else what
+            raise AssertionError(f"not true after {timeout:g} s: {said or _describe(cond)} (it {last})")
         await pilot.pause(step)
+
+
+async def stays(pilot: Any, cond: Callable[[], object], seconds: float, step: float = 0.02) -> bool:
+    """:func:`holds_for` for a Pilot test: the app runs for ``seconds`` and ``cond()`` must hold at every look
+    (something does NOT happen: a view not applied before its timer). False at the first miss."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        await pilot.pause()
+        if not cond():
+            return False
+        await pilot.pause(step)
+    return bool(cond())
