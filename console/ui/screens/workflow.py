@@ -7,10 +7,14 @@ providers and callbacks from here, so each is testable on its own with the fake 
 
 from __future__ import annotations
 
-from console.core.orphans import Orphan
+from typing import TYPE_CHECKING
+
 from console.model import HostView, KillTarget, SessionView
 from console.ui.format import clean, short
 from console.ui.protocols import Console
+
+if TYPE_CHECKING:
+    from console.core.orphans import Orphan
 
 # The screens are imported when first opened (and by the start's warm-up, console/commands/tui.py), not with
 # the app: the first frame does not wait for them.
