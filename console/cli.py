@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"mtpconsole {__version__}")
     add_common(p, frozenset(COMMON))
-    p.add_argument("--theme", metavar="NAME", default=None, help="TUI theme: dark, light or high-contrast")
+    p.add_argument("--theme", metavar="NAME", default=None, help="TUI theme (a name of ui.theme in the config: see the README)")
     p.add_argument("subcommand", nargs="?", metavar="SUBCOMMAND", help=argparse.SUPPRESS)
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p

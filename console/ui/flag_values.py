@@ -22,12 +22,12 @@ from pydantic import (
 from console.core.flags.argv import resolve_argv
 from console.core.flags.launcher import split_launch_command
 from console.core.flags.sources import bundled_schema
-from console.model import SPECULATIVE_ALGORITHMS
+from console.model import DEFAULT_SERVER_COMMAND, SPECULATIVE_ALGORITHMS
 
 SPEC_ALGOS = ("none", *SPECULATIVE_ALGORITHMS)
 """The form's choices: off, or one of SGLang's built-in algorithms (the one list in console.model)."""
 MAMBA_STRATEGIES = ("default", "auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
-DEFAULT_COMMAND = ["python3", "-m", "sglang.launch_server"]
+DEFAULT_COMMAND = list(DEFAULT_SERVER_COMMAND)
 
 # form field -> (flag, aliases); bool fields are store_true switches.
 FIELD_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {

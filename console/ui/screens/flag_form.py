@@ -18,7 +18,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
-from console.model import LaunchRequest
+from console.model import DEFAULT_PORT, LaunchRequest
 from console.ui.flag_values import (
     MAMBA_STRATEGIES,
     SPEC_ALGOS,
@@ -62,7 +62,7 @@ FIELDS: list[tuple[str, str, Any]] = [
     ("model_path", "model path", "/models/... or org/name"),
     ("gpus", "GPUs", "0 or 0,1"),
     ("tp_size", "tp size", "default: 1"),
-    ("port", "port", "default: 30000"),
+    ("port", "port", f"default: {DEFAULT_PORT}"),
     ("spec_algo", "speculative algorithm", SPEC_ALGOS),
     ("num_steps", "  num steps", "e.g. 3"),
     ("eagle_topk", "  eagle topk", "e.g. 1"),
