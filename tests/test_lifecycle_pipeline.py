@@ -50,7 +50,7 @@ def test_the_launch_table_is_the_launch_steps():
     from console.ops.lifecycle.launch import _Launch
 
     table = _Launch.table(object.__new__(_Launch))  # the table only names bound probes: nothing is asked
-    assert [c.name for c in table] == lifecycle.LAUNCH_STEPS
+    assert [c.name for c in table] == list(lifecycle.LAUNCH_STEPS)
     assert [c.timeout for c in table if c.name in ("logging", "on GPU")] == [120.0, 60.0]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from console import __version__
 from console.core.sessions import flag_value, new_session_id, server_port
+from console.core.text import LAUNCH_STEPS
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
@@ -37,7 +38,6 @@ from console.ops.lifecycle.steps import Check, OnSteps, Skip, StepFailed, Steppe
 from console.ops.lifecycle.watch import SessionWatch
 from console.ops.session_log import probe_health
 
-LAUNCH_STEPS = ["spawned", "logging", "listening", "healthy", "ready", "on GPU"]
 READY_LINE = "The server is fired up and ready to roll!"
 
 
@@ -70,7 +70,7 @@ async def _launch(link: HostLink, req: LaunchRequest, on_steps: OnSteps | None, 
     now = time.time()
     sid = session_id or new_session_id(req.gpus, now)
     spec, env = build_spec(req, sid, now)
-    st = Stepper(["preflight"] + LAUNCH_STEPS, on_steps, phase="launch")
+    st = Stepper(["preflight", *LAUNCH_STEPS], on_steps, phase="launch")
     res: dict[str, Any] = dict(op="launch", host=link.name, session_id=sid)
     st.start("preflight")
     snap = await preflight_snapshot(link)  # taken now: after a relaunch's kill, what the kill left
@@ -96,7 +96,7 @@ class _Launch:
         self.checked, self.watch = checked, watch
         self.client = HostClient.of(link)
         self.sid: str = res["session_id"]
-        self.port: int = spec.port if spec.port is not None else 30000  # build_spec always sets one
+        self.port: int = spec.port if spec.port is not None else DEFAULT_PORT  # build_spec always sets one
         self.rec: SupervisorRecord | None = None
         self.start_error: str | None = None
 
