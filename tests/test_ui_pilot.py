@@ -75,6 +75,7 @@ async def focus_gpu(app, pilot, idx: int, host: str = "host-a") -> None:
 async def submit_form(app, pilot) -> None:
     """Launch (shows checks), then Confirm launch: the form closes."""
     assert isinstance(app.screen, FlagForm)
+    await until(pilot, lambda: clickable(app))
     await pilot.click("#launch")
     await until(pilot, lambda: label(app) == "Confirm launch" and clickable(app))
     await pilot.click("#launch")

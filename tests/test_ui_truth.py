@@ -54,8 +54,9 @@ async def focus(app, pilot, idx: int) -> None:
 async def submit_form(pilot) -> None:
     """Launch (the checks run), then Confirm launch once the button is out of its pressed effect: the form closes."""
     app = pilot.app
-    await pilot.click("#launch")
     button = app.screen.query_one("#launch", Button)
+    await until(pilot, lambda: not button.has_class("-active"))
+    await pilot.click("#launch")
     await until(pilot, lambda: str(button.label) == "Confirm launch" and not button.has_class("-active"))
     await pilot.click("#launch")
     await until(pilot, lambda: not isinstance(app.screen, FlagForm))

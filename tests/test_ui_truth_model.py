@@ -280,8 +280,9 @@ class TruthMachine(RuleBasedStateMachine):
 
     async def _submit(self) -> None:
         """The form's Launch (the checks run), then Confirm launch once the button is out of its pressed effect."""
-        await self.pilot.click("#launch")
         button = self.app.screen.query_one("#launch")
+        await until(self.pilot, lambda: not button.has_class("-active"))
+        await self.pilot.click("#launch")
         await until(self.pilot, lambda: str(button.label) == "Confirm launch" and not button.has_class("-active"))
         await self.pilot.click("#launch")
         await until(self.pilot, lambda: not isinstance(self.app.screen, FlagForm))
