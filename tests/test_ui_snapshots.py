@@ -59,6 +59,11 @@ async def form_shown(pilot) -> None:
     await until(pilot, lambda: isinstance(pilot.app.screen, FlagForm) and pilot.app.screen.query("#f-model_path"))
 
 
+def launch_released(pilot) -> bool:
+    """The form's Launch button is drawn out of its pressed effect (Textual's Button keeps it ~0.2 s)."""
+    return not pilot.app.screen.query_one("#launch").has_class("-active")
+
+
 async def dialog_shown(pilot) -> None:
     await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen) and pilot.app.screen.query(".dialog-body"))
 
@@ -136,7 +141,7 @@ def test_flag_form_with_errors(snap_compare):
     async def run_before(pilot) -> None:
         await form_shown(pilot)
         await pilot.click("#launch")
-        await until(pilot, lambda: len(pilot.app.screen.query(".field-error.-shown")) == 5)
+        await until(pilot, lambda: len(pilot.app.screen.query(".field-error.-shown")) == 5 and launch_released(pilot))
 
     assert snap_compare(_form_app(raw, title="Launch on host-a · GPU 0"), terminal_size=(110, 50),
                         run_before=run_before)
@@ -152,7 +157,8 @@ def test_flag_form_edit_with_diff_and_checks(snap_compare):
         await form_shown(pilot)
         await pilot.click("#launch")
         await until(pilot, lambda: "fits: 118.2" in str(pilot.app.screen.query_one("#checks").render())
-                    and "+ --mem-fraction-static 0.8" in str(pilot.app.screen.query_one("#diff").render()))
+                    and "+ --mem-fraction-static 0.8" in str(pilot.app.screen.query_one("#diff").render())
+                    and launch_released(pilot))
 
     app = _form_app(raw, title="Edit and relaunch s-ready on host-a · GPUs 0,1", running_argv=ARGV,
                     validator=validator, planner=planner, replaces="s-ready")

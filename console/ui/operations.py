@@ -238,7 +238,8 @@ class Operations:
         self.console.push_screen(form, callback=on_request(lambda req: self._start_relaunch(target, req)))
 
     def _edit_stopped(self, s: SessionView) -> None:
-        title = (f"Edit and launch again ({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
+        named = f"{clean(s.session_id, 80)} " if s.session_id and s.cause else ""  # which failure: its session too
+        title = (f"Edit and launch again {named}({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
                  f" on {s.host} · GPUs {gpu_list(s.gpus)}")
         form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, title=title,
                         replaces=s.session_id, **self._checkers())
