@@ -80,7 +80,7 @@ def validator():
 
 async def drain(tr) -> None:
     """Let the tracker's background reads (shapes, stdout files) finish."""
-    await await_until(lambda: not tr._tasks, 10)
+    await await_until(lambda: not tr.reading, 10)
 
 
 async def test_foreign_server_without_metrics_gets_the_advice_status_gives():

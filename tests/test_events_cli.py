@@ -99,7 +99,7 @@ async def test_events_cli_lists_launch_ready_stop_and_ack(link, sim, tmp_path, r
 async def test_health_flap_is_an_event():
     from console.ops.tracker import HostTracker
 
-    class Link:  # one-layer unit test: only what _probe uses
+    class Link:  # one-layer unit test: only what probe uses
         name = "h"
         listeners: list = []
         answers = [200, 503, 200]
@@ -113,7 +113,7 @@ async def test_health_flap_is_an_event():
     tr = HostTracker(Link(), interval=1.0, on_view=lambda v: None, on_log=lambda *a: None,  # type: ignore[arg-type]
                      clock=lambda: 100.0)
     for _ in range(3):
-        await tr._probe("s1", 30000)
+        await tr.probe("s1", 30000)
     flaps = [e for e in tr.current.events if e.kind == "health_flap"]
     assert [e.text for e in flaps] == ["session s1: GET /health now answers 503",
                                        "session s1: GET /health answers 200 again"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import time
 
+from console.link.errors import LinkDown
 from console.model import ConnectionInfo, HostSnapshot, LogChunk, SessionInfo
 from console.ops.session_log import read_whole
 from console.ops.tracker import HostTracker
+from tests.helpers.wait import await_until
 
 
 class FakeLink:
@@ -16,9 +18,15 @@ class FakeLink:
     def __init__(self):
         self.listeners = []
         self.sessions: list[str] = []
+        self.asked: list[str] = []
 
     def listen(self, listener) -> None:  # nothing is streamed in these unit tests
         pass
+
+    async def request(self, op: str, args=None, **kw) -> dict:
+        """No host behind it: the reads a view calls for end at once, as over a link that dropped."""
+        self.asked.append(op)
+        raise LinkDown("no host in this unit test")
 
     def snapshot(self) -> HostSnapshot:
         return HostSnapshot(name="h", connection=ConnectionInfo(state="connected", since=time.time()),
@@ -36,13 +44,11 @@ async def test_tracker_forgets_sessions_the_host_dropped():
     tr.ui_follows.add("s3")
     tr.launching["s150"] = 1
     link.sessions = [f"s{i}" for i in range(190, 200)]  # the host reports only the latest
-    for t in list(tr._tasks):
-        t.cancel()
-    tr._spawn = lambda key, coro: coro.close()  # no remote work in this unit test
     tr.update()  # the view, then the bookkeeping of what is followed (forgetting what the host dropped)
     kept = set(tr.logs)
     assert kept == {f"s{i}" for i in range(190, 200)} | {"s3", "s150"}
     assert set(tr.classes) <= kept and set(tr.health) <= kept
+    assert await await_until(lambda: not tr.reading, 5)  # the reads it started ended (the fake link is down)
 
 
 async def test_tracker_shows_a_launch_from_the_moment_it_is_sent_and_its_result_at_once():
@@ -70,7 +76,6 @@ async def test_tracker_shows_a_launch_from_the_moment_it_is_sent_and_its_result_
     link = GpuLink()
     views = []
     tr = HostTracker(link, interval=1.0, on_view=views.append, on_log=lambda *a: None)
-    tr._spawn = lambda key, coro: coro.close()  # no remote work in this unit test
     tr.launch_sent(PendingLaunch(host="h", session_id="s1", gpus=[0], argv=["python3"], sent_at=time.time()))
     c = views[-1].current_of(0)
     assert c.session.session_id == "s1" and c.session.state == "launching" and c.session.step == 0
@@ -86,3 +91,4 @@ async def test_tracker_shows_a_launch_from_the_moment_it_is_sent_and_its_result_
     tr.launch_done("s2", OperationResult(op="launch", host="h", ok=True, session_id="s2", state="ready"))
     s = views[-1].current_of(0).session
     assert (s.session_id, s.state) == ("s2", "ready") and tr.health["s2"] is True
+    assert await await_until(lambda: not tr.reading, 5)  # the reads it started ended (the fake link is down)

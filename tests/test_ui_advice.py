@@ -259,11 +259,11 @@ def test_tracker_advice_is_rate_limited_and_a_rule_bug_never_stops_the_view(monk
     tr.shape_cache = {"/models/demo-27b": None, "/models/other": None}  # nothing to read in the background
     tr.foreign_logs_at = float("inf")  # nor the foreign server's stdout file (this test runs without a loop)
     view = view_a()
-    assert [a.kind for a in tr._advise(view)] == ["gpu_underused"]
+    assert [a.kind for a in tr.advise(view)] == ["gpu_underused"]
     now[0] += 0.5
-    assert tr._advise(view) and len(runs) == 1  # within the second: the last advice, no new run
+    assert tr.advise(view) and len(runs) == 1  # within the second: the last advice, no new run
     now[0] += 0.6
-    tr._advise(view)
+    tr.advise(view)
     assert runs == [0, 2]  # the second run sees the first reading of each live server (two) as history
     now[0] += 1.0
-    assert tr._advise(view) == [] and tr.advice_error == "KeyError: \"a rule's bug\""
+    assert tr.advise(view) == [] and tr.advice_error == "KeyError: \"a rule's bug\""

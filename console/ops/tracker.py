@@ -184,6 +184,12 @@ class HostTracker:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
+    @property
+    def reading(self) -> bool:
+        """Background reads a view called for are running (log follows, classifications, /health, shapes,
+        the hand-started servers' output)."""
+        return bool(self._tasks)
+
     # -------------------------------------------------------------- views, then the reads they call for
     def update(self) -> None:
         """Something arrived (or time passed): the view now (:meth:`emit`), then its reads (:meth:`schedule`)."""
@@ -198,7 +204,7 @@ class HostTracker:
                              launching=self.launching)
         view = self.current.apply(HostView(snapshot=snap, sessions=views))
         if snap.connection.state == "connected":
-            view = view.model_copy(update={"advice": self._advise(view)})
+            view = view.model_copy(update={"advice": self.advise(view)})
         self.on_view(view)
         return view
 
@@ -220,7 +226,7 @@ class HostTracker:
             if (s.exit is None and c is not None and c.state == "ready"
                     and now - self.health_at.get(sid, 0) > HEALTH_EVERY_S and s.spec and s.spec.port):
                 self.health_at[sid] = now
-                self._spawn(f"health:{sid}", self._probe(sid, s.spec.port))
+                self._spawn(f"health:{sid}", self.probe(sid, s.spec.port))
         self._forget(snap)
         self._schedule_advice_reads(view)
 
@@ -242,7 +248,7 @@ class HostTracker:
             self._validator = (self.schema, schema_validator(self.schema))
         return self._validator[1]
 
-    def _advise(self, view: HostView) -> list[Advice]:
+    def advise(self, view: HostView) -> list[Advice]:
         """The advisor's findings for ``view``, recomputed at most every :data:`ADVICE_EVERY_S`."""
         now = self.clock()
         if now - self.advice_at < ADVICE_EVERY_S:
@@ -348,7 +354,8 @@ class HostTracker:
         self.logs[sid], self.classes[sid] = log, log.result(ex)
         self.update()
 
-    async def _probe(self, sid: str, port: int) -> None:
+    async def probe(self, sid: str, port: int) -> None:
+        """GET /health of the session's server now; a change of its answer is a ``health_flap`` event."""
         r = await probe_health(self.client, port, 5)
         ok = r.status == 200
         was = self.health.get(sid)
