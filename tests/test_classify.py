@@ -416,14 +416,14 @@ def test_one_megabyte_lines_are_capped():
     clf.feed("\nRuntimeError: Not enough memory. Please try to increase --mem-fraction-static. " + big + "\n")
     c = clf.result()
     assert c.cause == "gpu_oom" and len(c.line) <= 1000
-    assert sum(len(p) for p in clf._partial) == 0
+    assert clf.pending_chars == 0
 
 
 def test_long_partial_line_memory_is_bounded():
     clf = LogClassifier()
     for _ in range(300):
         clf.feed("y" * 10_000)
-    assert sum(len(p) for p in clf._partial) <= MAX_LINE
+    assert clf.pending_chars <= MAX_LINE
 
 
 def test_100k_lines_fast_and_bounded():

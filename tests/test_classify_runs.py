@@ -177,9 +177,7 @@ def _ended_run(text: str) -> bool:
     """The text, read whole, reached ready or went down (what lets the next banner begin a run)."""
     clf = LogClassifier()
     clf.feed(text if text.endswith("\n") else text + "\n")
-    st, reader = clf._st.copy(), clf._reader.copy()
-    reader.close(st)
-    return st.run_over()
+    return clf.run_over()
 
 
 @cache

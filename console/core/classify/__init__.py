@@ -128,6 +128,18 @@ class LogClassifier:
         """Complete non-empty lines processed so far."""
         return self._reader.seq
 
+    @property
+    def pending_chars(self) -> int:
+        """Characters of the unterminated last line held until its newline (never more than ``max_line``)."""
+        return self._partial_len
+
+    def run_over(self) -> bool:
+        """Everything fed so far, read as a whole, reached ready or went down: a start banner fed next begins
+        a new run (the state is not changed)."""
+        st, reader = self._st.copy(), self._reader.copy()
+        reader.close(st)
+        return st.run_over()
+
     def result(self, exit: ExitRecord | None = None, first_death: ProcessExit | None = None) -> Classification:
         """The classification of everything fed so far (an unterminated last line included).
 
