@@ -3,7 +3,6 @@ same agent + session-view code the console uses, and its log classifies like SGL
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ from console.link.ssh import HostSpec
 from console.sim.demo import MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import kill_quietly
+from tests.helpers.wait import await_until
 
 
 async def test_orphaned_scheduler_is_reported_with_its_gpu_memory(tmp_path):
@@ -42,9 +42,7 @@ async def test_orphaned_scheduler_is_reported_with_its_gpu_memory(tmp_path):
                     HostConfig(python=sys.executable, runs_dir=str(tmp_path / "runs"), gpu_source="sim", sim_dir=str(sim)))
     orphans = []
     try:
-        deadline = time.monotonic() + 30
-        while "ready to roll" not in log.read_text(errors="replace") and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        await await_until(lambda: "ready to roll" in log.read_text(errors="replace"), 30, step=0.1)
         assert classify(log.read_text(errors="replace")).state == "ready"
         await link.open()  # the console watches the host before the kill: its agent sees the launcher die
         await link.request("snapshot", audit=False)
@@ -52,16 +50,15 @@ async def test_orphaned_scheduler_is_reported_with_its_gpu_memory(tmp_path):
         launcher.wait(5)
 
         async def views_of(lk):
-            snap, views = None, []
-            for _ in range(40):
-                lk.sample = await lk.request("snapshot", audit=False)
-                lk.received_at, lk._snapshot = time.time(), None
-                snap = lk.snapshot()
+            """(the snapshot, its worker views) once the agent reports a worker (bounded: the last one read)."""
+            last = []
+
+            async def workers():
+                snap = await lk.refresh()
+                last[:] = [snap]
                 views = [v for v in derive_views(snap, {}, time.time()) if "worker" in v.flags_summary]
-                if views:
-                    break
-                await asyncio.sleep(0.2)
-            return snap, views
+                return (snap, views) if views else None
+            return await await_until(workers, 8, step=0.2) or (last[0], [])
 
         snap, views = await views_of(link)
         assert views and views[0].flags_summary.startswith("orphaned worker"), snap

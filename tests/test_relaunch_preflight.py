@@ -10,7 +10,6 @@ launch's preflight must still name no process the kill reported gone, and the ne
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -27,7 +26,8 @@ from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly, wait_until
+from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly
+from tests.helpers.wait import await_until
 
 
 @pytest.fixture
@@ -76,23 +76,20 @@ async def test_preflight_after_a_kill_never_names_what_the_kill_reported_gone(li
     by_hand, log = _by_hand_orphan(d, model, tmp_path)
     held: list[int] = []
     try:
-        assert await wait_until(lambda: "ready to roll" in log.read_text(errors="replace"), 30)
+        assert await await_until(lambda: "ready to roll" in log.read_text(errors="replace"), 30)
         os.kill(by_hand.pid, signal.SIGKILL)  # the incident: the launcher killed, its scheduler keeps GPU 0
         by_hand.wait(5)
 
         async def holders():
             s = await lifecycle.fresh_snapshot(link)
             return [p for p in s.servers if p.alive and p.pid != by_hand.pid and p.gpu_mem_mib.get(0)]
-        for _ in range(50):
-            if held := [p.pid for p in await holders()]:
-                break
-            await asyncio.sleep(0.2)
+        held = [p.pid for p in await await_until(holders, 10, step=0.2)]
         assert held, "the orphaned scheduler should hold GPU 0"
         before = link.sample  # a sample taken before the kill, naming the orphan on GPU 0
         assert any(p["pid"] == held[0] for p in before["servers"])
 
         def late_sample() -> None:  # the kill is confirmed: a sample from before it lands now
-            link.sample, link._snapshot = before, None
+            link.take_sample(before)
 
         (orphan,) = [p for p in await holders() if p.pid == held[0]]
         req = LaunchRequest(host="local", command=[sys.executable, "-m", "console.sim.sglang"],

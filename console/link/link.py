@@ -300,9 +300,7 @@ class HostLink:
                 else:
                     fut.set_exception(request_error(msg.get("kind"), msg.get("error")))
         elif t == "sample":
-            self.sample, self.received_at, self._snapshot = msg["data"], self.clock(), None
-            if self._listeners:
-                self._tell("on_sample", self.snapshot())
+            self.take_sample(msg["data"])
         elif t == "log":
             sid = msg.get("session_id")
             if sid in self.follows and msg.get("offset") == self.follows[sid]:
@@ -506,6 +504,13 @@ class HostLink:
             await self.request("unfollow_log", {"session_id": session_id})
 
     # ------------------------------------------------------------ snapshots
+    def take_sample(self, data: dict) -> None:
+        """``data`` is the host's latest sample from now on (what the agent's ``sample`` message does): the
+        snapshot is rebuilt from it and the listeners hear of it."""
+        self.sample, self.received_at, self._snapshot = data, self.clock(), None
+        if self._listeners:
+            self._tell("on_sample", self.snapshot())
+
     async def refresh(self, timeout: float = 30.0) -> HostSnapshot:
         """Ask the agent for a sample now (not the next tick) and return the new snapshot."""
         t0 = time.perf_counter()

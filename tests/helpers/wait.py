@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 T = TypeVar("T")
 
@@ -29,13 +29,16 @@ def wait_until(cond: Callable[[], T], timeout: float, step: float = 0.02) -> T:
         time.sleep(step)
 
 
-async def await_until(cond: Callable[[], T], timeout: float, step: float = 0.02) -> T:
-    """:func:`wait_until` inside an event loop (the loop keeps running between polls)."""
+async def await_until(cond: Callable[[], T | Awaitable[T]], timeout: float, step: float = 0.02) -> T:
+    """:func:`wait_until` inside an event loop (the loop keeps running between polls); ``cond`` may be a
+    coroutine function (a request to the host each poll)."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
+        if inspect.isawaitable(value):
+            value = await value
         if value or time.monotonic() > deadline:
-            return value
+            return value  # type: ignore[return-value]
         await asyncio.sleep(step)
 
 
