@@ -55,23 +55,12 @@ def test_the_launch_table_is_the_launch_steps():
 
 
 def test_the_backend_counts_launch_steps_by_phase_not_by_name():
-    from console.config import Config
-    from console.ops.backend import LiveBackend
+    from console.ops.backend import launch_progress
 
-    counted: list[int] = []
-
-    class Tracker:
-        def launch_step(self, sid: str, n: int) -> None:
-            counted.append(n)
-
-    be = LiveBackend(Config(), [])
-    be.trackers["h"] = Tracker()  # type: ignore[assignment]
-    cb = be._launch_steps("h", "s1", lambda steps: None)
     steps = [Step(name="kill: exited", state="ok", phase="kill"), Step(name="port closed", state="ok", phase="kill"),
              Step(name="preflight", state="ok", phase="launch"), Step(name="spawned", state="ok", phase="launch"),
              Step(name="logging", state="running", phase="launch")]
-    cb(steps)
-    assert counted == [1]  # spawned: the kill's steps and the preflight are not the launch's n/6
+    assert launch_progress(steps) == 1  # spawned: the kill's steps and the preflight are not the launch's n/6
 
 
 @pytest.fixture

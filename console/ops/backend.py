@@ -26,6 +26,13 @@ from console.ops.flag_learning import default_cache_dir, learn_schema
 from console.ops.tracker import HostTracker
 
 
+def launch_progress(steps: Sequence[Step], skip: int = 0) -> int:
+    """The n of a launch's LAUNCHING n/6: its own steps done (``skip``: steps before it; the kill phase's and the
+    preflight do not count)."""
+    mine = [s for s in steps[skip:] if s.phase != "kill"]
+    return sum(1 for s in mine if s.state in ("ok", "skipped") and s.name != "preflight")
+
+
 def reports_dir() -> Path:
     """Where the TUI writes incident reports (:func:`console.paths.reports_dir`)."""
     return paths.reports_dir()
@@ -88,8 +95,7 @@ class LiveBackend:
 
         def cb(steps: list[Step]) -> None:
             on_steps(steps)
-            mine = [s for s in steps[skip:] if s.phase != "kill"]
-            tr.launch_step(sid, sum(1 for s in mine if s.state in ("ok", "skipped") and s.name != "preflight"))
+            tr.launch_step(sid, launch_progress(steps, skip))
         return cb
 
     def _pending(self, req: LaunchRequest, sid: str, replaces: str | None = None) -> PendingLaunch:
