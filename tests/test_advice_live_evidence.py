@@ -28,7 +28,8 @@ from console.ops import lifecycle
 from console.ops.advice_host import advise_link, schema_validator
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly, wait_until
+from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly
+from tests.helpers.wait import await_until
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ async def test_a_dead_launchers_last_queue_gives_no_advice_and_its_orphan_is_adv
                                    start_new_session=True)
     orphans: list[int] = []
     try:
-        assert await wait_until(lambda: "ready to roll" in log.read_text(errors="replace"), 30)
+        assert await await_until(lambda: "ready to roll" in log.read_text(errors="replace"), 30)
         with open(log, "a") as f:  # what the server last printed before it died: busy, 8 queued
             f.write(_decode_line(8))
         os.kill(by_hand.pid, signal.SIGKILL)
@@ -88,21 +89,20 @@ async def test_a_dead_launchers_last_queue_gives_no_advice_and_its_orphan_is_adv
         async def holders():
             s = await lifecycle.fresh_snapshot(link)
             return [p.pid for p in s.gpus[0].procs if p.pid != by_hand.pid and _alive(p.pid)]
-        deadline = time.monotonic() + 10
-        while not (orphans := await holders()) and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        orphans = await await_until(holders, 10, step=0.2)
         assert orphans, "the escaped scheduler should hold GPU 0"
 
         seen: list = []
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:  # until the orphan is proven (the agent sees its parent die)
+        figures: list = []
+
+        async def proven() -> bool:  # the orphan is proven once the agent saw its parent die
             snap = await lifecycle.fresh_snapshot(link)
-            advice, figures = await advise_link(link, snap, now=time.time(),
-                                                validate=schema_validator(bundled_schema()))
+            advice, figures[:] = await advise_link(link, snap, now=time.time(),
+                                                   validate=schema_validator(bundled_schema()))
             seen.append(advice)
-            if any(a.kind == "orphan_memory" for a in advice):
-                break
-            await asyncio.sleep(0.2)
+            return any(a.kind == "orphan_memory" for a in advice)
+        await await_until(proven, 15, step=0.2)
+        advice = seen[-1]
         # nothing, ever, from the dead launcher's "8 queued"
         assert not any(a.kind == "gpu_underused" or "queued" in a.message for adv in seen for a in adv), seen
         orphan = [a for a in advice if a.kind == "orphan_memory"]
@@ -118,9 +118,10 @@ async def test_a_dead_launchers_last_queue_gives_no_advice_and_its_orphan_is_adv
         try:
             def orphan_advised():
                 return next((v for v in views[-3:] if any(a.kind == "orphan_memory" for a in v.advice)), None)
-            view = await wait_until(orphan_advised, 20)
+            view = await await_until(orphan_advised, 20)
             assert view is not None, "the TUI's view should advise the orphaned memory"
-            await asyncio.sleep(2 * 0.3)  # a few more views: still no advice from the dead server
+            n = len(views)
+            assert await await_until(lambda: len(views) >= n + 2, 10)  # two more views: still no advice from the dead
             assert not any(a.kind == "gpu_underused" for v in views for a in v.advice)
         finally:
             run.cancel()
@@ -150,15 +151,14 @@ async def test_a_managed_sessions_killed_launcher_leaves_only_orphan_advice(link
     left: list[int] = []
     try:
         seen: list = []
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:  # until the orphan is proven (the agent sees its parent die)
+
+        async def proven() -> bool:  # the orphan is proven once the agent saw its parent die
             snap = await lifecycle.fresh_snapshot(link)
-            left = [p.pid for p in snap.gpus[0].procs]
+            left[:] = [p.pid for p in snap.gpus[0].procs]
             advice, _ = await advise_link(link, snap, now=time.time(), validate=schema_validator(bundled_schema()))
             seen.append(advice)
-            if any(a.kind == "orphan_memory" for a in advice):
-                break
-            await asyncio.sleep(0.2)
+            return any(a.kind == "orphan_memory" for a in advice)
+        await await_until(proven, 15, step=0.2)
         assert left, "the escaped worker should outlive its launcher and hold GPU 0"
         assert not any(a.kind != "orphan_memory" for advice in seen for a in advice), seen  # never from the log
         assert [a.kind for a in seen[-1]] == ["orphan_memory"], seen[-1]
