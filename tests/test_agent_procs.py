@@ -21,6 +21,7 @@ from console.host.hostlib import proc_cmdline, proc_environ
 from console.host.procscan import classify_title, title_ranks
 from console.model import ServerProc
 from tests.helpers.agent_proc import AgentProc
+from tests.helpers.wait import wait_until
 
 RETITLE = Path(__file__).resolve().parent / "helpers" / "retitle.py"
 
@@ -131,10 +132,7 @@ def test_workers_first_seen_after_their_retitle_take_the_launchers_devices(tmp_p
     try:
         assert launcher.stdout is not None
         _tracker, *workers = kids = [int(x) for x in launcher.stdout.readline().split()[1:]]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not all(
-                (proc_cmdline(w) or [""])[0].startswith("sglang::") for w in workers):
-            time.sleep(0.02)
+        wait_until(lambda: all((proc_cmdline(w) or [""])[0].startswith("sglang::") for w in workers), 10)
         assert proc_environ(workers[0], ("CUDA_VISIBLE_DEVICES",)) is None  # overwritten, as real ones are
         agent = AgentProc({"interval": 0.1, "runs_dir": str(tmp_path / "runs"), "gpu_source": "none"})
         agent.read_until(lambda m: m.get("type") == "ready")

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.wait import wait_until
+
 REPO = Path(__file__).resolve().parents[1]
 LOAD = REPO / "tests" / "gpu" / "gpu_load.py"
 STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ")
@@ -61,14 +63,13 @@ def start(*flags: str) -> subprocess.Popen:
 
 
 def wait_health(port: int, want: int, proc: subprocess.Popen, timeout: float = 10.0) -> float:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"load exited early: {proc.returncode}")
-        if health(port) == want:
-            return time.monotonic()
-        time.sleep(0.05)
-    raise AssertionError(f"/health never answered {want}")
+    """When /health first answered ``want`` (AssertionError if it never did, or the load exited first)."""
+    answered = wait_until(lambda: proc.poll() is not None or health(port) == want, timeout, step=0.05)
+    if proc.poll() is not None:
+        raise AssertionError(f"load exited early: {proc.returncode}")
+    if not answered:
+        raise AssertionError(f"/health never answered {want}")
+    return time.monotonic()
 
 
 # ------------------------------------------------------------------ arguments

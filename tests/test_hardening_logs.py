@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.rel_util import agent_pids, cli, write_config
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.sshd
 
@@ -91,10 +92,7 @@ def test_fifo_output_log_never_freezes_the_agent(common, env, runs_dir, sshd):
     assert lg.returncode == 1 and "not a regular file" in lg.stderr and "Traceback" not in lg.stderr, lg.stderr
     good = cli(*common, "logs", ok.name, "--host", "testhost", env=env, timeout=60)
     assert good.returncode == 0 and good.stdout == "fine\n"
-    deadline = time.monotonic() + 10
-    while agent_pids() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not agent_pids() - before, "an agent was left behind on the host"
+    assert wait_until(lambda: not agent_pids() - before, 10, step=0.1), "an agent was left behind on the host"
 
 
 def test_symlinks_are_never_followed(common, env, runs_dir, tmp_path):

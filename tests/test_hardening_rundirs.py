@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from console.link.link import sessions_each
 from console.link.protocol import shipped_sources
 from tests.conftest import free_port
 from tests.helpers.rel_util import cleanup_runs, cli, ssh_link, write_config
+from tests.helpers.wait import holds_for
 
 pytestmark = pytest.mark.sshd
 
@@ -139,10 +139,7 @@ def test_planted_supervisor_package_is_never_executed(sshd, runs_dir, tmp_path):
                 "--port", str(free_port()), "--json", "--command", f"{sys.executable} {server}", "--",
                 "--model-path", "/m", env={"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "a.jsonl")})
         assert p.returncode == 0, p.stdout + p.stderr
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not canary.exists():
-            time.sleep(0.1)
-        assert not canary.exists(), "the planted package was executed"
+        assert holds_for(lambda: not canary.exists(), 5, step=0.1), "the planted package was executed"
         assert "pwned" not in (pkg / "__init__.py").read_text() and list(runs_dir.glob(".lib-*.untrusted.*"))
     finally:
         cleanup_runs(runs_dir)

@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,8 @@ from console.link.ssh import parse_host_spec
 from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs, cli, ssh_link, wait_until, write_config
+from tests.helpers import wait
+from tests.helpers.rel_util import REPO, cleanup_runs, cli, ssh_link, write_config
 
 pytestmark = pytest.mark.sshd
 ECHO = str(Path(__file__).parent / "helpers" / "rel_echo.py")
@@ -61,8 +61,8 @@ async def test_every_field_arrives_literally_and_no_canary(link, runs_dir, tmp_p
     r = await lifecycle.launch(link, LaunchRequest(host="testhost", command=[sys.executable, ECHO], flags=flags,
                                                    gpus=[0], port=free_port(), env=env), wait=False)
     assert r.ok, r
-    assert await wait_until(out.exists, 10)
-    await wait_until(lambda: out.stat().st_size > 0, 5)
+    assert await wait.await_until(out.exists, 10)
+    await wait.await_until(lambda: out.stat().st_size > 0, 5)
     got = json.loads(out.read_text())
     assert got["argv"][:-2] == flags and got["argv"][-2] == "--port"
     assert got["env"] == {k: v for k, v in env.items() if k.startswith("EVIL")}
@@ -87,7 +87,7 @@ def test_cli_command_and_flags_never_reach_a_shell(sshd, tmp_path, runs_dir):
                 "--env", f"EVIL=$(touch {canary})", "--", "--model-path", f"`touch {canary}`",
                 env={"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl")})
         assert p.returncode == 0, p.stdout + p.stderr
-        got = wait_until_sync(lambda: _json(out), 10)
+        got = wait.wait_until(lambda: _json(out), 10, step=0.05)
         assert got, "the server never wrote its argv"
         assert got["argv"][:4] == [";", "touch", str(canary), "--model-path"]
         assert got["argv"][4] == f"`touch {canary}`" and got["env"]["EVIL"] == f"$(touch {canary})"
@@ -102,13 +102,6 @@ def _json(path):
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-
-
-def wait_until_sync(cond, timeout):
-    deadline = time.monotonic() + timeout
-    while not cond() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return cond()
 
 
 @pytest.mark.parametrize("sid", ["../escape", "$(touch CANARY)", "a\nb", "ok\n", ".hidden", "a/b", "x" * 200, " a"])
@@ -161,7 +154,7 @@ def test_secrets_never_on_host_cmdline_in_logs_or_json(sshd, tmp_path, runs_dir)
         p = cli(*common, "launch", "--host", "testhost", "--port", str(free_port()), "--json", "--command",
                 f"{sys.executable} {ECHO}", "--", "--model-path", "/m", "--api-key", SECRET_API, env=env)
         assert p.returncode == 0, p.stdout + p.stderr
-        assert wait_until_sync(lambda: out.exists() and out.stat().st_size > 0, 10)
+        assert wait.wait_until(lambda: out.exists() and out.stat().st_size > 0, 10, step=0.05)
         assert json.loads(out.read_text())["env"]["HF_TOKEN"] == SECRET_HF  # the server got it, by env
         sid = json.loads(p.stdout)["session_id"]
         outputs = [p.stdout, p.stderr]

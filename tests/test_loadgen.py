@@ -18,6 +18,7 @@ import pytest
 from console.cli import main as cli_main
 from console.sim import simgpu
 from console.sim.loadgen import run_load
+from tests.helpers.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,18 +44,15 @@ def server(tmp_path_factory):
                              str(port), "--max-running-requests", "8", "--mem-fraction-static", "0.85"],
                             cwd=str(REPO), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    deadline = time.monotonic() + 20
-    ok = False
-    while time.monotonic() < deadline and proc.poll() is None:
+    def healthy() -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                if r.status == 200:
-                    ok = True
-                    break
+                return r.status == 200
         except OSError:
-            time.sleep(0.05)
+            return proc.poll() is not None  # it died: stop waiting (the assert says so)
+    wait_until(healthy, 20, step=0.05)
     try:
-        assert ok, "stand-in did not become healthy"
+        assert proc.poll() is None and healthy(), "stand-in did not become healthy"
         yield port
     finally:
         try:
