@@ -160,9 +160,7 @@ async def test_connection_aborted_after_launch_server_survives_and_log_unbroken(
     runner = asyncio.create_task(lk.run())
     try:
         await asyncio.wait_for(lk.connected.wait(), 15)
-        deadline = time.monotonic() + 20
-        while not any("ready to roll" in x for x in lines) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        await await_until(lambda: any("ready to roll" in x for x in lines), 20, step=0.1)
         log = (runs_dir / r.session_id / "output.log").read_text().splitlines()
         assert lines == log[:len(lines)] and any("ready to roll" in x for x in lines), (lines, log)
         assert len(lines) == len(set(lines)) or lines == log[:len(lines)]  # nothing twice
@@ -195,9 +193,7 @@ async def test_metacharacters_arrive_literally(link, runs_dir, tmp_path, evil, m
         flags=["--model-path", evil, "--echo-argv", str(echo), "--lifetime", "2"], gpus=[0],
         port=free_port(), env={"EVIL": evil}), wait=False)
     assert r.ok, r
-    deadline = time.monotonic() + 10
-    while not echo.exists() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    assert await await_until(echo.exists, 10, step=0.05), "the server never wrote its argv"
     argv = json.loads(echo.read_text())
     assert evil in argv
     for d in (canary_dir, canary_dir / r.session_id, Path.home(), Path.cwd()):

@@ -37,9 +37,9 @@ from tests.helpers.rel_util import (
     cleanup_runs,
     cli,
     kill_quietly,
-    wait_until,
     write_config,
 )
+from tests.helpers.wait import await_until, wait_until
 
 ORPHAN = str(REPO / "tests" / "helpers" / "orphan_proc.py")
 
@@ -84,9 +84,7 @@ def start_orphan(d: Path, tmp_path: Path, gpu: int = 0, mib: int = 5000, port: i
     env = {**os.environ, **sim_env(d), "ORPHAN_REPO": str(REPO)}
     subprocess.run([sys.executable, ORPHAN, str(d), str(gpu), str(mib), str(pidfile), title, str(port)], env=env,
                    check=True, timeout=30)
-    deadline = time.monotonic() + 20
-    while not pidfile.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_until(pidfile.exists, 20, step=0.05), "the orphan never wrote its pid"
     return int(pidfile.read_text())
 
 
@@ -107,10 +105,13 @@ async def test_double_forked_worker_is_an_orphan_and_a_live_session_is_not(link,
         async def found():
             snap = await lifecycle.fresh_snapshot(link)
             return snap, find_orphans(snap)
-        deadline = time.monotonic() + 20
-        snap, orphans = await found()
-        while not any(o.pid == pid and o.gpu_mem_mib for o in orphans) and time.monotonic() < deadline:
-            snap, orphans = await found()
+        last: list = []
+
+        async def found_it() -> bool:
+            last[:] = await found()
+            return any(o.pid == pid and o.gpu_mem_mib for o in last[1])
+        await await_until(found_it, 20)
+        snap, orphans = last
         assert [o.pid for o in orphans] == [pid], (orphans, snap.servers)
         o = orphans[0]
         text = " | ".join(o.evidence)
@@ -217,7 +218,7 @@ async def test_ack_records_the_acknowledgement_in_the_run_dir(link, sim, tmp_pat
     again = json.loads(cli("ack", "--host", "local", "--config", str(cfg), r.session_id, "--json").stdout)
     assert again["acknowledged_at"] == at  # the first acknowledgement's time is kept
     # this console's agent (already running, the session cached as ended) sees the other console's ack
-    assert await wait_until(lambda: any(s.acknowledged_at == at for s in link.snapshot().sessions), 10)
+    assert await await_until(lambda: any(s.acknowledged_at == at for s in link.snapshot().sessions), 10)
     (v,) = [v for v in derive_views(link.snapshot(), {}, time.time()) if v.session_id == r.session_id]
     assert v.acknowledged and v.acknowledged_at == at
     table = cli("sessions", "--host", "local", "--config", str(cfg), "--all", "--state", "ended")
@@ -234,7 +235,7 @@ async def test_launch_preflight_names_the_orphan_on_its_gpu(link, sim, tmp_path)
     d, model = sim
     pid = start_orphan(d, tmp_path, gpu=0, mib=6000)
     try:
-        assert await wait_until(lambda: any(o.pid == pid and o.gpu_mem_mib for o in find_orphans(link.snapshot())), 20)
+        assert await await_until(lambda: any(o.pid == pid and o.gpu_mem_mib for o in find_orphans(link.snapshot())), 20)
         r = await lifecycle.launch(link, lifecycle.LaunchRequest(
             host="local", command=[sys.executable, "-m", "console.sim.sglang"],
             flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port()), timeout=60)

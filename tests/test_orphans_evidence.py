@@ -29,6 +29,7 @@ from console.ops import lifecycle
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs, cli, kill_quietly, write_config
+from tests.helpers.wait import wait_until
 
 OTHER_UID = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -66,15 +67,6 @@ def healthy(port: int) -> bool:
             return r.status == 200
     except OSError:
         return False
-
-
-def wait_for(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return bool(cond())
 
 
 def children(pid: int) -> list[int]:
@@ -140,7 +132,7 @@ def test_workers_of_a_live_unrecognised_or_router_parent_are_never_orphans(shape
                               stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=src)
     cfg = config(tmp_path / "config.toml", tmp_path / "runs", d)
     try:
-        assert wait_for(lambda: healthy(port), 60), (tmp_path / "server.log").read_text(errors="replace")[-2000:]
+        assert wait_until(lambda: healthy(port), 60, step=0.1), (tmp_path / "server.log").read_text(errors="replace")[-2000:]
         workers = [c for c in children(server.pid) if title(c).startswith("sglang::")]
         assert workers, [title(c) for c in children(server.pid)]
         rep = hunt(cfg)
@@ -229,7 +221,7 @@ def test_another_users_server_is_foreign_even_when_its_run_dir_says_ended(sim, t
         server = subprocess.Popen([SYSTEM_PYTHON, str(helper), str(other_sim), "0", "6000", str(port), str(pidfile)],
                                   env=env, cwd=shared, preexec_fn=as_other, start_new_session=True)
         try:
-            assert wait_for(lambda: pidfile.exists() and healthy(port), 30)
+            assert wait_until(lambda: pidfile.exists() and healthy(port), 30, step=0.1)
             kids = json.loads(pidfile.read_text())["children"]
             cfg = config(tmp_path / "config.toml", tmp_path / "runs", other_sim)
             rep = None

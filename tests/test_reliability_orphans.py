@@ -5,13 +5,11 @@ what is left; a relaunch onto a GPU still held is refused with the holder named 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,8 @@ from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly, wait_until
+from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly
+from tests.helpers.wait import await_until
 
 
 @pytest.fixture
@@ -105,16 +104,14 @@ async def test_orphan_holding_gpu_blocks_relaunch_until_cleared(link, sim, tmp_p
                                    start_new_session=True)
     orphans: list[int] = []
     try:
-        assert await wait_until(lambda: "ready to roll" in log.read_text(errors="replace"), 30)
+        assert await await_until(lambda: "ready to roll" in log.read_text(errors="replace"), 30)
         os.kill(by_hand.pid, signal.SIGKILL)
         by_hand.wait(5)
 
         async def holders():
             s = await lifecycle.fresh_snapshot(link)
             return [p.pid for p in s.gpus[0].procs if p.pid != by_hand.pid and _alive(p.pid)]
-        deadline = time.monotonic() + 10
-        while not (orphans := await holders()) and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        orphans = await await_until(holders, 10, step=0.2)
         assert orphans, "the orphan should hold GPU 0"
 
         # A session on GPU 1 ...

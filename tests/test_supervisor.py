@@ -18,7 +18,7 @@ import pytest
 
 from console.host.launch import SUPERVISOR_BOOT, materialize
 from console.link.protocol import shipped_sources
-from tests.helpers.wait import holds_for
+from tests.helpers.wait import holds_for, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = REPO / "tests" / "helpers" / "fake_servers.py"
@@ -91,13 +91,11 @@ def procs_mentioning(text: str) -> list[int]:
 
 
 def wait_for(predicate, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    """:func:`wait_until` that fails naming ``what`` when the bound passes."""
+    value = wait_until(predicate, timeout)
+    if not value:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return value
 
 
 # ------------------------------------------------------------------ launching
@@ -164,9 +162,7 @@ def launcher(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and procs_mentioning(str(launch_.run_dir)):
-            time.sleep(0.05)
+        wait_until(lambda: not procs_mentioning(str(launch_.run_dir)), 5, step=0.05)
 
 
 def fake(*args):
