@@ -26,7 +26,8 @@ from console.model import LaunchRequest, ProcessExit, SessionInfo
 from console.ops import lifecycle
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs, cli, wait_until, write_config
+from tests.helpers.rel_util import REPO, cleanup_runs, cli, write_config
+from tests.helpers.wait import await_until
 
 # ---------------------------------------------------------------- the rule, on exits.jsonl lines
 
@@ -172,7 +173,7 @@ async def test_kill_9_of_the_launcher_names_the_launcher_first(link, sim, runs_d
     rec = json.loads((runs_dir / r.session_id / "record.json").read_text())
     await link.refresh()  # one more sample: every member's exit watch is in place
     os.kill(rec["pid"], signal.SIGKILL)
-    s = await wait_until(lambda: _ended(link, r.session_id), 20)
+    s = await await_until(lambda: _ended(link, r.session_id), 20)
     assert s, "the session's end should be seen"
     first = s.first_abnormal_exit
     assert first.pid == rec["pid"] and first.role == "launcher", first

@@ -10,7 +10,6 @@ import json
 import os
 import stat
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from console.audit import SUMMARY_CHARS, Audit, summarize
 from console.core.redact import redact_argv, redact_obj, redact_text
 from tests.conftest import free_port
 from tests.helpers.rel_util import cleanup_runs, cli, write_config
+from tests.helpers.wait import wait_until
 
 KEY = "sk-H3secretAPIKEY0123456789abcdef"
 ADMIN = "adm1nH3secretVALUE"
@@ -31,16 +31,6 @@ t = time.time() + 30
 while time.time() < t:
     time.sleep(0.1)
 """
-
-
-def wait_until_sync(cond, timeout: float) -> bool:
-    """Poll ``cond()`` every 50 ms until it holds or ``timeout`` passes (bounded)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 @pytest.mark.parametrize("argv,shown", [
@@ -121,7 +111,7 @@ def test_abbreviated_key_never_in_audit_json_or_text_output_over_ssh(sshd, tmp_p
             assert KEY not in text
         assert stat.S_IMODE(audit.stat().st_mode) == 0o600
         assert stat.S_IMODE(audit.parent.stat().st_mode) == 0o700
-        assert wait_until_sync(lambda: out.exists() and out.stat().st_size > 0, 10)
+        assert wait_until(lambda: out.exists() and out.stat().st_size > 0, 10, step=0.05)
         assert KEY in json.loads(out.read_text())["argv"]  # the server got the real value
     finally:
         cleanup_runs(runs_dir)
@@ -141,7 +131,7 @@ def test_run_dir_private_and_spec_holds_masked_argv_over_ssh(sshd, tmp_path, run
                 "--command", f"{sys.executable} {server}", "--", "--model-path", "/m", "--api-key", KEY,
                 "--admin-api-key=" + ADMIN, env={"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "a.jsonl")})
         sid = json.loads(p.stdout)["session_id"]
-        assert wait_until_sync(lambda: out.exists() and out.stat().st_size > 0, 10)
+        assert wait_until(lambda: out.exists() and out.stat().st_size > 0, 10, step=0.05)
         run = runs_dir / sid
         spec = (run / "spec.json").read_text()
         assert KEY not in spec and ADMIN not in spec and '"--api-key", "***"' in spec, spec
@@ -174,7 +164,7 @@ def test_local_transport_passes_only_configured_environment(tmp_path):
         p = cli("--config", str(conf), "launch", "--no-validate", "--host", "local", "--port", str(free_port()), "--json",
                 "--command", f"{sys.executable} {server}", "--", "--model-path", "/m", env=env)
         assert p.returncode == 0, p.stdout + p.stderr
-        assert wait_until_sync(lambda: out.exists() and out.stat().st_size > 0, 10)
+        assert wait_until(lambda: out.exists() and out.stat().st_size > 0, 10, step=0.05)
         got = json.loads(out.read_text())["env"]
         assert "FOO_SECRET" not in got and "s3cr3t-from-console" not in json.dumps(got)
         assert got["H3_PASSED"] == "passed-by-name" and got["PATH"] == os.environ["PATH"]

@@ -18,7 +18,8 @@ from console.model import KillTarget
 from console.ops import lifecycle
 from tests.conftest import free_port
 from tests.helpers.heard import Heard
-from tests.helpers.rel_util import agent_pids, cleanup_runs, req, ssh_link, wait_until
+from tests.helpers.rel_util import agent_pids, cleanup_runs, req, ssh_link
+from tests.helpers.wait import await_until
 
 pytestmark = pytest.mark.sshd
 
@@ -70,11 +71,11 @@ async def test_idle_abort_reconnects_log_exact_audit_once(sshd, runs_dir, audit,
         for _ in range(2):  # two drops in a row while idle
             await asyncio.sleep(0.6)
             lk.abort_connection()
-            await wait_until(lambda: lk.chan is None, 5)
+            await await_until(lambda: lk.chan is None, 5)
             await _reconnected(lk)
-        await wait_until(lambda: "ready to roll" in sink.text(), 15)
+        await await_until(lambda: "ready to roll" in sink.text(), 15)
         after = sink.text().count("Decode batch")
-        assert await wait_until(lambda: sink.text().count("Decode batch") >= after + 2, 15)  # more after the drops
+        assert await await_until(lambda: sink.text().count("Decode batch") >= after + 2, 15)  # more after the drops
         sink.assert_exact(log, min_len=100)
         assert "ready to roll" in sink.text() and "Decode batch" in sink.text()
         states = [c.state for c in heard.states]
@@ -114,7 +115,7 @@ async def test_abort_during_launch_server_survives_and_state_is_true(sshd, runs_
         snap = await lifecycle.fresh_snapshot(lk)
         s = next(x for x in snap.sessions if x.session_id == sid)
         assert s.server_alive and s.exit is None
-        got = await wait_until(lambda: "ready to roll" in (runs_dir / sid / "output.log").read_text(), 15)
+        got = await await_until(lambda: "ready to roll" in (runs_dir / sid / "output.log").read_text(), 15)
         assert got
         k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=sid), grace=5)
         assert k.ok, k
@@ -165,7 +166,7 @@ async def test_sshd_down_then_restarted_backoff_and_reattach(sshd, runs_dir):
         sshd.stop()
         lk.abort_connection()
         t0 = time.monotonic()
-        assert await wait_until(lambda: lk.attempts >= 2, 10), lk.state
+        assert await await_until(lambda: lk.attempts >= 2, 10), lk.state
         snap = lk.snapshot()
         assert snap.connection.state == "unreachable" and "cannot connect" in (snap.connection.error or "")
         assert snap.connection.next_retry_at is not None
@@ -174,7 +175,7 @@ async def test_sshd_down_then_restarted_backoff_and_reattach(sshd, runs_dir):
         await _reconnected(lk, timeout=30)
         assert time.monotonic() - t0 < 40
         assert lk.attempts == 0 and retries >= 2
-        await wait_until(lambda: "ready to roll" in sink.text() and len(sink.text()) >= 100, 15)
+        await await_until(lambda: "ready to roll" in sink.text() and len(sink.text()) >= 100, 15)
         sink.assert_exact(runs_dir / r.session_id / "output.log", min_len=100)
         assert "ready to roll" in sink.text()
         sessions = await lk.request("sessions")
@@ -198,10 +199,10 @@ async def test_agent_killed_is_restarted_and_sessions_intact(sshd, runs_dir):
         old = lk.hello["pid"]
         assert old in agent_pids()  # found by its command line, like an operator would
         os.kill(old, signal.SIGKILL)
-        await wait_until(lambda: lk.chan is None, 5)
+        await await_until(lambda: lk.chan is None, 5)
         await _reconnected(lk)
         assert lk.hello["pid"] != old and lk.hello["pid"] in agent_pids() and old not in agent_pids()
-        await wait_until(lambda: "ready to roll" in sink.text() and len(sink.text()) >= 100, 15)
+        await await_until(lambda: "ready to roll" in sink.text() and len(sink.text()) >= 100, 15)
         sink.assert_exact(runs_dir / r.session_id / "output.log", min_len=100)
         snap = await lifecycle.fresh_snapshot(lk)
         s = next(x for x in snap.sessions if x.session_id == r.session_id)
@@ -228,9 +229,9 @@ async def test_sshd_restarted_while_connected_then_connection_aborted(sshd, runs
         assert await lk.request("ping", timeout=5)  # the same channel still answers
         assert lk.hello["pid"] == old_agent and lk.state == "connected"
         lk.abort_connection()
-        await wait_until(lambda: lk.chan is None, 5)
+        await await_until(lambda: lk.chan is None, 5)
         await _reconnected(lk)
-        await wait_until(lambda: "ready to roll" in sink.text(), 15)
+        await await_until(lambda: "ready to roll" in sink.text(), 15)
         sink.assert_exact(runs_dir / sid / "output.log", min_len=100)
         k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=sid), grace=5)
         assert k.ok, k
@@ -253,7 +254,7 @@ async def test_dropped_connection_reconnects_at_once_without_false_unreachable(s
             probe = Heard(lk)
             t0 = time.monotonic()
             lk.abort_connection()
-            await wait_until(lambda: lk.chan is None, 5)
+            await await_until(lambda: lk.chan is None, 5)
             await _reconnected(lk, timeout=10)
             assert time.monotonic() - t0 < 3.0
             assert [c.state for c in probe.states] == ["reconnecting", "connected"], probe.states
@@ -273,7 +274,7 @@ async def test_frozen_agent_is_reported_not_waited_on(sshd, runs_dir):
     await lk.open()
     pid = lk.hello["pid"]
     try:
-        assert await wait_until(lambda: lk.received_at is not None, 5)  # one sample came before the freeze
+        assert await await_until(lambda: lk.received_at is not None, 5)  # one sample came before the freeze
         os.kill(pid, signal.SIGSTOP)
         t0 = time.monotonic()
         snap = await _one(lk, 1.5)
@@ -329,16 +330,16 @@ async def test_tui_tracker_log_path_survives_drops_exactly(sshd, runs_dir):
         await _reconnected(lk)
         r = await lifecycle.launch(lk, req(free_port(), "--delay", "1.5"), wait=False)
         assert r.ok, r
-        assert await wait_until(lambda: r.session_id in tr.logs, 10)
+        assert await await_until(lambda: r.session_id in tr.logs, 10)
         shown[:0] = await tr.follow(r.session_id, 5000)
         for _ in range(2):
             await asyncio.sleep(0.7)
             lk.abort_connection()
-            await wait_until(lambda: lk.chan is None, 5)
+            await await_until(lambda: lk.chan is None, 5)
             await _reconnected(lk)
-        await wait_until(lambda: any("ready to roll" in x for x in shown), 15)
+        await await_until(lambda: any("ready to roll" in x for x in shown), 15)
         log_file = runs_dir / r.session_id / "output.log"
-        await wait_until(lambda: len(shown) >= len(log_file.read_text().splitlines()) - 1, 10)
+        await await_until(lambda: len(shown) >= len(log_file.read_text().splitlines()) - 1, 10)
         file_lines = log_file.read_text().splitlines()
         assert shown == file_lines[:len(shown)] and len(shown) >= len(file_lines) - 1, (shown, file_lines)
         assert any("Load weight end" in x for x in shown)  # written after the first drop
@@ -346,7 +347,7 @@ async def test_tui_tracker_log_path_survives_drops_exactly(sshd, runs_dir):
         def live_state() -> str | None:
             live = [v for v in views[-1].sessions if v.session_id == r.session_id] if views else []
             return live[0].state if live else None
-        assert await wait_until(lambda: live_state() == "ready", 10), live_state()
+        assert await await_until(lambda: live_state() == "ready", 10), live_state()
         k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=r.session_id), grace=5)
         assert k.ok, k
     finally:

@@ -3,7 +3,6 @@ TCP listener, the console CLI as a subprocess."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -11,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from console.config import HostConfig
@@ -32,16 +30,6 @@ def ssh_link(sshd, runs_dir, **cfg) -> HostLink:
 def req(port: int, *extra: str, mode: str = "ready", host: str = "testhost", gpus=(0,), **kw) -> LaunchRequest:
     return LaunchRequest(host=host, command=[sys.executable, SERVER],
                          flags=["--model-path", "/m", "--mode", mode, *extra], gpus=list(gpus), port=port, **kw)
-
-
-async def wait_until(cond, timeout: float, step: float = 0.05):
-    """Poll ``cond()`` (sync) until truthy or ``timeout``; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v or time.monotonic() > deadline:
-            return v
-        await asyncio.sleep(step)
 
 
 def cleanup_runs(runs_dir: Path) -> None:
