@@ -59,19 +59,15 @@ class Server:
     def text(self) -> str:
         return "\n".join(self.lines)
 
+    def line_with(self, needle: str) -> str | None:
+        return next((ln for ln in list(self.lines) if needle in ln), None)
+
     def wait_line(self, needle: str, timeout: float = 15.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for ln in list(self.lines):
-                if needle in ln:
-                    return ln
-            if self.proc.poll() is not None:
-                time.sleep(0.1)
-                for ln in list(self.lines):
-                    if needle in ln:
-                        return ln
-                break
-            time.sleep(0.02)
+        """The first output line holding ``needle`` (once the server exited, what its reader thread still had)."""
+        found = wait_until(lambda: self.line_with(needle) or (self.proc.poll() is not None and not self._t.is_alive()),
+                           timeout)
+        if isinstance(found, str):
+            return found
         raise AssertionError(f"no line with {needle!r}; output:\n{self.text()}")
 
     def wait_exit(self, timeout: float = 15.0) -> int:
@@ -186,12 +182,7 @@ def sim(tmp_path):
 
 
 def wait_gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not simgpu.pid_alive(pid):
-            return True
-        time.sleep(0.02)
-    return False
+    return wait_until(lambda: not simgpu.pid_alive(pid), timeout)
 
 
 # ---------------------------------------------------------------- startup
@@ -201,16 +192,16 @@ def test_fitting_start_log_health_titles_allocs(sim):
     s = sim.start("qwen", CORRECTED + ["--enable-metrics"], speed=10, CUDA_VISIBLE_DEVICES="2")
     seen_refused = False
     codes: list[int] = []
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+
+    def healthy() -> bool:  # every answer kept: refused while loading, then 503, then 200
+        nonlocal seen_refused
         try:
-            code, _ = s.get("/health", timeout=1)
-            codes.append(code)
-            if code == 200:
-                break
+            codes.append(s.get("/health", timeout=1)[0])
         except ConnectionRefusedError:
             seen_refused = True
-        time.sleep(0.02)
+            return False
+        return codes[-1] == 200
+    wait_until(healthy, 15)
     assert seen_refused, "the port must refuse connections while loading"
     assert codes and codes[0] == 503 and codes[-1] == 200, codes
     s.wait_line("The server is fired up and ready to roll!")
