@@ -6,8 +6,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.helpers.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 LOGS = REPO / "tests" / "data" / "logs"
@@ -137,16 +138,15 @@ def test_huge_sparse_file_is_not_loaded(tmp_path):
     with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
         proc = subprocess.Popen([sys.executable, "-m", "console", "classify-log", "--json", str(p)],
                                 cwd=REPO, env=env, stdout=out_f, stderr=err_f)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # bounded: wait4 on this child only (its own rusage)
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        time.sleep(0.05)
-    else:
+    def ended():  # wait4 on this child only (its own rusage): (pid, status, usage) once it exited
+        w = os.wait4(proc.pid, os.WNOHANG)
+        return w if w[0] else None
+    done = wait_until(ended, 60, step=0.05)
+    if not done:
         proc.kill()
-        pid, status, usage = os.wait4(proc.pid, 0)
+        os.wait4(proc.pid, 0)
         raise AssertionError("classify-log did not finish within 60 s")
+    pid, status, usage = done
     proc.returncode = os.waitstatus_to_exitcode(status)
     assert proc.returncode == 0, err_path.read_text()
     e = json.loads(out_path.read_text())[0]

@@ -20,7 +20,7 @@ from console.errors import HostError
 from console.ops import lifecycle
 from tests.conftest import free_port
 from tests.helpers.rel_util import SERVER, StallServer, cleanup_runs, cli, popen_cli, req, ssh_link, write_config
-from tests.helpers.wait import await_until
+from tests.helpers.wait import await_until, wait_until
 
 pytestmark = pytest.mark.sshd
 
@@ -207,14 +207,11 @@ def test_console_sigkilled_mid_launch_sessions_finds_true_state(sshd, tmp_path, 
         views = [v for v in json.loads(s.stdout) if v["session_id"] and (runs_dir / v["session_id"]).is_dir()]
         assert len(views) == 1 and views[0]["state"] in ("launching", "loading", "ready"), views
         sid = views[0]["session_id"]
-        deadline = time.monotonic() + 15  # the server finishes starting with nobody watching
-        state = None
-        while state != "ready" and time.monotonic() < deadline:
-            time.sleep(0.3)
-            s = cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "sessions", "--host", "testhost",
-                    "--json", env=env)
-            state = next(v for v in json.loads(s.stdout) if v["session_id"] == sid)["state"]
-        assert state == "ready", s.stdout
+        def state() -> str:  # the server finishes starting with nobody watching
+            out = cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "sessions", "--host", "testhost",
+                      "--json", env=env)
+            return next(v for v in json.loads(out.stdout) if v["session_id"] == sid)["state"]
+        assert wait_until(lambda: state() == "ready", 15, step=0.3), state()
         k = cli("--ssh-config", str(sshd.ssh_config), "--config", str(conf), "kill", sid, "--host", "testhost",
                 "--grace", "5", "--json", env=env)
         assert k.returncode == 0 and json.loads(k.stdout)["ok"], k.stdout + k.stderr

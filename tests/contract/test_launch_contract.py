@@ -7,13 +7,11 @@ The ``local`` host runs the console's own agent; ``server_command`` is the real 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
 from tests.conftest import free_port
 from tests.contract.conftest import REPO
+from tests.helpers.wait import await_until
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.slow]
 
@@ -114,7 +113,7 @@ async def test_tiny_llama_workers_seen_by_a_long_lived_agent_then_killed(world):
 
         # the real package takes ~1-2 min on 2 busy cores to spawn its workers; they retitle, then the
         # scheduler fails at load on the CPU a few seconds later: poll until both are seen (bounded)
-        ok = await _poll(workers, 400)
+        ok = bool(await await_until(workers, 400, step=0.3))
         assert ok, seen
         sched = [v for t, v in seen.items() if t.startswith("sglang::scheduler")]
         assert sched and all(v["role"] == "worker" for v in sched)
@@ -129,16 +128,6 @@ async def test_tiny_llama_workers_seen_by_a_long_lived_agent_then_killed(world):
         assert not alive & {v["pid"] for v in seen.values()}
     finally:
         await link.close()
-
-
-async def _poll(cond, timeout: float) -> bool:
-    """Await ``cond()`` until true or ``timeout`` (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await cond():
-            return True
-        await asyncio.sleep(0.3)
-    return False
 
 
 def test_api_key_appears_nowhere(world):
