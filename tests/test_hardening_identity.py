@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import free_port
 from tests.helpers.rel_util import cli, descendants_of, kill_quietly, write_config
+from tests.helpers.wait import wait_until
 
 pytestmark = pytest.mark.sshd
 
@@ -29,15 +30,6 @@ def start_ticks(pid: int) -> int:
 
 def boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-
-
-def wait_for(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def plant(runs_dir: Path, record: dict) -> Path:
@@ -55,7 +47,7 @@ def plant(runs_dir: Path, record: dict) -> Path:
 def unrelated_tree():
     """An unrelated `bash` with two `sleep`s under it: what a reused supervisor pid points at."""
     p = subprocess.Popen(["bash", "-c", "sleep 300 & sleep 300 & wait"], start_new_session=True)
-    assert wait_for(lambda: len(descendants_of(p.pid)) == 2, 10)
+    assert wait_until(lambda: len(descendants_of(p.pid)) == 2, 10)
     kids = sorted(descendants_of(p.pid))
     yield p.pid, kids
     kill_quietly(pids=[p.pid, *kids], groups=[p.pid])
@@ -133,7 +125,7 @@ def test_kill_of_a_confirmed_session_still_stops_it(common, runs_dir, tmp_path):
         assert sess["server_alive"] and sess["supervisor_alive"] and not sess["record_stale"], sess
         k = cli(*common, "kill", sid, "--host", "testhost", "--grace", "3", "--json", env=env)
         assert k.returncode == 0 and json.loads(k.stdout)["ok"], k.stdout + k.stderr
-        assert wait_for(lambda: not Path(f"/proc/{rec['pid']}").exists(), 10)
+        assert wait_until(lambda: not Path(f"/proc/{rec['pid']}").exists(), 10)
     finally:
         kill_quietly(pids=[rec["pid"]], groups=[rec["pgid"]])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.rel_util import agent_pids, cli, write_config
-from tests.helpers.wait import wait_until
+from tests.helpers.wait import await_until, wait_until
 
 pytestmark = pytest.mark.sshd
 
@@ -149,8 +149,7 @@ def test_follow_keeps_up_with_a_fast_log(tmp_path):
         lk.listen(Counting())
         t0, cpu0 = time.monotonic(), cpu_s(agent)
         await lk.client.follow_log(SID, 0)
-        while got["end"] < size and time.monotonic() - t0 < 30:
-            await asyncio.sleep(0.02)
+        await await_until(lambda: got["end"] >= size, 30)
         took, cpu = time.monotonic() - t0, cpu_s(agent) - cpu0
         await lk.close()
         return got, took, cpu
@@ -205,13 +204,10 @@ def test_exit_events_are_not_delayed_by_a_fast_follow(tmp_path):
         lk.listen(Timing())
         await lk.client.watch(victim.pid, ticks)
         await lk.client.follow_log(SID, 0)
-        t0 = time.monotonic()
-        while "log" not in seen and time.monotonic() - t0 < 10:
-            await asyncio.sleep(0.005)
+        await await_until(lambda: "log" in seen, 10, step=0.005)
         killed = time.monotonic()
         victim.kill()
-        while "exit" not in seen and time.monotonic() - killed < 10:
-            await asyncio.sleep(0.005)
+        await await_until(lambda: "exit" in seen, 10, step=0.005)
         await lk.close()
         return seen.get("exit", float("inf")) - killed
     try:

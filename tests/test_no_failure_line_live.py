@@ -8,7 +8,6 @@ older server run in front of that log, the report reads (and excerpts) the last 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ from console.ops.report_gather import gather
 from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs
+from tests.helpers.wait import await_until
 
 
 @pytest.fixture
@@ -57,13 +57,15 @@ async def link(sim, runs_dir):
 
 
 async def _ended(link: HostLink, sid: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
+    """(the snapshot, the session) once the session has an exit record (bounded: the last one read)."""
+    last: list = []
+
+    async def ended() -> bool:
         snap = await lifecycle.fresh_snapshot(link)
-        s = next(x for x in snap.sessions if x.session_id == sid)
-        if s.exit is not None or time.monotonic() > deadline:
-            return snap, s
-        await asyncio.sleep(0.2)
+        last[:] = [snap, next(x for x in snap.sessions if x.session_id == sid)]
+        return last[1].exit is not None
+    await await_until(ended, timeout, step=0.2)
+    return last[0], last[1]
 
 
 def _no_decisive_log_line(line: str | None) -> None:

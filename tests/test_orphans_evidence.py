@@ -224,12 +224,13 @@ def test_another_users_server_is_foreign_even_when_its_run_dir_says_ended(sim, t
             assert wait_until(lambda: pidfile.exists() and healthy(port), 30, step=0.1)
             kids = json.loads(pidfile.read_text())["children"]
             cfg = config(tmp_path / "config.toml", tmp_path / "runs", other_sim)
-            rep = None
-            for _ in range(20):  # the scheduler's GPU memory appears once its alloc file is read
-                rep = hunt(cfg)
-                if {f["pid"] for f in rep["foreign"]} >= set(kids):
-                    break
-                time.sleep(0.2)
+            reps: list = []
+
+            def all_listed() -> bool:  # the scheduler's GPU memory appears once its alloc file is read
+                reps.append(hunt(cfg))
+                return {f["pid"] for f in reps[-1]["foreign"]} >= set(kids)
+            wait_until(all_listed, 5, step=0.2)
+            rep = reps[-1]
             assert rep is not None and not {o["pid"] for o in rep["orphans"]} & {server.pid, *kids}, rep
             foreign = {f["pid"]: f for f in rep["foreign"]}
             assert set(kids) <= set(foreign), rep

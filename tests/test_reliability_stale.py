@@ -39,7 +39,7 @@ from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
 from console.ui.widgets.badge import badge_for, staleness
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, agent_pids, cleanup_runs, popen_cli, write_config
-from tests.helpers.wait import await_until, until
+from tests.helpers.wait import aholds_for, await_until, until
 
 INTERVAL = 0.3
 PING_TIMEOUT = 1.0
@@ -109,10 +109,8 @@ async def test_frozen_agent_makes_the_trackers_views_stale_and_sigcont_brings_th
             return s.state if s else None
         assert await await_until(lambda: state() == "ready", 15), state()
         # a healthy agent with the short ping timeout never reads stale (pings answered, samples arriving)
-        t_ok = time.monotonic() + 1.5
-        while time.monotonic() < t_ok:
-            assert lk.state == "connected" and state() == "ready", (lk.state, state())
-            await asyncio.sleep(0.05)
+        assert await aholds_for(lambda: lk.state == "connected" and state() == "ready", 1.5, step=0.05), (
+            lk.state, state())
 
         pid = lk.hello["pid"]
         os.kill(pid, signal.SIGSTOP)

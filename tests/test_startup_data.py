@@ -26,7 +26,7 @@ from console.ui.themes import NAMES
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
 from tests.helpers.rel_util import REPO, cleanup_runs
-from tests.helpers.wait import await_until, stays, until
+from tests.helpers.wait import aholds_for, await_until, stays, until
 from tests.ui_fakes import NOW, FakeBackend, view_a
 
 SIZE = (160, 50)
@@ -115,8 +115,8 @@ async def test_an_early_link_is_run_once(tmp_path):
     try:
         await asyncio.wait_for(link.connected.wait(), 30)
         again = asyncio.create_task(link.run())  # the backend's prestart
-        await asyncio.sleep(0.5)
-        assert starts == [1] and link.running and not again.done()
+        assert await aholds_for(lambda: starts == [1] and not again.done(), 0.5)  # no second start: it waits
+        assert link.running
         assert link.sample is not None and link.sample["gpus"][0]["power_limit_w"] == 600.0
     finally:
         await link.close()

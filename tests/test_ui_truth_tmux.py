@@ -11,12 +11,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from console.sim.demo import FIXED_FLAGS, INCIDENT_FLAGS, MODEL_CONFIG, free_port, teardown
+from tests.helpers.wait import wait_until
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,14 +86,14 @@ class Tmux:
         self.tmux("send-keys", "-t", "t", *keys)
 
     def wait(self, cond, what: str) -> str:
-        deadline = time.monotonic() + BOUND
-        while True:
-            text = self.screen()
-            if cond(text):
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not seen within {BOUND:.0f} s: {what}\n--- screen ---\n{text}")
-            time.sleep(0.2)
+        shown = [""]
+
+        def seen() -> bool:
+            shown[0] = self.screen()
+            return bool(cond(shown[0]))
+        if not wait_until(seen, BOUND, step=0.2):
+            raise AssertionError(f"not seen within {BOUND:.0f} s: {what}\n--- screen ---\n{shown[0]}")
+        return shown[0]
 
     def close(self) -> None:
         self.tmux("kill-server")

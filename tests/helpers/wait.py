@@ -52,6 +52,16 @@ def holds_for(cond: Callable[[], object], seconds: float, step: float = 0.02) ->
     return bool(cond())
 
 
+async def aholds_for(cond: Callable[[], object], seconds: float, step: float = 0.02) -> bool:
+    """:func:`holds_for` inside an event loop (the loop keeps running between polls)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not cond():
+            return False
+        await asyncio.sleep(step)
+    return bool(cond())
+
+
 def _describe(cond: Callable[[], object]) -> str:
     """The condition's own text (a lambda's source from ``lambda`` on), for the failure message."""
     try:
