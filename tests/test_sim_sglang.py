@@ -379,9 +379,12 @@ def test_sigterm_drains_after_first_request(sim):
     def long_request() -> None:
         out["r"] = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 20})
 
+    def running() -> int:
+        return json.loads(s.get("/server_info")[1])["internal_states"][0]["num_running_reqs"]
+
     t = threading.Thread(target=long_request)
     t.start()
-    time.sleep(0.3)
+    assert wait_until(lambda: running() >= 1, 10), "the request should be running before the SIGTERM"
     os.kill(s.proc.pid, signal.SIGTERM)
     s.wait_line("SIGTERM received.")
     assert "Draining requests and shutting down..." in s.wait_line("SIGTERM received.")
