@@ -250,7 +250,7 @@ class TruthMachine(RuleBasedStateMachine):
             self.loop.close()
             asyncio.set_event_loop(None)
 
-    async def _settle(self) -> None:
+    async def _shown(self) -> None:
         """Let the app run until it shows what the model says (every invariant holds), bounded; the
         failure names the invariant that never held."""
         await until(self.pilot, self.shows_the_model)
@@ -265,7 +265,7 @@ class TruthMachine(RuleBasedStateMachine):
         await until(self.pilot, lambda: len(self.app.query(GpuPanel)) == GPUS)
         self.panel(i).focus()
         await until(self.pilot, lambda: self.panel(i).has_class("selected"))
-        await self._settle()
+        await self._shown()
 
     async def _key(self, key: str, screen: type) -> bool:
         """Press ``key``; True once ``screen`` is up, False once the app said why not (a toast)."""
@@ -314,7 +314,7 @@ class TruthMachine(RuleBasedStateMachine):
             return
         sid = self.be.cli_launch(i)
         self.model.cur[i] = (sid, "LAUNCHING")
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up)
     @rule(i=st.integers(0, GPUS - 1), ok=st.booleans())
@@ -331,7 +331,7 @@ class TruthMachine(RuleBasedStateMachine):
                                                                              "stopped_by": "an operator"})
             self.be.push()
             self.model.cur[i] = (sid, "STOPPED")
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up and not self.app_busy())
     @rule(i=st.integers(0, GPUS - 1))
@@ -346,14 +346,14 @@ class TruthMachine(RuleBasedStateMachine):
                                                      lambda cb: self.be.launch(req, cb), gpus=req.gpus, req=req)))
         self.run(self._sent(n))
         self.launched(i, before)
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up and any(s not in self.be.sessions for s in self.be.inflight))
     @rule(data=st.data())
     def spawn(self, data):
         sid = data.draw(st.sampled_from(sorted(s for s in self.be.inflight if s not in self.be.sessions)))
         self.be.spawn(sid)
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up and any(s not in self.be.sessions for s in self.be.inflight))
     @rule(data=st.data())
@@ -362,7 +362,7 @@ class TruthMachine(RuleBasedStateMachine):
         i = self.be.inflight[sid][1].gpus[0]
         self.be.refuse(sid)
         self.model.cur[i] = self.model.before.pop(sid)
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up and any(s in self.be.sessions for s in self.be.inflight))
     @rule(data=st.data(), ok=st.booleans())
@@ -371,7 +371,7 @@ class TruthMachine(RuleBasedStateMachine):
         i = self.be.inflight[sid][1].gpus[0]
         self.be.end_launch(sid, ok)
         self.model.cur[i] = (sid, "READY" if ok else "FAILED: gpu_oom")
-        self.run(self._settle())
+        self.run(self._shown())
 
     @rule(i=st.integers(0, GPUS - 1))
     def log_line(self, i):
@@ -379,7 +379,7 @@ class TruthMachine(RuleBasedStateMachine):
         if sid and not sid.startswith("foreign") and sid in self.be.sessions:
             self.lines += 1
             self.be.log(sid, f"{sid} line {self.lines}")
-            self.run(self._settle())
+            self.run(self._shown())
 
     @precondition(lambda self: self.be.up)
     @rule(i=st.integers(0, GPUS - 1))
@@ -392,7 +392,7 @@ class TruthMachine(RuleBasedStateMachine):
                                          launcher_start_ticks=self.be.n, argv=argv(i), port=31000 + i)
         self.be.push()
         self.model.cur[i] = (f"foreign:{pid}", "FOREIGN")
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up and bool(self.be.foreign))
     @rule(data=st.data())
@@ -401,13 +401,13 @@ class TruthMachine(RuleBasedStateMachine):
         del self.be.foreign[i]
         self.be.push()
         self.model.cur[i] = (None, "IDLE")
-        self.run(self._settle())
+        self.run(self._shown())
 
     @rule()
     def link_flaps(self):
         self.be.up = not self.be.up
         self.be.push()
-        self.run(self._settle())
+        self.run(self._shown())
 
     # ---- rules: the operator's keys
     @rule()
@@ -415,7 +415,7 @@ class TruthMachine(RuleBasedStateMachine):
         self.run(self.pilot.press("tab"))
         self.sel = (self.sel + 1) % GPUS
         self.run(until(self.pilot, lambda: self.panel(self.sel).has_class("selected")))
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up and not self.app_busy())
     @rule()
@@ -432,7 +432,7 @@ class TruthMachine(RuleBasedStateMachine):
         self.check_dialog(sid)
         self.run(self.pilot.click("#confirm"))
         self.model.cur[i] = (None, "IDLE") if sid.startswith("foreign") else (sid, "STOPPED")
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up and not self.app_busy())
     @rule()
@@ -450,7 +450,7 @@ class TruthMachine(RuleBasedStateMachine):
         self.run(self._sent(n))
         self.launched(i, (None, "IDLE") if sid.startswith("foreign") else
                       (sid, "STOPPED") if self.live_on(i) else (sid, badge))
-        self.run(self._settle())
+        self.run(self._shown())
 
     @precondition(lambda self: self.be.up and not self.app_busy())
     @rule()
@@ -468,7 +468,7 @@ class TruthMachine(RuleBasedStateMachine):
         self.run(self._sent(n))
         self.launched(i, (None, "IDLE") if sid.startswith("foreign") else
                       (sid, "STOPPED") if self.live_on(i) else (sid, badge))
-        self.run(self._settle())
+        self.run(self._shown())
 
     def check_dialog(self, sid: str) -> None:
         """Every offered action targets what is on screen: the dialog names the panel's session."""
