@@ -34,7 +34,7 @@ from console.ui.screens.table import TableScreen
 from console.ui.themes import NAMES
 from console.ui.widgets.badge import badge_for
 from console.ui.widgets.gpu_panel import GpuPanel
-from tests.helpers.wait import until
+from tests.helpers.wait import stays, until
 
 UI = Path(__file__).resolve().parents[1] / "console" / "ui"
 SIZE = (140, 60)
@@ -147,8 +147,7 @@ async def test_a_remapped_panel_key_works_and_the_old_key_does_nothing():
         panel(app, 2).focus()
         await until(pilot, lambda: app.selected is panel(app, 2))
         await pilot.press("l")
-        await pilot.pause()
-        assert isinstance(app.screen, MainScreen)
+        assert await stays(pilot, lambda: isinstance(app.screen, MainScreen), 0.3)  # l is no key now
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, FlagForm))
 
@@ -162,8 +161,7 @@ async def test_the_panel_keys_act_only_on_the_panels_screen():
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, SessionsScreen))
         await pilot.press("c", "k")  # the panels' compact and kill: not keys of the sessions table
-        await pilot.pause()
-        assert isinstance(app.screen, SessionsScreen) and not app.compact
+        assert await stays(pilot, lambda: isinstance(app.screen, SessionsScreen) and not app.compact, 0.3)
         await pilot.press("ctrl+p")
         await until(pilot, lambda: isinstance(app.screen, CommandPalette))
         titles = [c.title for c in app.get_system_commands(app.screen)]
