@@ -10,7 +10,6 @@ from the dead server's figures, and the orphaned memory is advised, in ``status`
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -26,22 +25,16 @@ from console.link.link import HostLink
 from console.link.ssh import HostSpec
 from console.ops import lifecycle
 from console.ops.advice_host import advise_link, schema_validator
-from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly
+from tests.helpers.sim_files import make_sim
 from tests.helpers.wait import await_until
 
 
 @pytest.fixture
 def sim(tmp_path):
-    d = tmp_path / "sim"
-    (d / "alloc").mkdir(parents=True)
-    (d / "gpus.json").write_text(json.dumps([{"index": 0, "uuid": "GPU-a0", "name": "Sim", "mem_total_mib": 97887,
-                                              "power_limit_w": 600.0}]))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
-    return d, model
+    return make_sim(tmp_path, 1, tag="a")
 
 
 @pytest.fixture

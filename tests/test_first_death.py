@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -24,9 +23,10 @@ from console.link.link import HostLink
 from console.link.ssh import HostSpec
 from console.model import LaunchRequest, ProcessExit, SessionInfo
 from console.ops import lifecycle
-from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs, cli, write_config
+from tests.helpers.rel_util import cleanup_runs, cli, write_config
+from tests.helpers.sim_files import make_sim, sim_env
 from tests.helpers.wait import await_until
 
 # ---------------------------------------------------------------- the rule, on exits.jsonl lines
@@ -123,23 +123,12 @@ def test_old_files_without_the_evidence_keep_the_order_seen():
 
 @pytest.fixture
 def sim(tmp_path):
-    d = tmp_path / "sim"
-    (d / "alloc").mkdir(parents=True)
-    (d / "gpus.json").write_text(json.dumps([{"index": i, "uuid": f"GPU-f{i}", "name": "Sim", "mem_total_mib": 97887,
-                                              "power_limit_w": 600.0} for i in range(2)]))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
-    return d, model
+    return make_sim(tmp_path, 2, tag="f")
 
 
 @pytest.fixture(autouse=True)
 def _private_audit_log(tmp_path, monkeypatch):
     monkeypatch.setenv("MTPCONSOLE_AUDIT_LOG", str(tmp_path / "audit.jsonl"))
-
-
-def sim_env(d: Path) -> dict[str, str]:
-    return {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ Real processes: a local agent over simulated GPUs and the SGLang stand-in.
 from __future__ import annotations
 
 import ast
-import json
 import sys
 from pathlib import Path
 
@@ -26,9 +25,10 @@ from console.model import KillTarget, LaunchRequest, Step
 from console.ops import lifecycle
 from console.ops.session_log import SessionLogs
 from console.ops.tracker import HostTracker
-from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs
+from tests.helpers.sim_files import make_sim
 from tests.helpers.wait import await_until
 
 LIFECYCLE = REPO / "console" / "ops" / "lifecycle"
@@ -65,14 +65,7 @@ def test_the_backend_counts_launch_steps_by_phase_not_by_name():
 
 @pytest.fixture
 def sim(tmp_path):
-    d = tmp_path / "sim"
-    (d / "alloc").mkdir(parents=True)
-    (d / "gpus.json").write_text(json.dumps([{"index": i, "uuid": f"GPU-q{i}", "name": "Sim", "mem_total_mib": 97887,
-                                              "power_limit_w": 600.0} for i in range(2)]))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
-    return d, model
+    return make_sim(tmp_path, 2, tag="q")
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,6 @@ older server run in front of that log, the report reads (and excerpts) the last 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -25,22 +24,16 @@ from console.link.ssh import HostSpec
 from console.model import LaunchRequest
 from console.ops import lifecycle
 from console.ops.report_gather import gather
-from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs
+from tests.helpers.sim_files import make_sim
 from tests.helpers.wait import await_until
 
 
 @pytest.fixture
 def sim(tmp_path):
-    d = tmp_path / "sim"
-    (d / "alloc").mkdir(parents=True)
-    (d / "gpus.json").write_text(json.dumps([{"index": 0, "uuid": "GPU-n0", "name": "Sim", "mem_total_mib": 97887,
-                                              "power_limit_w": 600.0}]))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
-    return d, model
+    return make_sim(tmp_path, 1, tag="n")
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from console.model import (
     SessionInfo,
 )
 from console.ops import lifecycle
-from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
 from tests.helpers.rel_util import (
     REPO,
@@ -39,6 +39,7 @@ from tests.helpers.rel_util import (
     kill_quietly,
     write_config,
 )
+from tests.helpers.sim_files import make_sim, sim_env
 from tests.helpers.wait import await_until, wait_until
 
 ORPHAN = str(REPO / "tests" / "helpers" / "orphan_proc.py")
@@ -46,23 +47,12 @@ ORPHAN = str(REPO / "tests" / "helpers" / "orphan_proc.py")
 
 @pytest.fixture
 def sim(tmp_path):
-    d = tmp_path / "sim"
-    (d / "alloc").mkdir(parents=True)
-    (d / "gpus.json").write_text(json.dumps([{"index": i, "uuid": f"GPU-o{i}", "name": "Sim", "mem_total_mib": 97887,
-                                              "power_limit_w": 600.0} for i in range(2)]))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
-    return d, model
+    return make_sim(tmp_path, 2, tag="o")
 
 
 @pytest.fixture(autouse=True)
 def _private_audit_log(tmp_path, monkeypatch):
     monkeypatch.setenv("MTPCONSOLE_AUDIT_LOG", str(tmp_path / "audit.jsonl"))
-
-
-def sim_env(d: Path) -> dict[str, str]:
-    return {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture

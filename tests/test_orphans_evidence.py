@@ -26,9 +26,10 @@ from console.config import HostConfig
 from console.link.link import HostLink
 from console.link.ssh import HostSpec
 from console.ops import lifecycle
-from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs, cli, kill_quietly, write_config
+from tests.helpers.sim_files import make_sim, sim_env
 from tests.helpers.wait import wait_until
 
 OTHER_UID = 65534
@@ -42,18 +43,7 @@ def _private_audit_log(tmp_path, monkeypatch):
 
 @pytest.fixture
 def sim(tmp_path):
-    d = tmp_path / "sim"
-    (d / "alloc").mkdir(parents=True)
-    (d / "gpus.json").write_text(json.dumps([{"index": i, "uuid": f"GPU-e{i}", "name": "Sim", "mem_total_mib": 97887,
-                                              "power_limit_w": 600.0} for i in range(2)]))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
-    return d, model
-
-
-def sim_env(d: Path) -> dict[str, str]:
-    return {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
+    return make_sim(tmp_path, 2, tag="e")
 
 
 def config(path: Path, runs_dir: Path, d: Path) -> Path:

@@ -5,7 +5,6 @@ what is left; a relaunch onto a GPU still held is refused with the holder named 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,22 +18,16 @@ from console.link.link import HostLink
 from console.link.ssh import HostSpec
 from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
-from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly
+from tests.helpers.sim_files import make_sim
 from tests.helpers.wait import await_until
 
 
 @pytest.fixture
 def sim(tmp_path):
-    d = tmp_path / "sim"
-    (d / "alloc").mkdir(parents=True)
-    (d / "gpus.json").write_text(json.dumps([{"index": i, "uuid": f"GPU-r{i}", "name": "Sim", "mem_total_mib": 97887,
-                                              "power_limit_w": 600.0} for i in range(2)]))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
-    return d, model
+    return make_sim(tmp_path, 2, tag="r")
 
 
 @pytest.fixture

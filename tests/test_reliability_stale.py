@@ -7,7 +7,6 @@ READY. Views are derived on the link's ticks, so they go stale while nothing arr
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -35,10 +34,11 @@ from console.model import (
 )
 from console.ops import lifecycle
 from console.ops.tracker import HostTracker
-from console.sim.demo import FIXED_FLAGS, MODEL_CONFIG
+from console.sim.demo import FIXED_FLAGS
 from console.ui.widgets.badge import badge_for, staleness
 from tests.conftest import free_port
 from tests.helpers.rel_util import REPO, agent_pids, cleanup_runs, popen_cli, write_config
+from tests.helpers.sim_files import make_sim
 from tests.helpers.wait import aholds_for, await_until, until
 
 INTERVAL = 0.3
@@ -51,14 +51,7 @@ SLACK = 2.0
 
 @pytest.fixture
 def sim(tmp_path):
-    d = tmp_path / "sim"
-    (d / "alloc").mkdir(parents=True)
-    (d / "gpus.json").write_text(json.dumps([{"index": i, "uuid": f"GPU-st{i}", "name": "Sim", "mem_total_mib": 97887,
-                                              "power_limit_w": 600.0} for i in range(2)]))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(MODEL_CONFIG))
-    return d, model
+    return make_sim(tmp_path, 2, tag="st")
 
 
 def host_cfg(runs_dir: Path, d: Path) -> HostConfig:
