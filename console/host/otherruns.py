@@ -70,13 +70,14 @@ class OtherRuns(object):
             st = self.stores[runs_dir] = SessionStore(runs_dir)
         return st
 
-    def candidates(self, session_id, hinted):
-        """Runs directories that may hold ``session_id``: the process's own word first, then the user's list."""
+    def candidates(self, session_id, hinted, known):
+        """Runs directories that may hold ``session_id``: the process's own word first, then ``known`` (the
+        user's list)."""
         out = []
         for run_dir in hinted:
             if isinstance(run_dir, str) and os.path.isabs(run_dir) and os.path.basename(run_dir) == session_id:
                 out.append(os.path.dirname(os.path.normpath(run_dir)))
-        out.extend(known_runs_dirs(self.known_path))
+        out.extend(known)
         seen, uniq = set(), []
         for d in out:
             d = os.path.abspath(d)
@@ -90,10 +91,11 @@ class OtherRuns(object):
 
         Ids found in no runs directory are left out: the console reads their absence as "not found"."""
         out = []
+        known = known_runs_dirs(self.known_path)  # read once per sample, not once per session looked up
         for sid in sorted(wanted)[:MAX_LOOKUPS]:
             if not isinstance(sid, str) or not SESSION_ID_RE.match(sid):
                 continue
-            for runs_dir in self.candidates(sid, wanted[sid]):
+            for runs_dir in self.candidates(sid, wanted[sid], known):
                 if session_dir_problem(runs_dir, sid):
                     continue
                 found = self._store(runs_dir).scan(only=[sid]).get(sid)
