@@ -16,17 +16,15 @@ import time
 
 import pytest
 
-from console.config import HostConfig
 from console.core.sessions import derive_views
 from console.host.watch import first_abnormal_exit, merge_exits
 from console.link.link import HostLink
-from console.link.ssh import HostSpec
 from console.model import LaunchRequest, ProcessExit, SessionInfo
 from console.ops import lifecycle
 from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
-from tests.helpers.rel_util import cleanup_runs, cli, write_config
-from tests.helpers.sim_files import make_sim, sim_env
+from tests.helpers.rel_util import cli, write_config
+from tests.helpers.sim_files import make_sim, sim_link
 from tests.helpers.wait import await_until
 
 # ---------------------------------------------------------------- the rule, on exits.jsonl lines
@@ -133,14 +131,8 @@ def _private_audit_log(tmp_path, monkeypatch):
 
 @pytest.fixture
 async def link(sim, runs_dir):
-    d, _ = sim
-    lk = HostLink(HostSpec(name="local", local=True),
-                  HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="sim", sim_dir=str(d),
-                             launch_env=sim_env(d)), interval=0.3)
-    await lk.open()
-    yield lk
-    await lk.close()
-    cleanup_runs(runs_dir)
+    async with sim_link(runs_dir, sim[0]) as lk:
+        yield lk
 
 
 def _ended(link: HostLink, sid: str) -> SessionInfo | None:

@@ -16,18 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from console.config import HostConfig
 from console.core.classify.rules import NO_FAILURE_LINE
 from console.core.sessions import derive_views
 from console.link.link import HostLink
-from console.link.ssh import HostSpec
 from console.model import LaunchRequest
 from console.ops import lifecycle
 from console.ops.report_gather import gather
 from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs
-from tests.helpers.sim_files import make_sim
+from tests.helpers.sim_files import make_sim, sim_link
 from tests.helpers.wait import await_until
 
 
@@ -38,15 +35,8 @@ def sim(tmp_path):
 
 @pytest.fixture
 async def link(sim, runs_dir):
-    d, _ = sim
-    env = {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
-    lk = HostLink(HostSpec(name="local", local=True),
-                  HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="sim", sim_dir=str(d),
-                             launch_env=env), interval=0.3)
-    await lk.open()
-    yield lk
-    await lk.close()
-    cleanup_runs(runs_dir)
+    async with sim_link(runs_dir, sim[0]) as lk:
+        yield lk
 
 
 async def _ended(link: HostLink, sid: str, timeout: float = 30.0):

@@ -15,11 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from console.config import HostConfig
 from console.core.orphans import find_orphans, hunt_snapshot
 from console.core.sessions import derive_views
-from console.link.link import HostLink
-from console.link.ssh import HostSpec
 from console.model import (
     ConnectionInfo,
     GpuProc,
@@ -34,12 +31,11 @@ from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
 from tests.helpers.rel_util import (
     REPO,
-    cleanup_runs,
     cli,
     kill_quietly,
     write_config,
 )
-from tests.helpers.sim_files import make_sim, sim_env
+from tests.helpers.sim_files import make_sim, sim_env, sim_link
 from tests.helpers.wait import await_until, wait_until
 
 ORPHAN = str(REPO / "tests" / "helpers" / "orphan_proc.py")
@@ -57,14 +53,8 @@ def _private_audit_log(tmp_path, monkeypatch):
 
 @pytest.fixture
 async def link(sim, runs_dir):
-    d, _ = sim
-    lk = HostLink(HostSpec(name="local", local=True),
-                  HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="sim", sim_dir=str(d),
-                             launch_env=sim_env(d)), interval=0.3)
-    await lk.open()
-    yield lk
-    await lk.close()
-    cleanup_runs(runs_dir)
+    async with sim_link(runs_dir, sim[0]) as lk:
+        yield lk
 
 
 def start_orphan(d: Path, tmp_path: Path, gpu: int = 0, mib: int = 5000, port: int = 0,

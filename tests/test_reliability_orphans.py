@@ -13,15 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from console.config import HostConfig
-from console.link.link import HostLink
-from console.link.ssh import HostSpec
 from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
 from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, cleanup_runs, kill_quietly
-from tests.helpers.sim_files import make_sim
+from tests.helpers.rel_util import REPO, kill_quietly
+from tests.helpers.sim_files import make_sim, sim_link
 from tests.helpers.wait import await_until
 
 
@@ -32,15 +29,8 @@ def sim(tmp_path):
 
 @pytest.fixture
 async def link(sim, runs_dir):
-    d, _ = sim
-    env = {"MTPCONSOLE_SIM_DIR": str(d), "MTPCONSOLE_SIM_SPEED": "20", "PYTHONPATH": str(REPO)}
-    lk = HostLink(HostSpec(name="local", local=True),
-                  HostConfig(python=sys.executable, runs_dir=str(runs_dir), gpu_source="sim", sim_dir=str(d),
-                             launch_env=env), interval=0.3)
-    await lk.open()
-    yield lk
-    await lk.close()
-    cleanup_runs(runs_dir)
+    async with sim_link(runs_dir, sim[0]) as lk:
+        yield lk
 
 
 def sim_req(model, port, fault=None, gpus=(0,)) -> LaunchRequest:
