@@ -227,9 +227,34 @@ def test_sigterm_from_outside_after_ready():
         "[2025-08-02 10:00:00] SIGTERM received. signum=15, frame=None. Draining requests and shutting down...\n")
     c = classify(text)
     assert c.state == "stopped" and "SIGTERM" in c.line  # the log shows a stop, no crash
-    c = classify(text, ex(exit_code=0))
+    c = classify(text, ex(exit_code=0))  # it drained and exited by itself: a clean stop, from outside the console
+    assert (c.state, c.cause) == ("stopped", None)
+    assert "SIGTERM" in c.line and "from outside mtpconsole" in c.hint
+    c = classify(text, ex(exit_code=1))  # an error exit after the SIGTERM is not a clean stop
     assert (c.state, c.cause) == ("failed", "other")
     assert "SIGTERM" in c.line and "SIGTERM" in c.hint
+
+
+DRAIN = ("[2026-11-30 10:00:06] SIGTERM received. signum=15, frame=<frame at 0x7f3a>\n"
+         "[2026-11-30 10:00:06] Gracefully exiting... Remaining number of requests 3\n"
+         "[2026-11-30 10:00:11] Gracefully exiting... Remaining number of requests 0\n")
+
+
+@pytest.mark.parametrize("end", [dict(exit_code=137), dict(exit_code=-9), dict(signal=9), dict(exit_code=0)])
+def test_sigterm_drain_ended_by_sglangs_own_sigkill_is_a_clean_stop(end):
+    """SGLang drains on SIGTERM, then SIGKILLs its own tree: exit 137 after ``Gracefully exiting...`` is a stop."""
+    c = classify(log("sglang_0410_ready.log") + DRAIN, ex(**end))
+    assert (c.state, c.cause) == ("stopped", None)
+    assert "SIGTERM" in (c.line or "") and "from outside mtpconsole" in (c.hint or "")
+
+
+def test_sigterm_drain_is_not_a_stop_when_the_oom_killer_fired_or_a_crash_came_first():
+    text = log("sglang_0410_ready.log") + DRAIN
+    assert classify(text, ex(exit_code=137, oom_kill_before=4, oom_kill_after=5)).state == "failed"
+    crashed = (log("sglang_0410_ready.log") + "[2026-11-30 10:00:05] TP0 Scheduler hit an exception: Traceback "
+               "(most recent call last):\nRuntimeError: CUDA error: an illegal memory access was encountered\n" + DRAIN)
+    c = classify(crashed, ex(exit_code=137))
+    assert (c.state, c.cause) == ("failed", "cuda_driver")
 
 
 def test_exit_code_2_with_argparse_is_bad_flags():

@@ -88,8 +88,8 @@ def session_state(s: SessionInfo, cls: Classification | None) -> str:
     if s.exit is not None:
         if cls is not None and cls.state == "failed" and not s.exit.stopped_by_operator:
             return "failed"
-        if s.exit.stopped_by_operator:
-            return "stopped"
+        if s.exit.stopped_by_operator or (cls is not None and cls.state == "stopped"):
+            return "stopped"  # the console's stop, or one from outside that the log shows (a drained SIGTERM)
         if s.exit.error or s.exit.signal or (s.exit.exit_code not in (0, None)):
             return "failed"
         return "stopped"

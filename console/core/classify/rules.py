@@ -287,10 +287,39 @@ def _alive(st: State) -> Classification:
     return Classification(state="loading", metrics=_metrics(st), **_run(st))
 
 
-def _stopped(st: State) -> Classification:
+def _stopped(st: State, hint: str | None = None) -> Classification:
     line = clean(st.stop_line, MAX_RETURNED_LINE) if st.stop_line else None
-    return Classification(state="stopped", line=line, metrics=_metrics(st), line_in_log=line is not None,
+    return Classification(state="stopped", line=line, hint=hint, metrics=_metrics(st), line_in_log=line is not None,
                           **_run(st))
+
+
+DRAIN_END_SIGNALS = (9, 15)
+"""How a server that received SIGTERM ends its drain: SGLang waits for its requests (``Gracefully exiting...
+Remaining number of requests N``), then kills its own process tree with SIGKILL (exit 137 / -9); a SIGTERM that
+ended it before its handler ran gives 15."""
+
+
+def _drained_stop(st: State, exit: ExitRecord, death: ProcessExit | None) -> str | None:
+    """A stop from outside the console that the log shows and nothing contradicts: the hint saying so, else None.
+
+    Positive evidence only: the log's own SIGTERM line, no crash before it, an exit that a drain ends with (0,
+    or SIGKILL/SIGTERM), no OOM kill counted, and no first death that is anything but such a signal."""
+    if st.sigterm_line is None or exit.error or exit.host_oom_killed:
+        return None
+    if st.fatal(before=st.stop_seq, real_only=True):
+        return None
+    sig = signal_of(exit)
+    if exit.exit_code not in (0, None) and sig not in DRAIN_END_SIGNALS:
+        return None
+    if exit.exit_code is None and sig is None:
+        return None
+    if death is not None and ((death.oom_kill_delta or 0) > 0
+                              or (death.exit_code not in (0, None) and not death.signal)
+                              or (death.signal and death.signal not in DRAIN_END_SIGNALS)):
+        return None
+    how = "exited with code 0" if sig is None else f"ended by {signame(sig)}"
+    tail = " (SGLang kills its own process tree with SIGKILL once its requests have drained)" if sig == 9 else ""
+    return f"stopped from outside mtpconsole: the server got SIGTERM and {how}{tail}"
 
 
 def _specific(c: Failure | None) -> bool:
@@ -306,6 +335,9 @@ def decide(st: State, exit: ExitRecord | None, death: ProcessExit | None = None,
         return _failed(st, exec_failure, exec_failure.cause if exec_failure else "other", exit, line=exit.error)
     if death is not None and not death.abnormal:
         death = None
+    drained = None if exit is None or operator else _drained_stop(st, exit, death)
+    if drained is not None:
+        return _stopped(st, hint=drained)
     if death is not None:
         by_death = _first_death(st, exit, death)
         if by_death is not None:

@@ -68,6 +68,42 @@ class HelpParseError(UserError):
     """The text is not argparse ``--help`` output we can read (message says why)."""
 
 
+_SECTION_RE = re.compile(r"^-{3} Help for (.+?) -{3}\s*$")
+_LLM_SECTION_RE = re.compile(r"\blanguage model\b|\bllm\b", re.IGNORECASE)
+
+
+def llm_section(lines: list[str]) -> list[str]:
+    """The language-model part of a sectioned help; ``lines`` unchanged when it has no sections.
+
+    ``sglang serve --help`` (0.5.23 on) prints a general block, then ``--- Help for Standard Language Model
+    Server ---`` with the launch server's argparse help, then ``--- Help for Diffusion Model Server ---`` with
+    another parser's (or a line saying diffusion is not installed). Only the LLM section is the server the
+    console launches; the diffusion flags would otherwise be accepted for it. With sections but none named
+    for a language model, the first section is taken (the general block is never argparse help)."""
+    heads = [i for i, ln in enumerate(lines) if _SECTION_RE.match(ln)]
+    if not heads:
+        return lines
+    pick = next((i for i in heads if _LLM_SECTION_RE.search(_SECTION_RE.match(lines[i]).group(1))), heads[0])  # type: ignore[union-attr]
+    end = next((i for i in heads if i > pick), len(lines))
+    return lines[pick + 1:end]
+
+
+_GENERAL_CHOICE_RE = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*) \{([^{}\s]+)\}")
+
+
+def _general_flags(lines: list[str]) -> list[Flag]:
+    """Options of a sectioned help's general block (before its first section), which the front end reads itself
+    before handing the rest to a section's parser: ``sglang serve``'s ``--model-type {auto,llm,diffusion}``."""
+    out: list[Flag] = []
+    for ln in lines:
+        if _SECTION_RE.match(ln):
+            break
+        for m in _GENERAL_CHOICE_RE.finditer(ln):
+            out.append(Flag(name=m.group(1), metavar=m.group(1)[2:].upper().replace("-", "_"), takes_value=True,
+                            choices=m.group(2).split(","), type="str", help=ln.strip(), group="general"))
+    return out
+
+
 def parse_help(text: str, *, version: str | None = None) -> FlagSchema:
     """Parse argparse ``--help`` output into a :class:`FlagSchema`.
 
@@ -78,7 +114,8 @@ def parse_help(text: str, *, version: str | None = None) -> FlagSchema:
         raise HelpParseError("help text must be a string")
     if len(text) > MAX_HELP_CHARS:
         raise HelpParseError(f"help text is {len(text)} characters; refusing more than {MAX_HELP_CHARS}")
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    all_lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = llm_section(all_lines)
     start = next((i for i, ln in enumerate(lines) if ln.lower().startswith("usage:")), None)
     if start is None:
         raise HelpParseError("no 'usage:' line: this does not look like argparse --help output")
@@ -99,6 +136,8 @@ def parse_help(text: str, *, version: str | None = None) -> FlagSchema:
             continue
         seen.update(flag.option_strings)
         flags.append(flag)
+    if lines is not all_lines:
+        flags.extend(f for f in _general_flags(all_lines) if f.name not in seen)
     if not flags:
         raise HelpParseError("found a 'usage:' line but no option lines (expected '  --flag ...' under 'options:')")
     return FlagSchema(version=version, prog=prog, flags=flags)

@@ -72,6 +72,25 @@ RENAMES: list[Rename] = [
     # Both added in 0.5.12, DFlash-specific name gone in 0.5.20.
     Rename(old="--speculative-dflash-draft-window-size", new="--speculative-draft-window-size",
            new_since="0.5.12", old_removed_in="0.5.20"),
+    # Same help text in both releases ("Whether to output as a sequence of disjoint segments"): both names in
+    # 0.5.12-0.5.18, the old one gone in 0.5.20.
+    Rename(old="--stream-output", new="--incremental-streaming-output", new_since="0.5.12", old_removed_in="0.5.20"),
+    # The piecewise (prefill-phase) CUDA graph became the prefill phase of the per-phase graph settings (0.5.15:
+    # --cuda-graph-backend-prefill {full,breakable,disabled}, --disable-prefill-cuda-graph); the piecewise names
+    # are gone in 0.5.20. Pairing by meaning: 0.5.23's cuda_graph_hook folds the convenience flags into
+    # cuda_graph_config[prefill]; "breakable" is the split-at-attention graph the piecewise one was.
+    Rename(old="--disable-piecewise-cuda-graph", new="--disable-prefill-cuda-graph",
+           new_since="0.5.15", old_removed_in="0.5.20"),
+    Rename(old="--enforce-piecewise-cuda-graph", new="--cuda-graph-backend-prefill", value="breakable",
+           new_since="0.5.15", old_removed_in="0.5.20"),
+    Rename(old="--enable-breakable-cuda-graph", new="--cuda-graph-backend-prefill", value="breakable",
+           new_since="0.5.15", old_removed_in="0.5.20",
+           note="per phase now: --cuda-graph-backend-decode breakable for the decode graph"),
+    Rename(old="--piecewise-cuda-graph-max-tokens", new="--cuda-graph-max-bs-prefill",
+           new_since="0.5.15", old_removed_in="0.5.20",
+           note="the prefill graph's capture sizes; --cuda-graph-max-seq-len-prefill (0.5.22) bounds replay length"),
+    Rename(old="--piecewise-cuda-graph-tokens", new="--cuda-graph-bs-prefill",
+           new_since="0.5.15", old_removed_in="0.5.20"),
     # MoE kernel switches folded into --moe-runner-backend / --moe-a2a-backend (added 0.5.3 /
     # present since 0.4.10); the --enable-*-moe switches are gone in 0.5.6. The values are the
     # matching choices of those flags in the 0.5.23 help.
