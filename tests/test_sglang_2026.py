@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from console.core.flags import find_rename
 from console.core.flags.help import llm_section, parse_help
+from console.model import LaunchRequest
+from console.ops import lifecycle
+from console.sim.demo import FIXED_FLAGS
+from tests.conftest import free_port
+from tests.helpers.rel_util import cli, write_config
+from tests.helpers.sim_files import make_sim, sim_link
+from tests.helpers.wait import await_until
 
 DATA = Path(__file__).parent / "data" / "sglang"
 SERVE_HELP = (DATA / "sglang-0.5.23-serve-help.txt").read_text(encoding="utf-8")
@@ -53,3 +64,33 @@ def test_flags_renamed_since_0_5_15_name_their_replacement(old, new):
     rename = find_rename(old, schema)
     assert rename is not None and rename.replacement == new
     assert old not in schema and rename.new in schema
+
+
+# ---------------------------------------------------------------- a SIGTERM from outside, drained: STOPPED
+
+@pytest.fixture
+def sim(tmp_path):
+    return make_sim(tmp_path, gpus=1, tag="drain")
+
+
+async def test_a_server_stopped_by_sigterm_from_outside_reads_stopped_not_failed(sim, runs_dir, tmp_path):
+    """The stand-in drains on SIGTERM and kills its tree, as SGLang 0.5.23 does: a stop, from outside the console."""
+    d, model = sim
+    async with sim_link(runs_dir, d) as link:
+        r = await lifecycle.launch(link, LaunchRequest(
+            host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+            flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port()), timeout=60)
+        assert r.ok, r
+        rec = json.loads((runs_dir / r.session_id / "record.json").read_text())
+        await link.refresh()
+        os.kill(rec["pid"], signal.SIGTERM)
+        ended = await await_until(lambda: next((s for s in link.snapshot().sessions
+                                                if s.session_id == r.session_id and s.exit is not None), None), 30)
+        assert ended is not None, "the session's end should be seen"
+    cfg = write_config(tmp_path / "config.toml", {"local": {"runs_dir": str(runs_dir), "python": sys.executable,
+                                                            "gpu_source": "sim", "sim_dir": str(d)}})
+    out = cli("sessions", "--host", "local", "--config", str(cfg), "--all", "--json")
+    assert out.returncode == 0, out.stderr
+    (row,) = [x for x in json.loads(out.stdout) if x["session_id"] == r.session_id]
+    assert row["state"] == "stopped", row
+    assert "from outside mtpconsole" in (row.get("hint") or ""), row

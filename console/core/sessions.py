@@ -147,7 +147,7 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
         cause = cls.cause if cls and failed else None
         if failed and cause is None and s.exit is not None:
             cause = "signal_killed" if s.exit.signal else "other"
-        hint = cls.hint if cls and failed else None
+        hint = cls.hint if cls and (failed or state == "stopped") else None  # stopped: who stopped it, if not us
         if failed and s.exit is None and s.record is not None and not s.supervisor_alive:
             cause = cause or "other"
             hint = ("the session's supervisor is gone without writing an exit record (killed on the "

@@ -426,6 +426,8 @@ def apply_first_death(cls: Classification | None, death: ProcessExit | None,
     if cls is not None and cls.state == "failed" and cls.cause not in (None, "other", "signal_killed"):
         return cls
     oom = (death.oom_kill_delta or 0) > 0
+    if not oom and cls is not None and cls.state == "stopped" and death.signal in DRAIN_END_SIGNALS:
+        return cls  # the log shows a SIGTERM drain: the server's own kill of its tree ends it that way
     if not oom and not death.signal and cls is not None and cls.state == "failed":
         return cls  # a worker exited with an error code: the log's own failure line says more
     cause: FailureCause = "host_oom_killed" if oom else ("signal_killed" if death.signal else "other")
