@@ -5,6 +5,12 @@ Subcommands live in ``console/commands/<module>.py``; each module exposes ``conf
 ``ctx`` is the :class:`~console.commands.context.CliContext` built here once from the common
 options and ``args`` holds only that subcommand's own options. Only the chosen subcommand's
 module is imported, so ``--help`` and start-up stay fast.
+
+One contract for every subcommand, applied here (:func:`main`): a :class:`~console.errors.UserError` from
+anywhere below (argparse's own errors included, as :class:`~console.errors.UsageError`) ends the command with
+its exit status (2: bad input, 1: a failed operation or an unreachable host) and one line on stderr; under
+``--json`` its :func:`~console.errors.error_object` is printed on stdout too. What a command prints when it
+ran (a list, a result with ``"ok": false``) is the command's own.
 """
 
 from __future__ import annotations
@@ -12,14 +18,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import difflib
 import importlib
 import inspect
+import json
 import os
 import sys
-from typing import Any
+import traceback
+from typing import Any, NoReturn
 
 from console import __version__
-from console.errors import UserError
+from console.errors import UsageError, UserError, error_object
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, whose errors are :class:`UsageError` (one line, the contract's exit status and ``--json``
+    object) instead of a usage block and ``SystemExit``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog.removeprefix('mtpconsole').strip() + ': ' if ' ' in self.prog else ''}"
+                         f"{message} (see '{self.prog} --help')")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +131,7 @@ def add_common(p: argparse.ArgumentParser, dests: frozenset[str] | set[str], *, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="mtpconsole",
         description="Operator console for LLM inference servers on remote GPU hosts. "
         "With no subcommand it opens the TUI.",
@@ -201,15 +219,18 @@ def _dispatch(parser: argparse.ArgumentParser, top: argparse.Namespace, name: st
 
         return _run(tui.run, context_from(given, frozenset(COMMON), top.theme), argparse.Namespace())
     if name not in COMMANDS:
-        parser.error(f"unknown subcommand {name!r} (choose from {', '.join(COMMANDS)})")
+        near = difflib.get_close_matches(name, COMMANDS, n=2, cutoff=0.6)
+        guess = f": did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+        raise UsageError(f"unknown subcommand {name!r}{guess} (subcommands: {', '.join(COMMANDS)}; "
+                         "see 'mtpconsole --help')")
     cmd = COMMANDS[name]
     extra = [COMMON[d].flags[0] for d in given if d not in cmd.common]
     if top.theme is not None:
         extra.append("--theme")
     if extra:
-        parser.error(f"{', '.join(extra)}: not an option of '{name}' (see 'mtpconsole {name} --help')")
+        raise UsageError(f"{', '.join(extra)}: not an option of '{name}' (see 'mtpconsole {name} --help')")
     mod = importlib.import_module(cmd.module)
-    sub = argparse.ArgumentParser(prog=f"mtpconsole {name}", description=cmd.help)
+    sub = Parser(prog=f"mtpconsole {name}", description=cmd.help)
     add_common(sub, cmd.common, suppress=True)
     mod.configure(sub)
     ns = vars(sub.parse_args(glue_flag_values(rest, cmd.flag_valued)))
@@ -218,17 +239,31 @@ def _dispatch(parser: argparse.ArgumentParser, top: argparse.Namespace, name: st
     return _run(mod.run, context_from(values, cmd.common), own)
 
 
+def wants_json(argv: list[str]) -> bool:
+    """Whether ``--json`` is among the console's own options (before a ``--`` that starts server flags), read
+    before anything is parsed, so that an error of the parsing itself is reported as JSON too."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
+def report_error(e: UserError, as_json: bool) -> int:
+    """The contract's one line on stderr (and under ``--json`` the error object on stdout); the exit status."""
+    if as_json:
+        print(json.dumps(error_object(e.kind or "bad_input", str(e)), indent=2), flush=True)
+    print(f"mtpconsole: {e}", file=sys.stderr)
+    return e.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    head, rest = split_at_command(argv)
-    top = parser.parse_args(head)
-    name, tail = (rest[0], rest[1:]) if rest is not None else (top.subcommand, list(top.rest or []))
+    as_json = wants_json(argv)
     try:
+        parser = build_parser()
+        head, rest = split_at_command(argv)
+        top = parser.parse_args(head)
+        name, tail = (rest[0], rest[1:]) if rest is not None else (top.subcommand, list(top.rest or []))
         return _dispatch(parser, top, name, tail)
     except UserError as e:
-        print(f"mtpconsole: {e}", file=sys.stderr)
-        return e.exit_code
+        return report_error(e, as_json)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `mtpconsole ... | head`
@@ -237,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+    except Exception as e:  # a bug: the traceback for the report, and under --json still an object to parse
+        if not as_json:
+            raise
+        traceback.print_exc()
+        print(json.dumps(error_object("internal", f"{type(e).__name__}: {e}"), indent=2), flush=True)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover
