@@ -294,3 +294,103 @@ def test_parse_server_flags_one_resolver():
                      "max-running-requests": "64", "port": "2", "unknown-x": "v"}
     with pytest.raises(UserError, match="ambiguous option: --cuda-graph-max-bs could match"):
         parse_server_flags(["--cuda-graph-max-bs", "8"], strict=True)
+
+
+# ---------------------------------------------------------------- issue 26: one-pass flag fixing
+
+def _apply(flags: dict, fix) -> dict:
+    return {**flags, fix.flag.removeprefix("--"): fix.value}
+
+
+def _demo_incident() -> tuple:
+    from console.core.planner import parse_server_flags
+    from console.sim.demo import INCIDENT_FLAGS, MODEL_CONFIG
+
+    return parse_model_config(MODEL_CONFIG), parse_server_flags(INCIDENT_FLAGS), 97887 * MIB
+
+
+def test_suggested_bound_fits_with_every_other_flag_as_given():
+    """Issue 26: the demo's incident flags (EAGLE 3/1/4, 512 running, --context-length 32768): the bound the planner
+    suggests fits as the only change, and it is the largest that does (one more is TIGHT or worse), found by
+    re-planning, not by a formula that forgets the context length."""
+    shape, flags, mem = _demo_incident()
+    p = plan(shape, flags, mem)
+    assert p.verdict == "does_not_fit"
+    fix = p.fixes[0]
+    assert (fix.verb, fix.flag, fix.bound, fix.then) == ("lower", "--max-running-requests", True, "fits")
+    assert p.advice[0] == f"lower --max-running-requests to ≤ {fix.value}"
+    n = int(fix.value)
+    assert plan(shape, _apply(flags, fix), mem).verdict == "fits"
+    assert plan(shape, {**flags, "max-running-requests": n + 1}, mem).verdict != "fits"
+    # the planner's old formula (room for the minimum KV pool only) said ≤ 40, which is TIGHT at 32768 tokens
+    tight = plan(shape, {**flags, "max-running-requests": 40}, mem)
+    assert tight.verdict == "tight" and any("fewer than --context-length 32768" in r for r in tight.reasons)
+    # and from there the first fix is that same bound again, not a smaller step
+    assert tight.fixes[0].flag == "--max-running-requests" and tight.fixes[0].value == fix.value
+
+
+def test_every_fix_is_what_planning_with_it_says():
+    """Every fix's ``then`` is the verdict of planning with that one change (weights given, several contexts,
+    running limits, fractions and memory in use), and a fix that says ``fits`` fits."""
+    shape = load_model_config(QWEN_LIKE)
+    seen = set()
+    for mr in (36, 40, 48, 512):
+        for ctx in (8192, 32768, 131072):
+            for frac in (0.80, 0.90, 0.97):
+                for used in (0, 8 * GIB):
+                    flags = {**INCIDENT, "max-running-requests": mr, "context-length": ctx,
+                             "mem-fraction-static": frac}
+                    p = plan(shape, flags, GPU_96, weights_bytes=51 * GIB, in_use_bytes=used)
+                    assert [f.text for f in p.fixes] == p.advice
+                    for f in p.fixes:
+                        if f.flag == "--tp-size":
+                            continue
+                        then = plan(shape, _apply(flags, f), GPU_96, weights_bytes=51 * GIB, in_use_bytes=used)
+                        assert then.verdict == f.then, (flags, used, f)
+                        seen.add((f.flag, f.then))
+    assert {("--max-running-requests", "fits"), ("--max-running-requests", "tight"),
+            ("--context-length", "fits")} <= seen
+
+
+def test_memory_in_use_is_planned_against():
+    """Memory other processes hold on the GPU is counted out first, as SGLang sizes from the free memory: a
+    smaller bound, and the reason says how much was counted."""
+    shape, flags, mem = _demo_incident()
+    free = plan(shape, flags, mem)
+    used = plan(shape, flags, mem, in_use_bytes=20 * GIB)
+    assert used.usable_bytes == free.usable_bytes - 20 * GIB and used.in_use_bytes == 20 * GIB
+    assert int(used.fixes[0].value) < int(free.fixes[0].value)
+    assert plan(shape, _apply(flags, used.fixes[0]), mem, in_use_bytes=20 * GIB).verdict == "fits"
+    assert any("20.0 GB of the GPU is in use by other processes" in r for r in used.reasons)
+    with pytest.raises(ValueError):
+        plan(shape, flags, mem, in_use_bytes=-1)
+
+
+def test_read_fixes_reads_the_advice_back():
+    """The form reads the planner's fixes back from its verdict line: the same flag and value, in order; prose
+    that names a flag without a value is no fix."""
+    from console.core.planner import read_fixes
+
+    shape, flags, mem = _demo_incident()
+    p = plan(shape, flags, mem)
+    line = "memory plan: does not fit — " + "; ".join(p.reasons + p.advice)
+    got = [(f.verb, f.flag, f.value, f.bound) for f in read_fixes(line)]
+    assert got == [(f.verb, f.flag, f.value, f.bound) for f in p.fixes]
+    assert read_fixes("lower --max-running-requests or raise --mem-fraction-static") == []
+    assert [(f.flag, f.value) for f in read_fixes("raise --mem-fraction-static to 0.87")] == \
+        [("--mem-fraction-static", "0.87")]
+
+
+def test_best_value_bisects_the_planner():
+    from console.core.planner import best_value
+
+    calls = []
+
+    def at(n: int):
+        calls.append(n)
+        return "fits" if n <= 37 else "tight" if n <= 44 else "does_not_fit"
+
+    assert best_value(at, 1, 511) == (37, "fits") and len(calls) <= 12
+    assert best_value(lambda n: "tight" if n <= 5 else "does_not_fit", 1, 100) is None
+    assert best_value(lambda n: "tight" if n <= 5 else "does_not_fit", 1, 100, or_tight=True) == (5, "tight")
+    assert best_value(at, 50, 40) is None

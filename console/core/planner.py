@@ -26,7 +26,8 @@ draft, activations) are read together against SGLang's own accounting.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+import re
+from typing import Any, Callable, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +52,48 @@ KV_DTYPE_BYTES = {"auto": None, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 
                   "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8": 1, "fp4_e2m1": 0.5, "int8": 1}
 
 Verdict = Literal["fits", "tight", "does_not_fit"]
+
+
+class PlanFix(BaseModel):
+    """One flag change the planner advises, verified by planning again with it and every other flag as given."""
+
+    model_config = ConfigDict(frozen=True)
+
+    verb: Literal["lower", "raise", "use"]
+    flag: str
+    """The canonical flag (``--max-running-requests``)."""
+    value: str
+    bound: bool = False
+    """``value`` is the largest that fits (``≤ value``): any smaller one fits too."""
+    then: Verdict = "fits"
+    """The verdict with this one change (``fits`` unless nothing this flag can take fits)."""
+    note: str = ""
+    """What the change needs or does, in words (``needs 8 GPUs``)."""
+
+    @property
+    def text(self) -> str:
+        """The advice as the operator reads it; :func:`read_fixes` reads it back."""
+        if self.verb == "use":
+            head = f"use {self.flag} {self.value}"
+        else:
+            head = f"{self.verb} {self.flag} to {'≤ ' if self.bound else ''}{self.value}"
+        notes = [n for n in (self.note, "" if self.then == "fits" else f"then {self.then.replace('_', ' ')}") if n]
+        return head + (f" ({'; '.join(notes)})" if notes else "")
+
+
+_FIX_TO = re.compile(r"\b(lower|raise) (--[a-z][a-z0-9-]*) to (≤ )?([0-9]+(?:\.[0-9]+)?)\b")
+_FIX_USE = re.compile(r"\buse (--[a-z][a-z0-9-]*) ([A-Za-z0-9_.]+)")
+
+
+def read_fixes(text: str) -> list[PlanFix]:
+    """The fixes named in a plan's advice text (:attr:`PlanFix.text`), in the order they appear: the form reads
+    them back from the planner's verdict line to apply one."""
+    found: list[tuple[int, PlanFix]] = []
+    for m in _FIX_TO.finditer(text):
+        found.append((m.start(), PlanFix(verb=m[1], flag=m[2], value=m[4], bound=bool(m[3]))))
+    for m in _FIX_USE.finditer(text):
+        found.append((m.start(), PlanFix(verb="use", flag=m[1], value=m[2])))
+    return [f for _, f in sorted(found, key=lambda x: x[0])]
 
 
 class MemoryPlan(BaseModel):
@@ -90,9 +133,13 @@ class MemoryPlan(BaseModel):
     outside_budget_bytes: int
     """What (1 - mem_fraction_static) leaves for them."""
     hicache_host_bytes: int = 0
+    in_use_bytes: int = 0
+    """Memory other processes already hold on the GPU (counted out before SGLang sizes anything)."""
     verdict: Verdict
     reasons: list[str] = Field(default_factory=list)
     advice: list[str] = Field(default_factory=list)
+    fixes: list[PlanFix] = Field(default_factory=list)
+    """The flag changes of ``advice``, each verified by planning again with it (in the same order)."""
 
     def gib(self, name: str) -> float:
         return getattr(self, name) / GIB
@@ -193,7 +240,7 @@ def _truthy(v: Any) -> bool:
 
 
 def plan(shape: ModelShape, flags: dict[str, Any], gpu_mem_bytes: int, *, n_gpus: int = 1,
-         weights_bytes: int | None = None) -> MemoryPlan:
+         weights_bytes: int | None = None, in_use_bytes: int = 0) -> MemoryPlan:
     """Estimate per-GPU memory for ``shape`` served with SGLang ``flags`` on GPUs of ``gpu_mem_bytes``.
 
     ``flags`` maps canonical flag names (``mem-fraction-static``, ``max-running-requests``,
@@ -202,10 +249,23 @@ def plan(shape: ModelShape, flags: dict[str, Any], gpu_mem_bytes: int, *, n_gpus
     ``tp-size``, ``kv-cache-dtype``, ``mamba-radix-cache-strategy``, ``chunked-prefill-size``,
     ``cuda-graph-max-bs-decode``, ``enable-hierarchical-cache``, ``hicache-size``,
     ``hicache-ratio``, ``disable-radix-cache``) to values. ``weights_bytes`` (whole model)
-    overrides the parameter-count estimate. Raises ValueError on malformed flag values.
+    overrides the parameter-count estimate. ``in_use_bytes``: memory other processes hold on the GPU now
+    (SGLang sizes its budget from the free memory). Raises ValueError on malformed flag values.
+
+    Each piece of advice is a :class:`PlanFix` verified by planning again with it, every other flag as given:
+    a bound (``lower --max-running-requests to ≤ N``) is the largest value that fits, found by bisection.
     """
+    return _plan(shape, flags, gpu_mem_bytes, n_gpus=n_gpus, weights_bytes=weights_bytes, in_use_bytes=in_use_bytes,
+                 advise=True)
+
+
+def _plan(shape: ModelShape, flags: dict[str, Any], gpu_mem_bytes: int, *, n_gpus: int, weights_bytes: int | None,
+          in_use_bytes: int, advise: bool) -> MemoryPlan:
+    """:func:`plan`; ``advise`` off: the verdict only (the advice's own trial plans)."""
     if gpu_mem_bytes <= 0:
         raise ValueError("GPU memory must be positive")
+    if in_use_bytes < 0:
+        raise ValueError("memory in use cannot be negative")
     tp = _as_int(_flag(flags, "tp-size", "tp", "tensor-parallel-size"), "tp-size") or 1
     if tp < 1:
         raise ValueError("--tp-size must be at least 1")
@@ -239,7 +299,7 @@ def plan(shape: ModelShape, flags: dict[str, Any], gpu_mem_bytes: int, *, n_gpus
     if not 0 < frac < 1:
         raise ValueError(f"--mem-fraction-static must be between 0 and 1, got {frac}")
 
-    usable = gpu_mem_bytes - cuda_context_bytes(tp)
+    usable = max(0, gpu_mem_bytes - in_use_bytes - cuda_context_bytes(tp))
     budget = int(frac * usable)
 
     # weights
@@ -348,34 +408,57 @@ def plan(shape: ModelShape, flags: dict[str, Any], gpu_mem_bytes: int, *, n_gpus
             reasons.append(f"only {g(outside)} left outside --mem-fraction-static for activations and "
                            f"CUDA graphs, about {g(act)} needed: risk of OOM at graph capture or under load")
 
-    # ---- advice
-    if verdict == "does_not_fit":
-        if state and mr:
-            room = after_weights - min_kv_bytes
-            fit_mr = int(room // (slots_per_req * state)) if room > 0 else 0
-            if 1 <= fit_mr < mr:
-                advice.append(f"lower --max-running-requests to ≤ {fit_mr}")
-            if strategy == "extra_buffer" and slots_per_req > 1:
-                advice.append("use --mamba-radix-cache-strategy extra_buffer_lazy (one state slot less per request)")
-        need = (weights + draft_weights + mamba_bytes + min_kv_bytes) / usable
-        need_frac = math.ceil(need * 100) / 100
-        if need_frac < 0.96 and usable * (1 - need_frac) >= act * 0.8:
-            advice.append(f"raise --mem-fraction-static to {need_frac:.2f}")
-        for t in (2, 4, 8):
-            if t <= tp:
-                continue
-            trial = plan(shape, {**flags, "tp-size": t}, gpu_mem_bytes, n_gpus=max(n_gpus, t), weights_bytes=weights_bytes)
-            if trial.verdict != "does_not_fit":
-                note = "" if t <= n_gpus else f" (needs {t} GPUs)"
-                advice.append(f"use --tp-size {t}{note}")
-                break
-    elif verdict == "tight":
-        if outside < act:
-            lower = math.floor((1 - (act / usable)) * 100) / 100
-            if lower > 0 and (lower * usable - weights - draft_weights - mamba_bytes) > min_kv_bytes:
-                advice.append(f"lower --mem-fraction-static to {lower:.2f}")
-        if kv_tokens < ctx:
-            advice.append(f"lower --context-length to ≤ {kv_tokens} or free memory for the KV pool")
+    if in_use_bytes:
+        reasons.append(f"{g(in_use_bytes)} of the GPU is in use by other processes: planned against the "
+                       f"{g(max(0, gpu_mem_bytes - in_use_bytes))} free")
+
+    # ---- advice: each fix verified by planning again with it
+    fixes: list[PlanFix] = []
+    if advise and verdict != "fits":
+        def trial(over: dict[str, Any], n: int = n_gpus) -> Verdict:
+            """The verdict with ``over`` changed and every other flag as given."""
+            try:
+                return _plan(shape, {**flags, **over}, gpu_mem_bytes, n_gpus=n, weights_bytes=weights_bytes,
+                             in_use_bytes=in_use_bytes, advise=False).verdict
+            except ValueError:
+                return "does_not_fit"
+
+        kv_short = verdict == "does_not_fit" or kv_tokens < ctx
+        if state and mr and mr > 1 and kv_short:  # fewer requests: less recurrent state, more KV cache
+            found = best_value(lambda n: trial({"max-running-requests": n}), 1, mr - 1,
+                               or_tight=verdict == "does_not_fit")
+            if found is not None:
+                fixes.append(PlanFix(verb="lower", flag="--max-running-requests", value=str(found[0]), bound=True,
+                                     then=found[1]))
+        if verdict == "does_not_fit":
+            if state and strategy == "extra_buffer" and slots_per_req > 1:
+                fixes.append(PlanFix(verb="use", flag="--mamba-radix-cache-strategy", value="extra_buffer_lazy",
+                                     note="one state slot less per request",
+                                     then=trial({"mamba-radix-cache-strategy": "extra_buffer_lazy"})))
+            need = (weights + draft_weights + mamba_bytes + min_kv_bytes) / usable if usable else 2.0
+            start = max(math.ceil(need * 100), math.floor(frac * 100) + 1)
+            raised = _first_fit(range(start, 96), lambda f: trial({"mem-fraction-static": f / 100}))
+            if raised is not None:
+                fixes.append(PlanFix(verb="raise", flag="--mem-fraction-static", value=f"{raised[0] / 100:.2f}",
+                                     then=raised[1]))
+            for t in (2, 4, 8):
+                if t <= tp:
+                    continue
+                then = trial({"tp-size": t}, max(n_gpus, t))
+                if then != "does_not_fit":
+                    fixes.append(PlanFix(verb="use", flag="--tp-size", value=str(t), then=then,
+                                         note="" if t <= n_gpus else f"needs {t} GPUs"))
+                    break
+        else:  # tight
+            if outside < act and usable:
+                lower = math.floor((1 - (act / usable)) * 100) / 100
+                then = trial({"mem-fraction-static": lower}) if 0 < lower < frac else "does_not_fit"
+                if then != "does_not_fit":
+                    fixes.append(PlanFix(verb="lower", flag="--mem-fraction-static", value=f"{lower:.2f}", then=then))
+            if kv_tokens < ctx:
+                fixes.append(PlanFix(verb="lower", flag="--context-length", value=str(kv_tokens), bound=True,
+                                     then=trial({"context-length": kv_tokens})))
+    advice = [f.text for f in fixes]
 
     return MemoryPlan(
         gpu_mem_bytes=gpu_mem_bytes, n_gpus=n_gpus, tp_size=tp,
@@ -389,8 +472,40 @@ def plan(shape: ModelShape, flags: dict[str, Any], gpu_mem_bytes: int, *, n_gpus
         speculative_algorithm=algo, speculative_num_draft_tokens=draft_tokens,
         kv_pool_bytes=int(kv_pool), kv_tokens=kv_tokens, context_length=ctx, requests_at_context=at_ctx,
         activation_reserve_bytes=act, outside_budget_bytes=outside, hicache_host_bytes=hicache,
-        verdict=verdict, reasons=reasons, advice=advice,
+        in_use_bytes=in_use_bytes, verdict=verdict, reasons=reasons, advice=advice, fixes=fixes,
     )
+
+
+def _first_fit(values: Iterable[int], verdict_at: Callable[[int], Verdict]) -> tuple[int, Verdict] | None:
+    """The first of ``values`` whose plan fits, else the first only tight, else None (planned in order, up to
+    the first that fits)."""
+    tight: tuple[int, Verdict] | None = None
+    for v in values:
+        then = verdict_at(v)
+        if then == "fits":
+            return v, then
+        if then == "tight" and tight is None:
+            tight = (v, then)
+    return tight
+
+
+def best_value(verdict_at: Callable[[int], Verdict], low: int, high: int, *,
+               or_tight: bool = False) -> tuple[int, Verdict] | None:
+    """The largest n in [low, high] whose plan fits (with ``or_tight``, else the largest only tight) and its
+    verdict, by bisection over the planner: ``verdict_at(n)`` gets no better as n grows (more requests, less
+    memory for each)."""
+    for ok in (("fits",), ("fits", "tight"))[:2 if or_tight else 1]:
+        if low > high or verdict_at(low) not in ok:
+            continue
+        lo, hi = low, high  # verdict_at(lo) is ok; the answer is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if verdict_at(mid) in ok:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo, verdict_at(lo)
+    return None
 
 
 def parse_mem(text: str) -> int:
