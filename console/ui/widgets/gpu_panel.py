@@ -13,7 +13,6 @@ the screen.
 from __future__ import annotations
 
 from collections import deque
-from typing import ClassVar
 
 from textual.content import Content
 from textual.geometry import Region
@@ -50,6 +49,8 @@ MEM_WARN = 0.85
 """Memory use from which the bar turns to the warning colour (a relaunch may not fit beside it)."""
 MEM_CRIT = 0.95
 """Memory use from which it turns to the error colour (the next allocation may fail)."""
+BADGE_CLASSES: frozenset[str] = frozenset(f"gpu-panel--badge-{kind}" for kind in BADGE_KINDS)
+"""The component classes of the badge colours (``themes/*.tcss``), declared by the widget a panel's ``palette`` is."""
 HIST_SHOWN = 20
 """Samples of utilisation, memory, tok/s and queue history drawn beside their figures."""
 
@@ -235,10 +236,12 @@ class GpuPanel(Widget, can_focus=True):
 
     One widget that draws all of it (a layout pass over 64 panels costs in proportion to
     widgets): the badge is a span styled by the component class ``gpu-panel--badge-<kind>``
-    (colours per theme in the TCSS), and old data is dimmed by :meth:`render_lines`.
+    (colours per theme in the TCSS) of ``palette``, its host's section: the section declares
+    :data:`BADGE_CLASSES` once for all its panels, so a theme change restyles ten component
+    classes per host, not per GPU (with 64 panels that was most of ``t``'s restyle). Old data
+    is dimmed by :meth:`render_lines`.
     """
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {f"gpu-panel--badge-{kind}" for kind in BADGE_KINDS}
     DIM = 0.55
     """Text opacity of the power line and the body of a panel whose data is old."""
 
@@ -247,9 +250,12 @@ class GpuPanel(Widget, can_focus=True):
             super().__init__()
             self.panel = panel
 
-    def __init__(self, host: str, index: int, *, compact: bool = False, **kw) -> None:
+    def __init__(self, host: str, index: int, *, compact: bool = False, palette: Widget | None = None,
+                 **kw) -> None:
         super().__init__(classes="gpu-panel", **kw)
         self.host, self.index = host, index
+        self.palette = palette
+        """The widget declaring :data:`BADGE_CLASSES` (the host's section); None: badges in plain text."""
         self.compact = compact
         self.session: SessionView | None = None
         self.gpu: GpuSample | None = None
@@ -352,7 +358,9 @@ class GpuPanel(Widget, can_focus=True):
 
     def _badge_style(self, kind: str) -> Style:
         """The colours of a badge of ``kind`` in the current theme (its label is bold)."""
-        return Style.from_rich_style(self.get_component_rich_style(f"gpu-panel--badge-{kind}"))
+        if self.palette is None:
+            return Style()
+        return Style.from_rich_style(self.palette.get_component_rich_style(f"gpu-panel--badge-{kind}"))
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """The panel; when its data is old, the power line and the body at 55% text opacity."""

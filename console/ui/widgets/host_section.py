@@ -6,18 +6,23 @@ decided once below the UI by ``console/core/current.py``); nothing here chooses 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.widgets import Static
 
 from console.model import HostView
 from console.ui.format import clean, short
-from console.ui.widgets.gpu_panel import GpuPanel, gpu_advice, session_line
+from console.ui.widgets.gpu_panel import BADGE_CLASSES, GpuPanel, gpu_advice, session_line
 from console.ui.widgets.host_header import HostHeader
 
 
 class HostSection(Vertical):
-    """The section of one host. :meth:`apply` updates it in place."""
+    """The section of one host. :meth:`apply` updates it in place. It declares the badge colours' component
+    classes for its panels (:data:`~console.ui.widgets.gpu_panel.BADGE_CLASSES`)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(BADGE_CLASSES)
 
     def __init__(self, host: str, **kw) -> None:
         super().__init__(classes="host-section", **kw)
@@ -74,7 +79,7 @@ class HostSection(Vertical):
         for idx in set(have) - want:
             if snap.gpus or snap.gpu_source != "none":
                 have.pop(idx).remove()
-        new = [GpuPanel(self.host, g.index, compact=self.compact) for g in snap.gpus if g.index not in have]
+        new = [GpuPanel(self.host, g.index, compact=self.compact, palette=self) for g in snap.gpus if g.index not in have]
         if new:
             box.mount_all(new)
             have.update({p.index: p for p in new})
