@@ -99,6 +99,7 @@ class _Events:
     def stop(self, raw: str, seq: int, sigterm: bool) -> None: self.kinds.add("stop")
     def failure(self, f: object) -> None: self.kinds.add("failure")
     def metric(self, name: str, value: float) -> None: self.kinds.add("metric")
+    def stopped_run(self) -> bool: return False
 
 
 def _normal_line(line: str) -> bool:

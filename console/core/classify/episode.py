@@ -212,7 +212,8 @@ class Episode:
         terminal = (ann is not None and ann[0].terminal) or "engine" in self.flags
         crash = rule_crash or terminal or cause == "cuda_graph"
         refused = self.last_exc is not None and REQUEST_REFUSED.search(self.last_exc[1]) is not None
-        request = ("request" in self.flags or refused) and "engine" not in self.flags and not rule_crash
+        request = (("request" in self.flags or refused) and "engine" not in self.flags and "lifespan" not in self.flags
+                   and not rule_crash)
         if request:
             crash = terminal = False
         # a request handler's error that reports no going down (``EngineDeadError``) shows a serving server

@@ -34,6 +34,7 @@ from console.core.classify.patterns import (
     PROGRESS_ANY,
     RANK_DIED,
     READY_GATE,
+    RESTART_LINE,
     SERVING_GATE,
     SGLANG,
     SGLANG_WARMUP_PHASE,
@@ -78,7 +79,8 @@ class Sink(Protocol):
     def failure(self, f: Failure) -> None: ...
     def metric(self, name: str, value: float) -> None: ...
     def run_over(self) -> bool: ...
-    def new_run(self, raw: str) -> None: ...
+    def new_run(self, raw: str, same_program: bool = False) -> None: ...
+    def stopped_run(self) -> bool: ...
 
 
 class Reader:
@@ -288,6 +290,11 @@ class Reader:
                     self.phase = None
                     sink.probe(ln.raw)
                 return True
+        if sink.stopped_run() and (RESTART_LINE.search(body) or PROGRESS_ANY.search(body)):
+            self.close(sink)  # the server was stopped and starts again (a supervisor's restart, a re-run)
+            sink.new_run(ln.raw, same_program=True)
+            self._new_run()
+            sink.seen(ln)
         if any(g in body for g in READY_GATE):
             if SGLANG.ready.search(body):
                 self.close(sink)

@@ -48,6 +48,11 @@ _PYLOG_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):[A-Za-z_][\w.]{0
 _CARET_C = "^C"
 _RANKED = re.compile(r" (?:TP|DP|PP|EP)\d{1,5}\]")
 
+_PASTE_WRAPPED = re.compile(
+    r"\[(?:\d{4}-\d\d-\d\d |\d\d-\d\d )?\d\d:\d\d:\d\d|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[ :]"
+    r"|\((?:APIServer|EngineCore|VllmWorker|Worker|SGLang|RayWorker)\w* pid=|\d{4}-\d\d-\d\d[T ]\d\d:\d\d")
+"""What an indented paste's lines start with once their indentation is off: a server's own prefix (never a
+traceback frame, whose indentation is its meaning)."""
 QUIET_LEVELS = frozenset(("INFO", "WARNING", "DEBUG"))
 
 
@@ -108,6 +113,10 @@ def read_line(raw: str) -> Line:
             m = _CI.match(s)
             if m:
                 s = s[m.end():]
+            elif first and c == " ":
+                t = s.lstrip(" \t")
+                if _PASTE_WRAPPED.match(t):  # a whole paste indented (a list item, a quote): peel to its wrapper
+                    s = t
         elif c == "(" or c == "_":
             m = _PROC_TAG.match(s) or _RAY_PID.match(s)
             if m:  # a Ray/multiprocessing tag: either server (SGLangEngine, EngineCore ...)

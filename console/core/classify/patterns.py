@@ -123,6 +123,9 @@ STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down",
 READY_GATE = ("ready to roll", "startup complete", "Uvicorn running", "Started server process")
 SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ")
 
+RESTART_LINE = re.compile(r"^Started server process \[\d+\]|^Waiting for application startup")
+"""uvicorn starting (again): after a stop, the server is being started anew (loading, not stopped)."""
+
 START_BANNERS = ("server_args=", "vLLM API server version ")
 """The first line a server start prints (the message, wrappers peeled): SGLang's launcher logs its resolved
 ``server_args=ServerArgs(...)`` (0.5.23: a dict), vLLM's API server its version. A new server run of the same
@@ -182,6 +185,8 @@ FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("kv_check", _rx(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")),
     # torch.distributed's own code (the c10d store, gloo, process groups): a dropped socket here is between ranks
     ("dist", _rx(r"torch/distributed/|distributed_c10d|/c10d/|rendezvous|in (?:barrier|all_reduce|broadcast_object)\b")),
+    # the HTTP server's start-up (its lifespan hook) is no request: a traceback there ends the start
+    ("lifespan", _rx(r"in lifespan\b|lifespan_context|in startup\b|in _?run_startup\b")),
     ("request", _rx(r"serving_chat|serving_completion|starlette|fastapi|uvicorn/protocols|h11_impl",
                     r"entrypoints/openai/(?:\w+/)?serving\w*\.py.{0,80}in (?:render_|create_|_preprocess|preprocess)",
                     r"chat_completion_stream_generator|handle_generate_request")),
@@ -425,7 +430,10 @@ CAUSES: tuple[Cause, ...] = (
     # command line
     Cause("argparse", "bad_flags", 95, _rx(
         r"^[\w.\-/ ]{1,100}: error: (?:unrecognized arguments|ambiguous option|argument |invalid choice"
-        r"|the following arguments are required|expected |unrecognized)"), terminal=True),
+        r"|the following arguments are required|expected |unrecognized)",
+        # the same refusal without argparse's program prefix (a wrapper that re-prints it, a paste that cut it)
+        r"^error: (?:unrecognized arguments: |ambiguous option: --|argument --?[\w-]+: |the following arguments are "
+        r"required: )"), terminal=True),
     Cause("flag_value", "bad_flags", 70, _rx(
         r"[Uu]nknown speculative algorithm", r"is not supported for (?:attention|the) backend",
         r"[Aa]ttention backend '?[\w.-]+'? is not supported",
@@ -504,6 +512,15 @@ CAUSES: tuple[Cause, ...] = (
     Cause("ray_worker_died", "signal_killed", 28, _rx(
         r"A worker died or was killed while executing a task by an unexpected system error",
         r"The actor is dead because its worker process has died"), terminal=True),
+    # A process announcing its own end, whatever the wording family: uvicorn/starlette after a lifespan traceback,
+    # a launcher or wrapper reporting a child's non-zero exit, a start-up that gives up. No cause of its own: the
+    # lines before it (the traceback) name it; alone, it still proves the server went down.
+    Cause("going_down", "other", 11, _rx(
+        r"Application startup failed\. Exiting", r"\b[Ss]tartup failed[,;:.]? (?:[Ee]xiting|[Aa]borting)",
+        r"\baborting startup\b", r"\b(?:[Ss]erver|[Ww]orker|[Ee]ngine|[Pp]rocess|[Ss]ubprocess|[Cc]ontainer)"
+        r"(?: \S{1,80})? (?:exited|terminated|died) (?:unexpectedly )?with (?:exit )?(?:code|status)[ :=]*-?[1-9]\d*",
+        r"\bexited with (?:a )?non-?zero (?:exit )?(?:code|status)", r"\b(?:[Ss]erver|[Ee]ngine) process exited unexpectedly"),
+        terminal=True),
     Cause("native_crash", "other", 12, _rx(
         r"Fatal Python error", r"core dumped", r"terminate called after throwing",
         r"^Aborted\b", r"^what\(\): "), terminal=True),

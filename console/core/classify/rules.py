@@ -122,8 +122,17 @@ class State:
     def serving(self, raw: str) -> None:
         if self.ready_line is None:
             self.ready(raw, False)
-        else:
+        elif not self.going_down():
             self.progress()
+
+    def going_down(self) -> bool:
+        """A process of the server was seen going down after it was ready: a stats line printed after that (one
+        more buffered batch line of a rank) is stale and revives nothing; only a new ready line does."""
+        return any(c.terminal and not c.stop_induced for c in self.fresh.values())
+
+    def stopped_run(self) -> bool:
+        """The run being read was stopped (a stop line, no ready line since): a start-up step now is a restart."""
+        return self.stop_seq is not None
 
     def probe(self, raw: str) -> None:
         """A health probe was answered: the HTTP front end lives. That shows a server up when nothing crashed,
@@ -161,13 +170,17 @@ class State:
             return True
         return any(c.terminal or c.crash for group in (self.fresh, self.demoted) for c in group.values())
 
-    def new_run(self, raw: str) -> None:
-        """Forget the run read so far: only the last server run of a log is classified."""
+    def new_run(self, raw: str, same_program: bool = False) -> None:
+        """Forget the run read so far: only the last server run of a log is classified. ``same_program``: a
+        restart seen without a start banner (uvicorn starting again after a stop) keeps which server it is."""
         skipped = self.runs_skipped + 1
+        who = (self.sglang, self.vllm, self.sglang_rank)
         fresh = State()
         for f in fields(State):
             setattr(self, f.name, getattr(fresh, f.name))
         self.runs_skipped, self.run_line = skipped, raw
+        if same_program:
+            self.sglang, self.vllm, self.sglang_rank = who
 
     def _reset(self) -> None:
         """The server became ready: what happened before did not kill it."""

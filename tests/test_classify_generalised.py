@@ -1,0 +1,122 @@
+"""Structural rules of issue 28, each on the general shape of a line family rather than one thread's wording.
+
+Each case is the shape a family takes in real logs (prefixes, ranks, wrappers), written here; the corpus in
+``tests/data/real-logs`` measures the rules on real files (dev, test and the later test2 split)."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.core.classify import classify
+
+BANNER = "[2026-11-30 10:00:00 TP0] server_args=ServerArgs(model_path='/m')\n"
+LOAD = "[2026-11-30 10:00:01 TP0] Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=60.00 GB\n"
+UVICORN = "[2026-11-30 10:00:00] INFO:     Started server process [1234]\n"
+READY = BANNER + LOAD + "[2026-11-30 10:00:09] The server is fired up and ready to roll!\n"
+DECODE = ("[2026-11-30 10:00:10 TP0] Decode batch. #running-req: 3, #token: 1200, token usage: 0.01, cuda graph: True, "
+          "gen throughput (token/s): 140.2, #queue-req: 0, \n")
+TB = 'Traceback (most recent call last):\n  File "/srv/x.py", line 3, in f\n    g()\n'
+
+CASES = {
+    # going-down lines, whatever the family: they end the server
+    "uvicorn lifespan traceback, then startup failed": (UVICORN + LOAD + (
+        'ERROR:    Traceback (most recent call last):\n'
+        '  File "/usr/lib/python3/site-packages/starlette/routing.py", line 693, in lifespan\n'
+        '    async with self.lifespan_context(app) as maybe_state:\n'
+        'RuntimeError: tokenizer manager failed to start\n\nERROR:    Application startup failed. Exiting.\n'),
+        "failed", "other"),
+    "a wrapper reports the process's exit code": (BANNER + LOAD + "2026-11-30 10:00:05 wrapper.worker ERROR process "
+                                                "exited with code 1\n", "failed", "other"),
+    "a start-up that gives up": (BANNER + LOAD + "[2026-11-30 10:00:05] Server warmup failed; aborting startup\n",
+                                 "failed", None),
+    "bare argparse refusal, no usage, no program": ("error: unrecognized arguments: --foo-bar 3\n", "failed",
+                                                    "bad_flags"),
+    "bare argparse value refusal": ("error: argument --tp-size: invalid int value: 'x'\n", "failed", "bad_flags"),
+    # a stale stats line after a death is not serving
+    "a rank's death, then one more buffered stats line": (READY + DECODE + (
+        "[2026-11-30 10:00:11] Rank 1 scheduler is dead. Please check if there are relevant logs.\n") + DECODE,
+        "failed", None),
+    # serving evidence in other shapes
+    "retractions from many ranks of a busy server": (READY + "".join(
+        f"[2026-11-30 10:00:1{i} DP{i} TP{i} EP{i}] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+        "#new_token_ratio: 0.5100 -> 0.8000\n" for i in range(4)), "ready", None),
+    "Decode batch, with a comma, ms timestamps and DP/TP/EP tags": (BANNER + LOAD + (
+        "[2026-11-30 10:00:10.123 DP0 TP0 EP0] Decode batch, #running-req: 3, #token: 1200, token usage: 0.01, "
+        "accept len: 2.31, accept rate: 0.77, cuda graph: True, gen throughput (token/s): 140.2, #queue-req: 0, \n"),
+        "ready", None),
+    "another graph backend in the batch line": (BANNER + LOAD + DECODE.replace("cuda graph", "npu graph"), "ready",
+                                                None),
+    "#pending-token in a prefill line": (BANNER + LOAD + (
+        "[2026-11-30 10:00:10 TP0] Prefill batch, #new-seq: 1, #new-token: 1024, #cached-token: 0, token usage: "
+        "0.00, #running-req: 0, #queue-req: 0, #pending-token: 512, \n"), "ready", None),
+    "an indented paste with debug lines between": ("".join("    " + x + "\n" for x in (BANNER + LOAD).splitlines())
+                                                   + "DEBUG 11-30 10:00:10 [x.py:1] poll\n    " + DECODE, "ready", None),
+    # a restart after a shutdown is loading, not stopped
+    "SIGTERM, drained, then uvicorn starts again": (READY + (
+        "[2026-11-30 10:01:00] SIGTERM received. signum=15, frame=None. Draining requests and shutting down...\n"
+        "[2026-11-30 10:01:01] Gracefully exiting... Remaining number of requests 0\n"
+        "INFO:     Started server process [99]\nINFO:     Waiting for application startup.\n"), "loading", None),
+    "SIGTERM, then the start-up steps again": (READY + (
+        "[2026-11-30 10:01:00] SIGTERM received. signum=15, frame=None. Draining requests and shutting down...\n")
+        + UVICORN + LOAD, "loading", None),
+    # 2026 lines
+    "SIGQUIT: one child failed, crash diagnostics": (READY + (
+        "[2026-11-30 10:01:00] SIGQUIT received. signum=None, frame=None. It usually means one child failed.\n"
+        "[2026-11-30 10:01:00] Sleeping 5 seconds before crash diagnostics to let GPU activity settle.\n"),
+        "failed", None),
+    "hard scheduler watchdog after its debug info": (READY + (
+        "[2026-11-30 10:05:00 TP0] Scheduler debug info:\n  running: 3, waiting: 0\n"
+        "[2026-11-30 10:05:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)\n\n"),
+        "failed", "watchdog_timeout"),
+    "a scheduler exiting normally on SIGTERM": (READY + "[2026-11-30 10:01:00 TP0] SIGTERM received in scheduler "
+                                                "process (pid 222); exiting normally\n", "stopped", None),
+    "no common_ops library, then a bare ImportError": (BANNER + LOAD + (
+        "CRITICAL: Could not load any common_ops library!\n" + TB.replace("g()", "from sgl_kernel import common_ops")
+        + "ImportError:\n"), "failed", "import_error"),
+    "torch.AcceleratorError": (BANNER + LOAD + "[2026-11-30 10:00:02 TP0] Scheduler hit an exception: " + TB
+                               + "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n",
+                               "failed", "cuda_driver"),
+    "Python 3.13 carets under a source line": (BANNER + LOAD + "[2026-11-30 10:00:02 TP0] Scheduler hit an exception: "
+                                               + TB + "        ^^^^^^^^^^\nValueError: unsupported architecture Foo\n",
+                                               "failed", "other"),
+    # device memory off CUDA
+    "NPU out of memory": (BANNER + LOAD + "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n", "failed",
+                          "gpu_oom"),
+    "HIP out of memory": (BANNER + LOAD + "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.00 GiB.\n",
+                          "failed", "gpu_oom"),
+    "XPU out of memory": (BANNER + LOAD + "RuntimeError: XPU out of memory. Tried to allocate 512.00 MiB\n", "failed",
+                          "gpu_oom"),
+    # vLLM 0.2x-0.33
+    "vLLM [shutdown] after startup": ("(APIServer pid=1) INFO 11-30 10:00:00 [api_server.py:1] vLLM API server version "
+                                      "0.31.0\n(APIServer pid=1) INFO:     Application startup complete.\n(APIServer "
+                                      "pid=1) INFO 11-30 10:05:00 [launcher.py:1] [shutdown] Shutting down FastAPI "
+                                      "HTTP server.\n", "stopped", None),
+    "vLLM EngineCore without _DP0, graph memory profiling": (
+        "(APIServer pid=1) INFO 11-30 10:00:00 [api_server.py:1] vLLM API server version 0.31.0\n(EngineCore pid=22) "
+        "INFO 11-30 10:00:01 [core.py:1] Waiting for init message from front-end.\n(EngineCore pid=22) INFO 11-30 "
+        "10:00:05 [gpu_model_runner.py:1] CUDA graph memory profiling is enabled\n", "loading", None),
+    "vLLM-Omni stage initialization failed": ("INFO 11-30 10:00:00 [omni.py:1] starting\nERROR 11-30 10:00:05 "
+                                              "[stage_runtime.py:1] [StageRuntime] Stage initialization failed: CUDA "
+                                              "out of memory. Tried to allocate 2.00 GiB\n", "failed", "gpu_oom"),
+    "vLLM: Rank N scheduler is dead / Exit code: -9": (
+        "(APIServer pid=1) INFO 11-30 10:00:00 [api_server.py:1] vLLM API server version 0.33.0\nERROR 11-30 10:00:10 "
+        "[core.py:1] Rank 1 scheduler is dead. Please check if there are relevant logs.\nERROR 11-30 10:00:10 "
+        "[core.py:1] Exit code: -9\n", "failed", "signal_killed"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_line_family_shapes(name):
+    text, state, cause = CASES[name]
+    c = classify(text)
+    assert c.state == state, (name, c)
+    if cause is not None:
+        assert c.cause == cause, (name, c)
+
+
+def test_a_decisive_line_is_never_a_source_or_caret_line():
+    text = (BANNER + LOAD + "[2026-11-30 10:00:02 TP0] CUDA error: an illegal memory access was encountered\n"
+            + TB.replace("g()", "raise RuntimeError") + "        ^^^^^^^^^^^^^^^^^^\n")
+    c = classify(text)
+    assert c.state == "failed" and c.cause == "cuda_driver"
+    assert "raise" not in (c.line or "") and "^^^" not in (c.line or "")
