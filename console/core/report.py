@@ -2,19 +2,26 @@
 
 :func:`build_report` is pure: it takes :class:`ReportInputs` (gathered by ``mtpconsole report``
 from the run directory, the audit log, the host's ring of GPU samples and the planner) and
-returns the Markdown text. Every string from the host goes through :func:`redact_text`, so a
-secret in a log line, a flag or an audit entry never reaches the report.
+returns the Markdown text. Every string from the host goes through :func:`~console.core.text.clean`
+(secrets masked, escape sequences and control characters dropped), so a secret, an OSC title or a
+terminal escape in a log line, a flag or an audit entry never reaches the report; in prose and table
+cells ``<``, entity-like ``&`` and ``[``/``]`` are escaped too, so a log's HTML or links never render.
+A time that is not a finite, representable timestamp (NaN, 1e300 in a hand-edited ``exit.json``) reads
+"unknown time" and never ends the report.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
+import re
 import time
 from collections.abc import Sequence
 
 from pydantic import Field
 
-from console.core.redact import redact_argv, redact_text
+from console.core.redact import redact_argv
+from console.core.text import MAX_LINE, clean
 from console.model import (
     AuditEntry,
     Classification,
@@ -29,12 +36,28 @@ from console.model import (
 EXCERPT_BEFORE = 12
 """Log lines shown before the decisive line (enough for the step that led to it)."""
 EXCERPT_AFTER = 6
+GPU_BEFORE_S = 120.0
+"""The report's GPU table starts this long before the failure (24 samples of the host's 5 s ring)..."""
+GPU_AFTER_S = 60.0
+"""... and ends this long after it."""
+MAX_ARGV_CHARS = 100_000
+"""The launch command is shown whole up to this many characters."""
+LAST_TIME = 253402300799.0
+"""9999-12-31T23:59:59Z: a later (or negative, or NaN) timestamp is no time at all."""
+
+
+def plausible_time(at: float | None) -> float | None:
+    """``at`` when it is a timestamp that can be written as a date (finite, 1970..9999), else None."""
+    if at is None or isinstance(at, bool) or not isinstance(at, (int, float)):
+        return None
+    return float(at) if math.isfinite(at) and 0 <= at <= LAST_TIME else None
 
 
 class TimelineEvent(Frozen):
     """Something that happened around the session, with its time."""
 
-    at: float
+    at: float | None
+    """None: the record's time was not a usable timestamp (the event is listed last)."""
     what: str
     source: str
     """audit, step, exit, event, record."""
@@ -64,19 +87,42 @@ class ReportInputs(Frozen):
 
 
 def _t(at: float | None) -> str:
-    return "–" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at)) + f".{int(at * 1000) % 1000:03d}Z"
+    if at is None:
+        return "–"
+    ok = plausible_time(at)
+    if ok is None:
+        return "unknown time"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ok)) + f".{int(ok * 1000) % 1000:03d}Z"
+
+
+_ENTITY = re.compile(r"&(?=#?[0-9A-Za-z]+;)")
 
 
 def _md(text: str) -> str:
-    """Text safe inside a Markdown table cell or a line of prose (secrets masked)."""
-    return redact_text(text).replace("|", "\\|").replace("\n", " ").strip()
+    """Text safe inside a Markdown table cell or a line of prose: :func:`clean` (secrets masked, no escapes or
+    control characters, one line), and nothing a renderer would turn into HTML, an entity or a link."""
+    text = clean(text).replace("\\", "\\\\")
+    text = _ENTITY.sub("&amp;", text).replace("<", "&lt;")
+    return text.replace("[", "\\[").replace("]", "\\]").replace("|", "\\|").strip()
 
 
-def _code(lines: Sequence[str]) -> list[str]:
+def _span(text: str) -> str:
+    """``text`` as one inline code span (its backticks can never close it early) inside a table cell."""
+    text = clean(text).replace("|", "\\|").strip()
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    tick = "`" * (run + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{tick}{pad}{text}{pad}{tick}"
+
+
+def _code(lines: Sequence[str], lang: str = "text", limit: int = MAX_LINE) -> list[str]:
+    """A fenced block of ``lines``, each :func:`clean` (cut at ``limit``): HTML in it stays text, and no line
+    closes the fence."""
+    shown = [clean(line, limit) for line in lines]
     fence = "```"
-    while any(fence in line for line in lines):
+    while any(fence in line for line in shown):
         fence += "`"
-    return [fence + "text", *(redact_text(line) for line in lines), fence]
+    return [fence + lang, *shown, fence]
 
 
 def _ended(inp: ReportInputs) -> str:
@@ -99,16 +145,16 @@ def summary(inp: ReportInputs) -> list[str]:
     state = (inp.state or (c.state if c else "unknown")).upper()
     cause = f": {c.cause}" if c and c.cause else ""
     rows = [
-        ("Host", inp.host), ("Session", f"`{inp.session_id}`"), ("GPU(s)", gpus),
+        ("Host", _md(inp.host)), ("Session", _span(inp.session_id)), ("GPU(s)", gpus),
         ("Port", str(spec.port) if spec and spec.port else "–"),
-        ("Outcome", f"**{state}{cause}**"),
+        ("Outcome", f"**{_md(state + cause)}**"),
         ("Started", _t(inp.started_at or (spec.created_at if spec else None))),
         ("Ended", _ended(inp)),
     ]
     if c and c.runs_skipped:
         rows.append(("Log", f"read from the last of {c.runs_skipped + 1} server runs in it (earlier runs skipped)"))
     if c and c.line:
-        rows.append(("Decisive line", f"`{_md(c.line)}`"))
+        rows.append(("Decisive line", _span(c.line)))
     if c and c.hint:
         rows.append(("Hint", _md(c.hint)))
     if inp.planner:
@@ -138,29 +184,43 @@ def timeline(inp: ReportInputs) -> list[str]:
         events.append(TimelineEvent(at=a.at, what=" ".join(filter(None, (f"`{a.op}`", args, f"→ {verdict}"))),
                                     source="audit"))
     for s in inp.steps:
-        if s.started_at is not None:
+        if s.started_at is not None:  # a step is placed when it ended: its verdict is what happened then
             ev = f" — {s.evidence}" if s.evidence else ""
-            events.append(TimelineEvent(at=s.started_at, what=f"step **{s.name}**: {s.state}{ev}", source="step"))
+            events.append(TimelineEvent(at=step_end(s), what=f"step **{s.name}**: {s.state}{ev}", source="step"))
     if inp.exit is not None:
         events.append(TimelineEvent(at=inp.exit.ended_at, what=f"server ended: {_ended(inp)}", source="exit"))
-    events.sort(key=lambda e: e.at)
+    events.sort(key=_order)
     if not events:
         return ["No recorded events."]
     return ["| time (UTC) | what | source |", "|---|---|---|",
             *(f"| {_t(e.at)} | {_md(e.what)} | {e.source} |" for e in events)]
 
 
+def step_end(s: Step) -> float | None:
+    """When a step ended: its start plus its elapsed time (its start while it runs or when it was not timed)."""
+    start = plausible_time(s.started_at)
+    if start is None:
+        return s.started_at
+    elapsed = s.elapsed_s if s.elapsed_s is not None and math.isfinite(s.elapsed_s) and s.elapsed_s > 0 else 0.0
+    return plausible_time(start + elapsed) or start
+
+
+def _order(e: TimelineEvent) -> tuple[bool, float]:
+    at = plausible_time(e.at)
+    return (at is None, at or 0.0)
+
+
 def flags_section(inp: ReportInputs) -> list[str]:
     if inp.spec is None:
         return ["The run directory has no launch spec."]
     argv = redact_argv(inp.spec.argv)
-    out = ["```text", " ".join(argv), "```"]
+    out = _code([" ".join(argv)], limit=MAX_ARGV_CHARS)
     if inp.previous is not None:
         prev = redact_argv(inp.previous.argv)
         diff = list(difflib.unified_diff(_flag_lines(prev), _flag_lines(argv), f"previous ({inp.previous.session_id})",
                                          f"this ({inp.session_id})", lineterm="", n=0))
-        out += ["", f"Changed from the previous session on this GPU (`{inp.previous.session_id}`):", ""]
-        out += ["```diff", *diff, "```"] if diff else ["No flag changed."]
+        out += ["", f"Changed from the previous session on this GPU ({_span(inp.previous.session_id)}):", ""]
+        out += _code(diff, "diff") if diff else ["No flag changed."]
     return out
 
 
@@ -183,11 +243,38 @@ def _is_number(tok: str) -> bool:
     return True
 
 
+def failure_time(inp: ReportInputs) -> float | None:
+    """When the session failed (or ended): its first abnormal process exit, else the exit record; None while it
+    runs or when neither holds a usable time."""
+    first = [at for e in inp.events if e.source == "exit" and (at := plausible_time(e.at)) is not None]
+    ended = plausible_time(inp.exit.ended_at) if inp.exit is not None else None
+    return min(first) if first else ended
+
+
+def gpu_window(inp: ReportInputs) -> tuple[float, float]:
+    """The span of the GPU table: :data:`GPU_BEFORE_S` before the failure to :data:`GPU_AFTER_S` after it (for a
+    session still running, the last :data:`GPU_BEFORE_S` before the report)."""
+    at = failure_time(inp)
+    if at is None:
+        return inp.generated_at - GPU_BEFORE_S, inp.generated_at
+    return at - GPU_BEFORE_S, at + GPU_AFTER_S
+
+
+def gpu_points(inp: ReportInputs) -> list[GpuPoint]:
+    """The GPU samples around the failure (:func:`gpu_window`), in time order."""
+    lo, hi = gpu_window(inp)
+    return sorted((p for p in inp.samples if plausible_time(p.at) is not None and lo <= p.at <= hi),
+                  key=lambda p: (p.at, p.gpu))
+
+
 def gpu_section(inp: ReportInputs) -> list[str]:
-    if not inp.samples:
-        return ["No GPU samples were kept for this period (the host's sample ring was empty or unreadable)."]
+    points = gpu_points(inp)
+    if not points:
+        lo, hi = gpu_window(inp)
+        return [f"No GPU samples were kept from {_t(lo)} to {_t(hi)} (the host's sample ring was empty, "
+                "unreadable or did not reach back that far)."]
     out = ["| time (UTC) | GPU | power | memory | util |", "|---|---|---|---|---|"]
-    for p in inp.samples:
+    for p in points:
         power = f"{p.power_w:.0f} / {p.power_limit_w:.0f} W" if p.power_w is not None and p.power_limit_w else "–"
         mem = (f"{p.mem_used_mib / 1024:.1f} / {p.mem_total_mib / 1024:.1f} GiB"
                if p.mem_used_mib is not None and p.mem_total_mib else "–")

@@ -13,7 +13,7 @@ from pathlib import Path
 from console.audit import read_entries
 from console.core.classify import classify_last_run
 from console.core.flags.launcher import split_launch_command
-from console.core.report import ReportInputs, TimelineEvent, exit_events
+from console.core.report import ReportInputs, TimelineEvent, exit_events, gpu_window, plausible_time
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
@@ -23,7 +23,8 @@ from console.ops.lifecycle import memory_verdict
 LOG_TAIL_BYTES = 2 << 20
 """The report's excerpt and classification read at most the last 2 MiB of the session's log."""
 AFTER_END_S = 300.0
-"""Audit entries and GPU samples up to 5 minutes after the session ended belong to its story."""
+"""Audit entries up to 5 minutes after the session ended belong to its story (the GPU table has its own window:
+:func:`console.core.report.gpu_window`)."""
 MAX_AUDIT_BYTES = 32 << 20
 
 
@@ -96,8 +97,10 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
     client = HostClient.of(link)
     snap = await client.snapshot()
     s = find_session(snap, session_id)
-    started = (s.record.started_at if s.record else None) or (s.spec.created_at if s.spec else None) or now
-    ended = s.exit.ended_at if s.exit else now
+    # a hand-edited or corrupt record may hold NaN or 1e300: such a time is unknown, never the window's edge
+    started = (plausible_time(s.record.started_at if s.record else None)
+               or plausible_time(s.spec.created_at if s.spec else None) or now)
+    ended = (plausible_time(s.exit.ended_at) if s.exit else None) or now
     window = (min(started, now - since_s), min(now, ended + AFTER_END_S))
     text = await _log(client, session_id)
     cls, run = classify_last_run(text, s.exit, s.first_abnormal_exit) if text or s.exit else (None, text)
@@ -126,9 +129,10 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
     elif cls is not None:
         state = cls.state
     audit, steps = split_steps(read_audit(audit_path, snap.name, session_id, *window), session_id)
-    return ReportInputs(
+    inp = ReportInputs(
         host=snap.name, session_id=session_id, spec=s.spec, started_at=started, exit=s.exit, classification=cls,
         state=state, previous=prev.spec if prev else None, planner=planner, steps=steps,
-        audit=audit, events=events,
-        samples=await _samples(client, s.spec.gpus if s.spec else [], *window),
-        log_lines=run.splitlines(), generated_at=now)
+        audit=audit, events=events, log_lines=run.splitlines(), generated_at=now)
+    # the GPU table shows the samples around the failure (its own window), not the ring since --since
+    samples = await _samples(client, s.spec.gpus if s.spec else [], *gpu_window(inp))
+    return inp.model_copy(update={"samples": samples})
