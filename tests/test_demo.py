@@ -60,7 +60,8 @@ def test_demo_incident_profile_fails_gpu_oom_and_fixed_one_is_ready():
     r = subprocess.run([sys.executable, "-m", "console", "launch", "--demo", "--profile", "incident", "--gpu", "1",
                         "--wait", "--json"], capture_output=True, text=True, timeout=120, env=ENV)
     res = json.loads(r.stdout)
-    assert r.returncode == 1 and res["session_id"] is None and "does not fit" in res["error"], res  # planner
+    assert r.returncode == 1 and res["session_id"] is None, res  # the planner: a refusal (rc 1), its error an object
+    assert res["error"]["kind"] == "refused" and "does not fit" in res["error"]["message"], res
     r = subprocess.run([sys.executable, "-m", "console", "launch", "--demo", "--profile", "incident", "--gpu", "1",
                         "--wait", "--json", "--force"], capture_output=True, text=True, timeout=120, env=ENV)
     res = json.loads(r.stdout)

@@ -31,7 +31,7 @@ def mtp(*args: str, tmp_path: Path, timeout: float = 60) -> subprocess.Completed
 
 def test_check_incident_flags(tmp_path):
     r = mtp("check", "--help-file", str(HELP_0523), "--server-version", "0.5.23", "--", *INCIDENT, tmp_path=tmp_path)
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 2, r.stderr  # invalid flags are bad input
     out = r.stdout
     assert "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill" in out
     assert "--mamba-scheduler-strategy was renamed --mamba-radix-cache-strategy" in out
@@ -104,7 +104,7 @@ def test_online_against_the_local_host(tmp_path):
     cmd = f'{sys.executable} -c "{FAKE_SERVER}"'
     r = mtp("--host", "local", "check", "--command", cmd, "--", "--model", "m", "--cuda-graph-max-bs", "8",
             tmp_path=tmp_path, timeout=90)
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 2, r.stdout + r.stderr  # an error listed: invalid flags
     assert "ambiguous option: --cuda-graph-max-bs could match" in r.stdout
     assert "(fake serve)" in r.stdout
 

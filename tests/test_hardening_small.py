@@ -83,7 +83,8 @@ def test_kill_of_a_pid_that_never_existed_is_an_error(tmp_path):
                                                              "runs_dir": str(tmp_path / "runs"), "gpu_source": "none"}})
     p = cli("--config", str(conf), "kill", "--pid", "4000123", "--host", "local", "--json",
             env={"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "a.jsonl")})
-    assert p.returncode == 1 and "STOPPED" not in p.stdout and "4000123" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert p.returncode == 2 and "STOPPED" not in p.stdout and "4000123" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert json.loads(p.stdout)["error"]["kind"] == "unknown_process", p.stdout  # an unknown pid is bad input
 
 
 def test_two_consoles_with_different_runs_dirs_cannot_share_a_gpu(tmp_path):

@@ -38,7 +38,7 @@ def test_a_planner_refusal_has_one_verdict_line_and_no_cause():
     assert j.returncode == 1 and out["ok"] is False
     assert out["cause"] is None and out["state"] is None and out["session_id"] is None, out
     assert out["refused"].startswith("memory plan: does not fit") and out["refusals"] == [out["refused"]]
-    assert "does not fit" in out["error"]  # the key kept for older readers
+    assert out["error"] == {"kind": "refused", "message": out["refused"]}, out  # the CLI contract's error object
     assert [s["name"] for s in out["steps"] if s["state"] == "failed"] == ["preflight"]
 
 
@@ -47,7 +47,8 @@ def test_every_preflight_failure_is_listed_at_once():
     r = mtp("launch", "--demo", "--profile", "incident", "--gpu", "0", "--wait", "--json", "--",
             "--cuda-graph-max-bs", "8")
     out = json.loads(r.stdout)
-    assert r.returncode == 1 and out["cause"] is None and out["session_id"] is None, out
+    assert r.returncode == 2 and out["cause"] is None and out["session_id"] is None, out  # invalid flags: bad input
+    assert out["error"]["kind"] == "invalid_flags", out
     reasons = out["refusals"]
     assert len(reasons) == 3, reasons
     assert "ambiguous option: --cuda-graph-max-bs" in reasons[0] and out["line"] == reasons[0]

@@ -121,7 +121,7 @@ def test_report_of_a_failed_stand_in_launch(local_host):
 def test_report_of_an_unknown_session_is_a_clear_error(local_host):
     r = mtp(local_host, "report", "--host", "local", "20260101-000000-gpu0-abcd", "--out",
             str(local_host / "x.md"))
-    assert r.returncode == 1 and "no session '20260101-000000-gpu0-abcd'" in r.stderr + r.stdout
+    assert r.returncode == 2 and "no session '20260101-000000-gpu0-abcd'" in r.stderr + r.stdout  # bad input
     assert "Traceback" not in r.stderr
 
 

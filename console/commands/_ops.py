@@ -2,13 +2,60 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from console.core.redact import redact_obj, redact_text
 from console.core.text import STEP_MARKS
-from console.model import OperationResult, Step
+from console.errors import UnknownSession, UserError, error_object
+from console.model import OperationResult, SessionInfo, Step
+
+if TYPE_CHECKING:
+    from console.link.link import HostLink
+    from console.model import HostSnapshot
+
+PORTS = range(1, 65536)
+"""The TCP ports a server may listen on."""
+
+
+def port_arg(text: str) -> int:
+    """argparse ``type=`` for a TCP port: an integer 1-65535, refused at once (rc 2) otherwise."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if n not in PORTS:
+        raise argparse.ArgumentTypeError(f"{n}: a port must be 1-65535")
+    return n
+
+
+def require_port(port: int | None, what: str) -> None:
+    """Refuse (rc 2) a port outside 1-65535 before the host is asked anything (``what`` names where it came from)."""
+    if port is not None and port not in PORTS:
+        raise UserError(f"{what} {port}: a port must be 1-65535")
+
+
+def require_ports(port: int | None, argv: list[str]) -> None:
+    """Refuse (rc 2) a launch whose port (``--port``, a profile's) or server flag ``--port`` is no TCP port."""
+    from console.core.sessions import flag_value
+
+    require_port(port, "--port")
+    v = (flag_value(argv, "--port") or "").strip()
+    if v.lstrip("-").isdigit():
+        require_port(int(v), "the server flag --port")
+
+
+async def require_session(link: HostLink, session_id: str, snap: HostSnapshot | None = None) -> SessionInfo:
+    """The session ``session_id`` on the link's host (from ``snap``, else the latest sample, else the agent's
+    list of every run directory); an :class:`~console.errors.UnknownSession` (rc 2) when it has none."""
+    from console.ops.lifecycle import find_session
+
+    s = await find_session(link, snap or link.snapshot(), session_id)
+    if s is None:
+        raise UnknownSession(session_id, link.name)
+    return s
 
 
 def term(text: str) -> str:
@@ -37,10 +84,25 @@ def step_printer(json_output: bool) -> Callable[[list[Step]], None]:
     return on_steps
 
 
+def refusal_kind(r: OperationResult) -> str | None:
+    """None for an operation that ran; for one refused before anything was started or stopped: ``invalid_flags``
+    when the host's server rejects its flags (the refusal then carries the server's own error line, see
+    ``console.ops.lifecycle.preflight.Checked.line``: bad input, rc 2), else ``refused`` (rc 1)."""
+    if r.refused is None:
+        return None
+    return "invalid_flags" if r.line else "refused"
+
+
 def emit_result(json_output: bool, r: OperationResult) -> int:
-    """Print an operation's result (JSON or text); the exit status: 0 when it succeeded, else 1."""
+    """Print an operation's result (JSON or text); the exit status: 0 when it succeeded, 2 when it was refused
+    for invalid flags, else 1. Under ``--json`` the whole result; a refusal's ``error`` is the contract's error
+    object (``{"kind", "message"}``, see :func:`console.errors.error_object`), a failure's stays its text."""
+    kind = refusal_kind(r)
     if json_output:
-        print(json.dumps(redact_obj(r.model_dump(mode="json")), indent=2))
+        data = redact_obj(r.model_dump(mode="json"))
+        if kind is not None:
+            data["error"] = redact_obj(error_object(kind, r.error or r.refused or "refused"))["error"]
+        print(json.dumps(data, indent=2))
     elif r.refused is not None:  # nothing was started (or stopped): one verdict line, then every reason
         killed = any(x.phase == "kill" for x in r.steps)  # a relaunch whose new launch was refused
         what = ("the old server was stopped, nothing was started" if killed else
@@ -75,4 +137,4 @@ def emit_result(json_output: bool, r: OperationResult) -> int:
                 for line in r.log_tail:
                     print("    " + term(line))
     sys.stdout.flush()
-    return 0 if r.ok else 1
+    return 0 if r.ok else 2 if kind == "invalid_flags" else 1

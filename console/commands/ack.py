@@ -11,8 +11,8 @@ import socket
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.redact import redact_obj
-from console.errors import UserError
-from console.link.errors import NotEnded, RequestError
+from console.errors import UnknownSession, UserError
+from console.link.errors import NotEnded, NotFound, RequestError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -25,8 +25,11 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         link = links[0]
         try:
             s = await link.client.ack(args.session, f"{getpass.getuser()}@{socket.gethostname()}")
+        except NotFound:
+            raise UnknownSession(args.session, link.name) from None
         except RequestError as e:
-            raise UserError(f"{link.name}: {e}", exit_code=1 if isinstance(e, NotEnded) else 2) from None
+            raise UserError(f"{link.name}: {e}", exit_code=1 if isinstance(e, NotEnded) else 2,
+                            kind="refused" if isinstance(e, NotEnded) else None) from None
     if ctx.json_output:
         print(json.dumps(redact_obj({"host": link.name, "session_id": s.session_id,
                                      "acknowledged_at": s.acknowledged_at}), indent=2))

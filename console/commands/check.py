@@ -4,8 +4,9 @@
     mtpconsole check --help-file FILE -- python3 -m sglang.launch_server --model-path M ...
 
 Reports what the server's argparse would reject (unknown, ambiguous, renamed, bad values),
-SGLang's speculative-decoding rules and security warnings. Exit 0 when clean, 1 when any
-problem is listed (0 with --warn-ok when there are only warnings), 2 on bad input.
+SGLang's speculative-decoding rules and security warnings. Exit 0 when clean, 2 when any error is
+listed (invalid flags are bad input, as for every command) or on bad input, 1 when only warnings are
+listed (0 with --warn-ok). ``--json`` prints the list of problems whatever the verdict (empty when clean).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
                 print(f"{'':<24} fix: {p.suggestion}")
         if problems:
             print(f"{errors} error(s), {warnings} warning(s) ({where})")
-    if errors or (warnings and not args.warn_ok):
+    if errors:
+        return 2
+    if warnings and not args.warn_ok:
         return 1
     return 0

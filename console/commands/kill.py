@@ -13,11 +13,11 @@ import sys
 import time
 from typing import Callable
 
-from console.commands._ops import emit_result, step_printer, term
+from console.commands._ops import emit_result, require_session, step_printer, term
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.redact import redact_argv
 from console.core.sessions import derive_views
-from console.errors import UserError
+from console.errors import UnknownProcess, UserError
 from console.link.link import HostLink
 from console.model import HostSnapshot, KillTarget, SessionView
 from console.ops.lifecycle import kill
@@ -80,12 +80,14 @@ async def resolve_target(link: HostLink, session: str | None, gpu: int | None, p
     if sum(x is not None for x in (session, gpu, pid)) != 1:
         raise UserError("give exactly one of SESSION, --gpu N or --pid PID")
     if session:
+        await require_session(link, session)  # an unknown id is bad input (rc 2)
         return KillTarget(host=link.name, session_id=session)
     snap = await link.refresh()
     if pid is not None:
         p = next((x for x in snap.servers if x.pid == pid), None)
         if p is None:
-            raise UserError(f"no server process {pid} on {link.name}", exit_code=1)
+            raise UnknownProcess(f"--pid {pid}: no server process {pid} on {link.name} (see 'mtpconsole status "
+                                 f"--host {link.name}')")
         return KillTarget(host=link.name, pid=p.pid, start_ticks=p.start_ticks)
     assert gpu is not None
     return on_gpu(snap, link.name, gpu, confirm)
@@ -94,7 +96,7 @@ async def resolve_target(link: HostLink, session: str | None, gpu: int | None, p
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     single_host(ctx)
     if ctx.read_only:
-        raise UserError("read-only: kill is disabled")
+        raise UserError("read-only: kill is disabled", kind="read_only")
     async with connect_hosts(ctx) as links:
         target = await resolve_target(links[0], args.session, args.gpu, args.pid)
         r = await kill(links[0], target, step_printer(ctx.json_output), grace=args.grace)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from console.commands._ops import emit_result, step_printer
+from console.commands._ops import emit_result, port_arg, require_ports, step_printer
 from console.commands.context import CliContext, open_hosts, single_host
 from console.commands.flags import command_of
 from console.config import Config
@@ -16,7 +16,8 @@ from console.ops.lifecycle import host_env, launch
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", default=None, help="GPU index or list, e.g. 0 or 0,1 (default 0)")
-    p.add_argument("--port", type=int, default=None, help="server port (added as --port unless in the flags)")
+    p.add_argument("--port", type=port_arg, default=None,
+                   help="server port, 1-65535 (added as --port unless in the flags)")
     p.add_argument("--profile", default=None, help="a launch profile from the config")
     p.add_argument("--command", dest="server_command", default=None,
                    help="server command, split like a shell word list but never run by a shell "
@@ -88,6 +89,7 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
         where = f" (profiles here: {names})" if names else ""
         raise UserError("nothing to launch: give --profile NAME or the server flags after '--' "
                         f"(e.g. -- --model-path M){where}")
+    require_ports(args.port or port, flags)
     return LaunchRequest(host=host, command=command, flags=flags, gpus=parse_gpus(args.gpu) or gpus,
                          port=args.port or port, env=env, profile=profile, force=args.force,
                          check_flags=args.check_flags)

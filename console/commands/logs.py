@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 
+from console.commands._ops import require_session
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.redact import redact_text
 from console.errors import UserError
@@ -49,6 +50,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         link = links[0]
         if args.lines < 0:
             raise UserError(f"-n must be 0 or more, not {args.lines}")
+        await require_session(link, args.session)  # an unknown id is bad input (rc 2), said as every command says it
         try:  # exactly the last N lines: the agent reads backwards until it has them (or its byte cap)
             r = await link.client.read_log(args.session, tail_lines=args.lines, timeout=60, audit=True)
         except RequestError as e:

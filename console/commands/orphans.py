@@ -12,7 +12,7 @@ from console.commands._ops import emit_result, step_printer, term
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.orphans import Foreign, OrphanReport, ended_ports, hunt_snapshot
 from console.core.redact import redact_obj
-from console.errors import UserError
+from console.errors import UnknownProcess, UserError
 from console.link.errors import LinkDown, RequestError
 from console.model import KillTarget
 from console.ops.lifecycle import kill
@@ -67,13 +67,14 @@ def print_report(rep: OrphanReport) -> None:
 
 def refusal(f: Foreign, host: str) -> UserError:
     return UserError(f"pid {f.pid} on {host} is not proven an orphan, so it is not killed: {f.why}"
-                     " (kill a server you know with 'mtpconsole kill --pid PID', which names what it hits)")
+                     " (kill a server you know with 'mtpconsole kill --pid PID', which names what it hits)",
+                     kind="not_proven")
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     single_host(ctx)
     if args.kill is not None and ctx.read_only:
-        raise UserError("read-only: kill is disabled")
+        raise UserError("read-only: kill is disabled", kind="read_only")
     async with connect_hosts(ctx) as links:
         link = links[0]
         rep = await hunt(link)
@@ -88,7 +89,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             raise refusal(f, link.name)
         o = next((x for x in rep.orphans if x.pid == args.kill), None)
         if o is None:
-            raise UserError(f"pid {args.kill} is no orphan on {link.name} (run 'mtpconsole orphans --host "
+            raise UnknownProcess(f"pid {args.kill} is no orphan on {link.name} (run 'mtpconsole orphans --host "
                             f"{link.name}' to list them; kill a live server with 'mtpconsole kill')")
         if not ctx.json_output:
             print(f"killing orphan pid {o.pid} ({term(o.title[:60])}):")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from console.commands._ops import emit_result, step_printer
+from console.commands._ops import emit_result, require_ports, require_session, step_printer
 from console.commands.context import CliContext, open_hosts, single_host
 from console.commands.launch import parse_env, require_utf8
 from console.core.redact import redact_argv
-from console.errors import UserError
+from console.errors import UnknownProcess, UserError
 from console.host.hostsecrets import MASK
 from console.model import HostSnapshot, KillTarget, SessionInfo
-from console.ops.lifecycle import find_session, host_env, relaunch, request_from_argv
+from console.ops.lifecycle import relaunch, relaunch_env, request_from_argv
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -21,8 +21,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="change a flag (repeatable): --set --mem-fraction-static=0.85; --set --flag (boolean)")
     p.add_argument("--unset", action="append", default=[], metavar="--FLAG", help="remove a flag (repeatable)")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
-                   help="environment for the new server (repeatable); secrets the session was launched with "
-                        "must be given again")
+                   help="environment for the new server (repeatable); the host's env_names (from this console's "
+                        "environment), the profile's env and launch_env are added as at launch: only a secret "
+                        "that none of them holds must be given again")
     p.add_argument("--wait", action="store_true", help="return at READY or FAILED with every step and its timing")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for READY (default 900)")
     p.add_argument("--grace", type=float, default=20.0,
@@ -81,28 +82,31 @@ def masked_secret_flags(argv: list[str]) -> list[str]:
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     single_host(ctx)
     if ctx.read_only:
-        raise UserError("read-only: relaunch is disabled")
+        raise UserError("read-only: relaunch is disabled", kind="read_only")
     if (args.session is None) == (args.pid is None):
         raise UserError("give exactly one of SESSION or --pid PID")
     async with open_hosts(ctx) as opened:
         link = opened.links[0]
         snap = await link.refresh()
-        env = host_env(opened.config.host(link.name).env_names)
-        env.update(parse_env(args.env))
+        given = parse_env(args.env)
         if args.session:
-            s = await find_session(link, snap, args.session)
-            if s is None or s.spec is None:
-                raise UserError(f"no session {args.session} on {link.name}", exit_code=1)
+            s = await require_session(link, args.session, snap)
+            if s.spec is None:
+                raise UserError(f"session {args.session} on {link.name} has no launch spec (spec.json"
+                                f"{': ' + s.broken if s.broken else ''}): nothing to relaunch", exit_code=1)
             target = KillTarget(host=link.name, session_id=s.session_id)
             argv, gpus, port = unmask_from_live(s, snap), s.spec.gpus, s.spec.port
-            missing = [n for n in s.spec.env_names if n not in env]
+            env, missing = relaunch_env(opened.config, link.name, s.spec, given)  # the host's launch_env: not asked
             if missing:
-                raise UserError("the session was launched with env " + ", ".join(missing)
-                                + ": give their values again with --env (values are never stored)")
+                raise UserError("the session was launched with the secret env " + ", ".join(missing)
+                                + ", which neither this console's environment nor the config holds: give their "
+                                  "values again with --env NAME=VALUE (values are never stored)")
         else:
+            env, _ = relaunch_env(opened.config, link.name, None, given)
             p = next((x for x in snap.servers if x.pid == args.pid), None)
             if p is None:
-                raise UserError(f"no server process {args.pid} on {link.name}", exit_code=1)
+                raise UnknownProcess(f"--pid {args.pid}: no server process {args.pid} on {link.name} (see "
+                                     f"'mtpconsole status --host {link.name}')")
             target = KillTarget(host=link.name, pid=p.pid, start_ticks=p.start_ticks)
             argv = p.argv
             gpus = sorted(p.gpu_mem_mib) or [int(x) for x in (p.cuda_visible_devices or "0").split(",") if x.isdigit()]
@@ -113,6 +117,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             raise UserError("the session was launched with " + ", ".join(hidden) + ", whose values are never stored"
                             " and no live server shows: give them again with --set FLAG=VALUE")
         require_utf8(new_argv, "flag")
+        require_ports(port, new_argv)
         req = request_from_argv(link.name, new_argv, list(gpus), port, env).model_copy(update={"force": args.force})
         r = await relaunch(link, target, req, step_printer(ctx.json_output), wait=args.wait, timeout=args.timeout,
                            grace=args.grace)

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from console.commands._ops import require_session
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.report import build_report
 from console.core.report_svg import panel_svg
@@ -41,6 +42,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     out = Path(args.out or f"report-{args.session}.md")
     async with connect_hosts(ctx) as links:
         link = next(lk for lk in links if lk.name == host) if len(links) > 1 else links[0]
+        await require_session(link, args.session)  # an unknown id is bad input (rc 2), as every command says it
         try:
             inp = await gather(link, args.session, audit_path=ctx.audit_log, since_s=since, now=time.time())
         except ReportError as e:

@@ -22,7 +22,7 @@ from console.model import KillTarget, LaunchRequest
 from console.ops.lifecycle.kill import GPU_RELEASE_TOLERANCE_MIB, KILL_STEPS, find_session, kill
 from console.ops.lifecycle.launch import LAUNCH_STEPS, READY_LINE, build_spec, host_env, launch, request_from_argv
 from console.ops.lifecycle.preflight import Checked, check_request, memory_verdict, orphan_note
-from console.ops.lifecycle.relaunch import relaunch
+from console.ops.lifecycle.relaunch import relaunch, relaunch_env
 from console.ops.lifecycle.steps import Check, Skip, StepFailed, Stepper, fresh_snapshot, record_result, wait_for
 from console.ops.lifecycle.watch import SessionWatch
 
@@ -51,6 +51,7 @@ __all__ = [
     "orphan_note",
     "record_result",
     "relaunch",
+    "relaunch_env",
     "request_from_argv",
     "wait_for",
 ]

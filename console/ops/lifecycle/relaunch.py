@@ -6,12 +6,29 @@ from __future__ import annotations
 
 from typing import Callable
 
+from console.config import Config
 from console.link.link import HostLink
-from console.model import KillTarget, LaunchRequest, OperationResult, Step
+from console.model import KillTarget, LaunchRequest, LaunchSpec, OperationResult, Step
 from console.ops.lifecycle.kill import kill
-from console.ops.lifecycle.launch import launch
+from console.ops.lifecycle.launch import host_env, launch
 from console.ops.lifecycle.preflight import check_request
 from console.ops.lifecycle.steps import OnSteps
+
+
+def relaunch_env(cfg: Config, host: str, spec: LaunchSpec | None,
+                 given: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The environment a relaunch of the session of ``spec`` sends (the TUI's and the CLI's one path), with a
+    launch's precedence, lowest first: the host's ``env_names`` from the console's environment, the session's
+    profile's ``env`` (while the config has that profile), then ``given`` (``--env``); and the names the session
+    was launched with that none of these supplies, nor the host's ``launch_env`` (the host adds it to every
+    launch itself): the secrets only the operator can give again (values are never stored)."""
+    hc = cfg.host(host)
+    env = host_env(hc.env_names)
+    if spec is not None and spec.profile and spec.profile in cfg.profiles:
+        env.update(cfg.profiles[spec.profile].env)
+    env.update(given or {})
+    missing = [n for n in (spec.env_names if spec else []) if n not in env and n not in hc.launch_env]
+    return env, missing
 
 
 async def relaunch(link: HostLink, target: KillTarget, req: LaunchRequest, on_steps: OnSteps | None = None, *,
