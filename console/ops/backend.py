@@ -125,6 +125,10 @@ class LiveBackend:
         tr = self.trackers[target.host]
         sid = lifecycle.new_session_id(req.gpus, self.clock())
         sent: list[bool] = []
+        old = next((s for s in self.links[target.host].snapshot().sessions
+                    if target.session_id and s.session_id == target.session_id), None)
+        env, _ = lifecycle.relaunch_env(self.cfg, req.host, old.spec if old else None, req.env)  # as the CLI's
+        req = req.model_copy(update={"env": env})
 
         def on_launch() -> None:  # the old server is confirmed gone
             sent.append(True)
