@@ -76,7 +76,7 @@ SGLANG = Framework(
         Metric("gen_throughput", re.compile(r"gen throughput \(token/s\): " + _NUM)),
         Metric("accept_len", re.compile(r"accept len: " + _NUM)),
     ),
-    stop=_rx(r"SIGTERM received", r"signum=(?:15|2)\b", r"kill_process_tree called",
+    stop=_rx(r"SIGTERM received", r"signum=(?:15|2)\b",
              r"Received SIG(?:TERM|INT)\b", r"Gracefully exiting"),
 )
 
