@@ -448,6 +448,9 @@ class Signalled(Frozen):
     """What a ``kill`` signalled: pids, and process groups as negative numbers."""
 
     signalled: list[int] = Field(default_factory=list)
+    stop_request_error: str | None = None
+    """Why ``stop-request.json`` could not be written (a full disk); the signals were sent all the same, and the
+    session's supervisor was told of the stop by signal. None when it was recorded."""
 
 
 class PortOwner(Frozen):

@@ -55,10 +55,10 @@ from .logfollow import MAX_LOG_CHUNK, LogFollower, read_log
 from .metrics import MetricsFetcher, metrics_port
 from .otherruns import OtherRuns, remember_runs_dir
 from .procscan import ProcScanner
-from .rundir import expand_runs_dir, real_session_dir, write_new_json
+from .rundir import expand_runs_dir, real_session_dir
 from .runs import SessionStore
 from .samplering import SampleRing, read_samples
-from .watch import ExitWatcher, process_gpus
+from .watch import STOP_SIGNAL, ExitWatcher, process_gpus
 
 GPU_STALL_S = 5.0
 """A GPU sample in flight longer than this (or 3 intervals) is reported as not answering."""
@@ -433,8 +433,9 @@ class Agent(object):
         """
         sig = int(signal)
         done = []
+        stop_error = None
         if session_id:
-            pid, pgid, pids = self.kill_targets(session_id, pid, pgid, pids, sig)
+            pid, pgid, pids, stop_error = self.kill_targets(session_id, pid, pgid, pids, sig)
         for what in (pid, pgid):
             if what is not None and int(what) <= 1:
                 raise OpError("refusing to signal %s: not a process of a server" % what, "refused")
@@ -468,13 +469,17 @@ class Agent(object):
                     done.append(int(p))
                 except ProcessLookupError:
                     pass
-        return {"signalled": done}
+        out = {"signalled": done}
+        if stop_error:
+            out["stop_request_error"] = stop_error
+        return out
 
     def kill_targets(self, session_id, pid, pgid, pids, sig):
         """What a kill of ``session_id`` may signal: its server and group only when record.json's
         identity is confirmed now (pid, start time, boot id, the session's mark), and of ``pids`` only
-        the processes the agent itself attributes to the session. Writes ``stop-request.json`` first
-        (never through a symlink). A stale or broken record signals nothing: an OpError says why."""
+        the processes the agent itself attributes to the session, and why the stop request could not be
+        recorded on disk (None when it was). Asks the session to stop first (see ``request_stop``). A stale
+        or broken record signals nothing: an OpError says why."""
         try:
             d = real_session_dir(self.runs_dir, session_id)
         except OSError as e:
@@ -489,17 +494,83 @@ class Agent(object):
         gpus = self.sampler.latest()[0]
         members = set((p["pid"], p["start_ticks"]) for p in self.procs.scan(gpus, {session_id: s})
                       if p["session_id"] == session_id and p["role"] != "supervisor")
+        stop_error = None
         if s.get("exit") is None and (members or s.get("server_alive") or s.get("supervisor_alive")):
-            write_new_json(os.path.join(d, RUN_STOP_REQUEST), {"at": now(), "signal": sig})
+            stop_error = request_stop(d, rec if s.get("supervisor_alive") else None, sig)
         if not s.get("server_alive") or pid != rec.get("pid"):
             pid = pgid = None  # not confirmed: neither the recorded pid nor its group is signalled
         pids = [[p, t] for p, t in (pids or []) if (int(p), t) in members]
         if pid is None and not pids:
             raise OpError("no such process of session %s (already gone)" % session_id, "no_such_process")
-        return pid, pgid, pids
+        return pid, pgid, pids, stop_error
 
     def op_launch(self, spec, env=None, preflight=None):
         return self.launcher.launch(spec, env, preflight)
+
+
+def request_stop(run_dir, rec, sig):
+    """Tell a session an operator stops it, before its server is signalled: ``stop-request.json`` (never through
+    a symlink; a failed write leaves no file), and ``STOP_SIGNAL`` to its supervisor (``rec``'s, confirmed by the
+    caller; None: none runs), which keeps it in memory for its exit.json whatever the disk says. Returns why the
+    file could not be written (None when it was, or already was)."""
+    error = None
+    data = (json.dumps({"at": now(), "signal": sig}, sort_keys=True) + "\n").encode("utf-8")
+    try:
+        create_whole(os.path.join(run_dir, RUN_STOP_REQUEST), data)
+    except OSError as e:
+        error = "%s: %s" % (RUN_STOP_REQUEST, e.strerror or e)
+    if rec:
+        signal_process(rec.get("supervisor_pid"), rec.get("supervisor_start_ticks"), STOP_SIGNAL)
+    return error
+
+
+def create_whole(path, data):
+    """Create ``path`` (0600) holding ``data`` unless something is there already (a file, or a symlink planted to
+    redirect the write: ``O_EXCL`` never follows one); False when it was. A write that fails (a full disk) removes
+    the file it created, never leaving a zero-byte or torn one, and raises."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(path)  # ours: O_EXCL created it
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    return True
+
+
+def signal_process(pid, start_ticks, sig):
+    """Send ``sig`` to ``pid`` only while it is the process started at ``start_ticks`` (a pidfd holds it between the
+    check and the signal where the kernel and Python have one). True when sent."""
+    if not isinstance(pid, int) or pid <= 1 or start_ticks is None:
+        return False
+    pidfd = None
+    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal"):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return False
+    try:
+        if not proc_alive(pid, start_ticks):
+            return False
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def main(stdin=None, stdout=None, sources=None):

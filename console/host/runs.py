@@ -17,7 +17,6 @@ from .hostlib import (
     RUN_LOG,
     RUN_RECORD,
     RUN_SPEC,
-    RUN_STOP_REQUEST,
     SESSION_ID_RE,
     OpError,
     atomic_write_json,
@@ -41,7 +40,7 @@ from .rundir import (
     load_file,
     session_dir_problem,
 )
-from .watch import MAX_EXITS_SHOWN, first_abnormal_exit, merge_exits
+from .watch import MAX_EXITS_SHOWN, first_abnormal_exit, merge_exits, stop_requested
 
 RECENT_ENDED_SESSIONS = 32
 """How many ended sessions a sample carries (newest first); older ones stay on disk only."""
@@ -114,7 +113,7 @@ class SessionStore(object):
             c["log_size"] = st.st_size if stat.S_ISREG(st.st_mode) else 0
         except OSError:
             c["log_size"] = 0
-        c["stop_requested"] = os.path.lexists(os.path.join(d, RUN_STOP_REQUEST))
+        c["stop_requested"] = stop_requested(d)  # a zero-byte or torn file is none (see watch.stop_requested)
         exits = merge_exits([e for e in load_json_lines(os.path.join(d, RUN_EXITS)) if _exit_line_ok(e)])
         c["first_abnormal_exit"] = first_abnormal_exit(exits)
         c["exits"] = exits[:MAX_EXITS_SHOWN]

@@ -65,7 +65,7 @@ from .hostlib import (
 )
 from .hostsecrets import mask_argv
 from .logcap import DRAIN_TIMEOUT_S, LogPump, cap_bytes, widen_pipe
-from .watch import MemberWatch, alive
+from .watch import STOP_SIGNAL, MemberWatch, alive, stop_requested
 
 PR_SET_CHILD_SUBREAPER = 36
 MAX_ENV_LINE = 4 * 1024 * 1024
@@ -83,6 +83,12 @@ EXIT_NOT_STARTED = 1
 EXIT_BAD_INPUT = 2
 
 _log_fd = -1
+_stop_signalled = False
+"""Set by ``STOP_SIGNAL``: a kill asked this session to stop (told by signal, so a full disk cannot lose it)."""
+_exit_reserve = None
+"""The :class:`ExitReserve` set aside for exit.json once the server runs (None: none could be made)."""
+EXIT_RESERVE = ".exit.json.reserve"
+EXIT_RESERVE_BYTES = 4096
 
 
 class LaunchError(Exception):
@@ -415,7 +421,7 @@ def record_exit(run_dir, pid, start_ticks, code, sig, role=None, launcher_alive=
         append_json_line(os.path.join(run_dir, RUN_EXITS), {
             "pid": pid, "start_ticks": start_ticks, "at": time.time(), "exit_code": code, "signal": sig,
             "how": how, "role": role, "oom_kill_delta": None,
-            "after_stop_request": os.path.exists(os.path.join(run_dir, RUN_STOP_REQUEST)),
+            "after_stop_request": stop_asked(run_dir),
             "source": "supervisor", "server": bool(server), "launcher_alive": launcher_alive,
             "killed_by_supervisor": bool(killed_by_supervisor)})
     except Exception as e:
@@ -430,7 +436,7 @@ def wait_for_server(server, run_dir=None, session_id=None):
     (see ``watch.MemberWatch``, polled every ``MEMBER_POLL_S``; SIGCHLD wakes the wait at once) is
     recorded in ``exits.jsonl``.
     """
-    members = MemberWatch(run_dir, os.getpid(), server, session_id, log) if run_dir is not None else None
+    members = MemberWatch(run_dir, os.getpid(), server, session_id, log, stop_asked) if run_dir is not None else None
     if members is None:
         return _wait_loop(server, run_dir, None, None)
     # a socket pair, not a pipe: the daemon's only pipes stay the ones it was given (none of the caller's)
@@ -549,6 +555,105 @@ def record_leftovers(run_dir, killed, seen):
         record_exit(run_dir, pid, ticks, code, sig, launcher_alive=False, killed_by_supervisor=True)
 
 
+# ------------------------------------------------------------------ an operator's stop, and its exit record
+
+def _on_stop_signal(signum, frame):
+    global _stop_signalled
+    _stop_signalled = True
+
+
+def stop_asked(run_dir):
+    """Whether an operator asked this session to stop: told by ``STOP_SIGNAL``, or a whole stop-request.json."""
+    return _stop_signalled or stop_requested(run_dir)
+
+
+class ExitReserve(object):
+    """Disk space set aside for exit.json while there is some: a full disk at the end (the server's log, or
+    anything else, filled it) still gets the session's exit record. The record is written over this file's
+    own blocks (no new one is needed), then the file is renamed to exit.json."""
+
+    def __init__(self, path, fd):
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def make(cls, run_dir):
+        """The reserve of ``run_dir``, or None (logged) when even that much space is not there."""
+        path = os.path.join(run_dir, EXIT_RESERVE)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            log("no space set aside for exit.json: %s" % (e.strerror or e))
+            return None
+        try:
+            view = memoryview(b" " * EXIT_RESERVE_BYTES)  # written, not sparse: the blocks are ours
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as e:
+            log("no space set aside for exit.json: %s" % (e.strerror or e))
+            cls(path, fd).drop()
+            return None
+        return cls(path, fd)
+
+    def write(self, run_dir, data):
+        """Put ``data`` (at most EXIT_RESERVE_BYTES) in the reserve and rename it to exit.json."""
+        done = 0
+        while done < len(data):
+            done += os.pwrite(self.fd, data[done:], done)
+        os.ftruncate(self.fd, len(data))
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        os.rename(self.path, os.path.join(run_dir, RUN_EXIT))
+        try:
+            dfd = os.open(run_dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+
+    def drop(self):
+        """Give the space back (never raises)."""
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def set_aside_exit_space(run_dir):
+    """Make the reserve exit.json will be written into (see :class:`ExitReserve`)."""
+    global _exit_reserve
+    _exit_reserve = ExitReserve.make(run_dir)
+
+
+def write_exit_json(run_dir, record):
+    """Write the server's exit record: into the reserve when there is one (so a full disk cannot lose it; a list
+    of leftovers too long for it is cut, exits.jsonl has each), else as any atomic JSON file."""
+    reserve = _exit_reserve
+    if reserve is not None and reserve.fd >= 0:
+        fits = record
+        data = (json.dumps(fits, sort_keys=True) + "\n").encode("utf-8")
+        while len(data) > EXIT_RESERVE_BYTES and fits["leftovers_killed"]:
+            fits = dict(fits, leftovers_killed=fits["leftovers_killed"][:len(fits["leftovers_killed"]) // 2])
+            data = (json.dumps(fits, sort_keys=True) + "\n").encode("utf-8")
+        try:
+            if len(data) <= EXIT_RESERVE_BYTES:
+                reserve.write(run_dir, data)
+                return
+        except OSError as e:
+            log("cannot write exit.json into its reserve: %s" % (e.strerror or e))
+        reserve.drop()
+    atomic_write_json(os.path.join(run_dir, RUN_EXIT), record)
+
+
 # ------------------------------------------------------------------ the daemon
 
 def _daemon_setup(run_dir, spec, log_fd, out_fd, notify_w):
@@ -556,6 +661,7 @@ def _daemon_setup(run_dir, spec, log_fd, out_fd, notify_w):
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(STOP_SIGNAL, _on_stop_signal)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -638,6 +744,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         atomic_write_json(os.path.join(run_dir, RUN_RECORD), record)
         log("record.json written: pid=%d pgid=%d start_ticks=%s" % (server, pgid, record["start_ticks"]))
         notify_w = _notify(notify_w, EXIT_STARTED)
+        set_aside_exit_space(run_dir)
 
         code, sig = wait_for_server(server, run_dir, spec["session_id"])
         record_exit(run_dir, server, record["start_ticks"], code, sig, role="launcher", server=True)
@@ -653,12 +760,13 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
         if pump is not None:  # every line the server (and its workers) wrote is on disk before exit.json
             pump.finish(DRAIN_TIMEOUT_S)
         oom_after = read_oom_kill()
-        stopped = os.path.exists(os.path.join(run_dir, RUN_STOP_REQUEST))
-        atomic_write_json(os.path.join(run_dir, RUN_EXIT), exit_record(
+        stopped = stop_asked(run_dir)
+        write_exit_json(run_dir, exit_record(
             exit_code=code, sig=sig, oom_before=oom_before, oom_after=oom_after,
             leftovers=killed, stopped=stopped))
         exit_written = True
-        log("exit.json written (oom_kill after: %s, stopped by operator: %s)" % (oom_after, stopped))
+        log("exit.json written (oom_kill after: %s, stopped by operator: %s%s)" % (oom_after, stopped, (
+            ", told by signal" if _stop_signalled else ", by %s" % RUN_STOP_REQUEST) if stopped else ""))
         os._exit(0)
     except BaseException as e:
         try:
@@ -670,6 +778,8 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
                 log("killed after failure: %s" % sorted(leftovers))
             if pump is not None:
                 pump.finish(1.0)
+            if _exit_reserve is not None:
+                _exit_reserve.drop()
             if not exit_written:
                 write_error_exit(run_dir, "supervisor failure: %r" % (e,))
             _notify(notify_w, EXIT_NOT_STARTED)

@@ -13,6 +13,7 @@ parent reaping it; when the parent was faster the process is recorded as ``gone`
 
 import os
 import selectors
+import signal
 from typing import Any, Dict, List, Optional, Tuple
 
 from .hostlib import (
@@ -29,6 +30,7 @@ from .hostlib import (
     read_oom_kill,
 )
 from .procscan import RESOURCE_TRACKER, SPAWN_CHILD, classify_title, title_ranks
+from .rundir import Broken, load_file
 
 MAX_EXITS_SHOWN = 64
 """How many process exits of one session a sample carries (the earliest; first_abnormal_exit is exact)."""
@@ -36,6 +38,21 @@ EXIT_JSON_WAIT_S = 5.0
 """How long after a session's server ended the agent waits for the supervisor's exit.json."""
 MAX_SERVERS_KEPT = 256
 """How many sessions' server identities the exit watcher keeps (to tell whether a member died before it)."""
+STOP_SIGNAL = signal.SIGWINCH
+"""What a kill sends a session's (confirmed) supervisor before it signals the server: "an operator asked this
+session to stop". The supervisor keeps it in memory for its exit.json, so the stop is known even when
+``stop-request.json`` cannot be written (a full disk). A daemon has no terminal, so no real window-size change
+ever reaches it, and the default action is to ignore it: an older supervisor without the handler is unharmed."""
+
+
+def stop_requested(run_dir):
+    """True when ``run_dir`` holds a whole stop request: ``stop-request.json`` a regular file holding a JSON object.
+    A zero-byte or torn one (a kill on a full disk, an agent killed mid-write) or anything planted in its place
+    is no stop request."""
+    try:
+        return isinstance(load_file(os.path.join(run_dir, RUN_STOP_REQUEST)), dict)
+    except (Broken, OSError):
+        return False
 
 
 HELPER_ROLES = (None, "other", "resource_tracker")
@@ -195,7 +212,7 @@ def process_gpus(proc):
     return []
 
 
-def exit_entry(pid, start_ticks, meta, wait_status, at, oom_delta, stop_requested, launcher_alive=None,
+def exit_entry(pid, start_ticks, meta, wait_status, at, oom_delta, after_stop, launcher_alive=None,
                server=False):
     """One line of ``exits.jsonl``: who ended, how, when, whether the kernel's OOM killer fired, and whether the
     session's launcher was still running when this end was seen (None for the launcher itself, or unknown)."""
@@ -205,7 +222,7 @@ def exit_entry(pid, start_ticks, meta, wait_status, at, oom_delta, stop_requeste
         "how": "signal" if sig else "exited" if code is not None else "gone",
         "role": meta.get("role"), "title": meta.get("title"), "gpus": meta.get("gpus") or [],
         "tp_rank": meta.get("tp_rank"), "dp_rank": meta.get("dp_rank"), "session_id": meta.get("session_id"),
-        "oom_kill_delta": oom_delta, "after_stop_request": bool(stop_requested), "source": "agent",
+        "oom_kill_delta": oom_delta, "after_stop_request": bool(after_stop), "source": "agent",
         "launcher_alive": launcher_alive, "killed_by_supervisor": False, "server": bool(server),
     }
 
@@ -306,8 +323,7 @@ class ExitWatcher(object):
         oom = read_oom_kill()
         delta = None if oom is None or self.oom_seen is None else max(0, oom - self.oom_seen)
         meta = dict(meta, session_id=sid)
-        entry = exit_entry(key[0], key[1], meta, status, at, delta,
-                           os.path.exists(os.path.join(run_dir, RUN_STOP_REQUEST)), launcher_alive, server)
+        entry = exit_entry(key[0], key[1], meta, status, at, delta, stop_requested(run_dir), launcher_alive, server)
         try:
             append_json_line(os.path.join(run_dir, RUN_EXITS), entry)
         except OSError:
@@ -344,8 +360,9 @@ class MemberWatch(object):
 
     REFRESH_S = 0.5
 
-    def __init__(self, run_dir, supervisor_pid, server_pid, session_id=None, log=None):
+    def __init__(self, run_dir, supervisor_pid, server_pid, session_id=None, log=None, stop_asked=None):
         self.log = log  # called with one line per member seen or retitled
+        self.stop_asked = stop_asked or stop_requested  # (run_dir) -> whether an operator asked the session to stop
         self.run_dir = run_dir
         self.me = supervisor_pid
         self.server = server_pid
@@ -427,7 +444,7 @@ class MemberWatch(object):
             oom = read_oom_kill()
             delta = None if oom is None or self.oom_seen is None else max(0, oom - self.oom_seen)
             entry = exit_entry(pid, m["start"], dict(m["meta"], session_id=self.session_id), status, now(), delta,
-                               os.path.exists(os.path.join(self.run_dir, RUN_STOP_REQUEST)), launcher)
+                               self.stop_asked(self.run_dir), launcher)
             entry["source"] = "supervisor"
             try:
                 append_json_line(os.path.join(self.run_dir, RUN_EXITS), entry)

@@ -36,7 +36,8 @@ every op is a method of ``console/link/client.py``'s ``HostClient``, returning i
 ``sessions {}``               -> [SessionInfo]
 ``launch {spec, env, preflight}`` -> SessionInfo + {preflight: [{name, ok, detail}]} ; ``refused`` naming who holds
                                  the GPU/port ; ``preflight.check_only``: {preflight, record: null}, nothing created
-``kill {pid?, pgid?, start_ticks, signal, session_id?, pids?}`` -> {signalled: [pids; -pgid for a group]} ;
+``kill {pid?, pgid?, start_ticks, signal, session_id?, pids?}`` -> {signalled: [pids; -pgid for a group],
+                                 stop_request_error?: why stop-request.json could not be written} ;
                                  ``no_such_process`` when nothing is left, ``refused`` when an identity changed
 ``proc {pid}``                -> {pid, comm, state, ppid, pgid, sid, start_ticks, rss_kib, wait_status, argv} or null
 ``watch {pid, start_ticks?, session_id?}`` -> the agent pushes an ``exit`` event when that process ends

@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from console.core.sessions import server_port
+from console.core.sessions import server_port, session_state
 from console.link.client import HostClient
 from console.link.errors import LinkDown, NoSuchProcess, RequestError
 from console.link.link import HostLink
-from console.model import HostSnapshot, KillTarget, OperationResult, ServerProc, SessionInfo
+from console.model import HostSnapshot, KillTarget, OperationResult, ServerProc, SessionInfo, SessionState
 from console.ops.lifecycle.steps import Check, OnSteps, Skip, Stepper, fresh_snapshot, record_result, wait_for
 
 KILL_STEPS = ["target", "SIGTERM", "exited", "no orphans", "GPU released", "port closed"]
+NOT_RECORDED = "the stop request could not be recorded on disk"
+"""Said by a kill whose ``stop-request.json`` could not be written (a full disk): the session was stopped all the
+same, and its supervisor, told by signal, records it as stopped by an operator."""
 GPU_RELEASE_TOLERANCE_MIB = 1024
 
 
@@ -50,11 +53,18 @@ async def _kill(link: HostLink, target: KillTarget, on_steps: OnSteps | None, *,
     st = Stepper(KILL_STEPS, on_steps, phase="kill")
     res = dict(op="kill", host=link.name, session_id=target.session_id)
     st.start("target")
+    ended = None
     try:
         snap = await fresh_snapshot(link)
-        t = await _resolve(link, snap, target)
+        ended = await _already_ended(link, snap, target)
+        t = await _resolve(link, snap, target) if ended is None else ""
     except (LinkDown, RequestError, asyncio.TimeoutError) as e:
-        t = str(e)
+        t = str(e) or type(e).__name__
+    if ended is not None:  # nothing of it runs: a no-op that says so (a newer session may hold its port now)
+        state, why = ended
+        st.finish("target", "ok", why)
+        st.skip_pending()
+        return OperationResult(**res, ok=True, steps=st.steps, state=state)
     if isinstance(t, str):
         st.finish("target", "failed", t)
         return OperationResult(**res, ok=False, steps=st.steps, error=t)
@@ -71,7 +81,8 @@ async def _kill(link: HostLink, target: KillTarget, on_steps: OnSteps | None, *,
         return OperationResult(**res, ok=False, steps=st.steps, error=str(e), state="stopping")
     ok = all(s.state in ("ok", "skipped") for s in st.steps if s.name != "exited")
     return OperationResult(**res, ok=ok, steps=st.steps, state="stopped" if ok else "stopping",
-                           left=left, error=None if ok else "kill not confirmed: " + "; ".join(left))
+                           left=left, error=None if ok else "kill not confirmed: " + "; ".join(left),
+                           hint=f"{NOT_RECORDED} ({k.stop_error})" if k.stop_error else None)
 
 
 async def _resolve(link: HostLink, snap: HostSnapshot, target: KillTarget) -> _Target | str:
@@ -92,6 +103,21 @@ async def _resolve(link: HostLink, snap: HostSnapshot, target: KillTarget) -> _T
             for g in snap.gpus if g.index in t.gpus}
     t.baseline = {g.index: (g.mem_used_mib or 0) - held.get(g.index, 0) for g in snap.gpus if g.index in t.gpus}
     return t
+
+
+async def _already_ended(link: HostLink, snap: HostSnapshot, target: KillTarget) -> tuple[SessionState, str] | None:
+    """(its state, why nothing is signalled) when the target session has ended and nothing of it runs: its exit
+    is recorded, its supervisor is gone and no live process carries it. None: there is something to kill."""
+    sid = target.session_id
+    if not sid:
+        return None
+    s = await find_session(link, snap, sid)
+    if s is None or s.exit is None or s.supervisor_alive or s.server_alive:
+        return None
+    if any(p.alive and p.session_id == sid and p.role != "supervisor" for p in snap.servers):
+        return None  # leftovers of it still run: they are killed
+    state: SessionState = "failed" if session_state(s, None) == "failed" else "stopped"
+    return state, f"session {sid} had already ended ({state.upper()}): nothing of it runs, nothing signalled"
 
 
 async def _session_target(link: HostLink, snap: HostSnapshot, target: KillTarget) -> _Target | str:
@@ -131,6 +157,8 @@ class _Kill:
         self.client = HostClient.of(link)
         self.held: list[str] = []
         """What the last look at the GPUs found still held (pids listed, memory above baseline)."""
+        self.stop_error: str | None = None
+        """Why the agent could not record the stop request on disk (the signals went all the same)."""
 
     async def signal(self, sig: int) -> list[int]:
         """Signal the target (its group, its members that still are who they were); [] when already gone."""
@@ -140,6 +168,7 @@ class _Kill:
                                        session_id=self.target.session_id, pids=t.ident, audit=True)
         except NoSuchProcess:
             return []
+        self.stop_error = self.stop_error or r.stop_request_error
         return r.signalled
 
     async def gone(self, name: str, timeout: float) -> list[list[int]]:
@@ -163,7 +192,8 @@ class _Kill:
         st.start("SIGTERM")
         done = await self.signal(15)
         st.finish("SIGTERM", "ok", "signalled " + (", ".join(f"group {-d}" if d < 0 else f"pid {d}" for d in done)
-                                                  or "nothing: already gone"))
+                                                  or "nothing: already gone") + (
+            f"; {NOT_RECORDED} ({self.stop_error}): its supervisor was told by signal" if self.stop_error else ""))
         st.start("exited")
         remaining = await self.gone("exited", grace)
         if not remaining:
