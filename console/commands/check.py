@@ -17,6 +17,7 @@ import json
 from console.commands.context import CliContext
 from console.commands.flags import add_source_options, command_of, load_schema
 from console.core.flags import check_all, split_launch_command
+from console.core.text import clean, visible
 from console.errors import UserError
 
 
@@ -66,13 +67,13 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if ctx.json_output:
         print(json.dumps([p.model_dump() for p in problems], indent=1))
     else:
-        where = f"{schema.prog or 'server'} {schema.version or ''}".rstrip()
+        where = clean(f"{schema.prog or 'server'} {schema.version or ''}".rstrip())
         if not problems:
             print(f"ok: {len(flags)} arguments, no problems ({where})")
-        for p in problems:
-            print(f"{p.severity:<7} {p.kind:<16} {p.message}")
+        for p in problems:  # a flag's escape bytes are shown as escapes, never sent to the terminal
+            print(f"{p.severity:<7} {p.kind:<16} {visible(p.message)}")
             if p.suggestion:
-                print(f"{'':<24} fix: {p.suggestion}")
+                print(f"{'':<24} fix: {visible(p.suggestion)}")
         if problems:
             print(f"{errors} error(s), {warnings} warning(s) ({where})")
     if errors:

@@ -36,6 +36,16 @@ def clean(text: str, limit: int = MAX_LINE) -> str:
     return text
 
 
+def visible(text: str, limit: int = MAX_LINE) -> str:
+    """Text an operator typed (a flag, an argument), safe to print yet recognisable: unlike :func:`clean`, which
+    drops them, each escape or control character is shown as its escape (``--x\\x1b[31m``); secrets masked,
+    bounded."""
+    text = redact_text(_CTRL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text))
+    if len(text) > limit:
+        text = f"{text[:limit]}… [+{len(text) - limit} chars]"
+    return text
+
+
 def short(text: str, n: int) -> str:
     """``text`` cut to ``n`` characters with an ellipsis."""
     return text if len(text) <= n else text[: max(0, n - 1)] + "…"
