@@ -1,4 +1,11 @@
-"""`mtpconsole logs HOST SESSION`: print (or follow) one session's own output.log — nothing else."""
+"""`mtpconsole logs HOST SESSION`: print (or follow) one session's own output.log — nothing else.
+
+``-f`` follows it; a capped log (``log_cap_mb``) is followed across its rotations. When the follower fell more
+than one rotation behind (lines were rotated away before they were read: the agent's ``log_rotated`` with
+``dropped``), that is said on stderr, never silently skipped; so is a log truncated by hand. With ``--json -f``
+the output is JSON lines: the tail object (as without ``-f``), then ``{"type": "lines", ...}`` per chunk and
+``{"type": "event", "kind": "log_rotated" | "log_truncated", ...}`` per event (``dropped``, ``message``).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,12 @@ from console.core.redact import redact_text
 from console.errors import UserError
 from console.link.client import LinkListener
 from console.link.errors import LinkDown, RequestError
-from console.model import LogChunk
+from console.model import AgentEvent, LogChunk, LogRotated, LogTruncated
+
+LINES_LOST = ("lines lost: output.log was rotated more than once before they were read (the log is capped); "
+              "following on from the start of its newest segment")
+"""What ``logs -f`` says when the agent reports a rotation it could not read to its end (``dropped``)."""
+TRUNCATED = "output.log shrank (truncated by hand): following it again from its start"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -33,15 +45,29 @@ def _printer(tty: bool):
 
 
 class _Chunks(LinkListener):
-    """The followed log's chunks, queued as they arrive."""
+    """The followed log's chunks and its rotation and truncation events, queued in the order they arrive."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        self.queue: asyncio.Queue[LogChunk] = asyncio.Queue()
+        self.queue: asyncio.Queue[LogChunk | LogRotated | LogTruncated] = asyncio.Queue()
 
     def on_log(self, chunk: LogChunk) -> None:
         if chunk.session_id == self.session_id:
             self.queue.put_nowait(chunk)
+
+    def on_event(self, event: AgentEvent) -> None:
+        if isinstance(event, (LogRotated, LogTruncated)) and event.session_id == self.session_id:
+            self.queue.put_nowait(event)
+
+
+def _event_line(event: LogRotated | LogTruncated) -> tuple[str | None, dict]:
+    """(what stderr says of ``event``, None when nothing was lost; its ``--json`` line)."""
+    if isinstance(event, LogTruncated):
+        return TRUNCATED, {"type": "event", "kind": event.kind, "session_id": event.session_id, "size": event.size,
+                           "at": event.at, "message": TRUNCATED}
+    said = LINES_LOST if event.dropped else None
+    return said, {"type": "event", "kind": event.kind, "session_id": event.session_id, "file": event.file,
+                  "dropped": event.dropped, "at": event.at, "message": said or "output.log rotated: read to its end"}
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -63,16 +89,18 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         if r.capped:
             note = (f"only {len(lines)} of the last {args.lines} lines: the agent reads at most the last "
                     f"{(r.cap_bytes or 0) >> 20} MiB of a log (these start at byte {r.offset} of {r.end})")
-        if ctx.json_output and not args.follow:
+        if ctx.json_output:
             print(json.dumps({"session_id": args.session, "offset": r.offset, "end": r.end,
                               "capped": r.capped, "note": note,
-                              "lines": [redact_text(x) for x in lines]}))
-            return 0
+                              "lines": [redact_text(x) for x in lines]}), flush=True)
+            if not args.follow:
+                return 0
         if note:
             print(f"mtpconsole logs: {note}", file=sys.stderr)
         show = _printer(sys.stdout.isatty())
-        for line in lines:
-            print(show(line))
+        if not ctx.json_output:
+            for line in lines:
+                print(show(line))
         if not args.follow:
             return 0
         chunks = _Chunks(args.session)
@@ -81,9 +109,21 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         runner = asyncio.create_task(link.run())  # reconnects and re-follows from the byte offset
         try:
             while True:
-                chunk = await chunks.queue.get()
-                for line in chunk.lines:
-                    print(show(line))
+                item = await chunks.queue.get()
+                if not isinstance(item, LogChunk):
+                    said, obj = _event_line(item)
+                    if said:
+                        print(f"mtpconsole logs: {args.session}: {said}", file=sys.stderr, flush=True)
+                    if ctx.json_output:
+                        print(json.dumps(obj), flush=True)
+                    continue
+                if ctx.json_output:
+                    print(json.dumps({"type": "lines", "session_id": item.session_id, "offset": item.offset,
+                                      "end": item.end, "file": item.file,
+                                      "lines": [redact_text(x) for x in item.lines]}))
+                else:
+                    for line in item.lines:
+                        print(show(line))
                 sys.stdout.flush()
         finally:
             runner.cancel()
