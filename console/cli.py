@@ -118,6 +118,9 @@ COMMANDS: dict[str, Command] = {
     "export": Command("console.commands.export",
                       "serve the console's view as Prometheus metrics (for Prometheus/Grafana)",
                       HOST_OPTIONS | {"interval"}),
+    "demo": Command("console.commands.demo",
+                    "the demo host --demo commands share: up, down, status (it idles out after 15 min)",
+                    frozenset({"json"})),
 }
 
 

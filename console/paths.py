@@ -2,7 +2,8 @@
 
 Ground: stdlib only. ``$XDG_CONFIG_HOME`` (else ``~/.config``) holds the config; ``$XDG_STATE_HOME`` (else
 ``~/.local/state``) the audit log and the TUI's incident reports; ``$XDG_CACHE_HOME`` (else ``~/.cache``) the
-learned flag schemas. Each is read when asked (tests and operators change the environment).
+learned flag schemas; ``$XDG_RUNTIME_DIR`` (else the state directory) the persistent demo host. Each is read
+when asked (tests and operators change the environment).
 """
 
 from __future__ import annotations
@@ -50,3 +51,19 @@ def reports_dir() -> Path:
 def flags_cache_dir() -> Path:
     """Where learned flag schemas are cached: ``$XDG_CACHE_HOME/mtpconsole/flags``."""
     return cache_dir() / "flags"
+
+
+DEMO_DIR_ENV = "MTPCONSOLE_DEMO_DIR"
+"""Overrides where the persistent demo host lives (tests give each test its own)."""
+
+
+def demo_dir() -> Path:
+    """Where the persistent demo host keeps its state and files (a private directory, 0700, created by the demo):
+    ``$MTPCONSOLE_DEMO_DIR``, else ``$XDG_RUNTIME_DIR/mtpconsole/demo`` when that runtime directory exists, else
+    ``$XDG_STATE_HOME/mtpconsole/demo``."""
+    if os.environ.get(DEMO_DIR_ENV):
+        return Path(os.environ[DEMO_DIR_ENV])
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        return Path(runtime) / APP / "demo"
+    return state_dir() / "demo"

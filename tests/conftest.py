@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 SGLANG_DATA = REPO / "console" / "data"  # the bundled 0.5.23 help text and flag schema
 TEST_SGLANG_DATA = REPO / "tests" / "data" / "sglang"  # recorded facts used only by tests
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# `--demo` in the tests stages a demo of its own per command, removed when the command exits (the persistent demo
+# host, console/sim/persistent.py, is off): no test sees another's demo or leaves one up. Set before any test module
+# copies os.environ; tests/test_demo_persistent.py turns it on for its commands, each in a directory of its own.
+os.environ["MTPCONSOLE_DEMO_IDLE_S"] = "0"
 
 
 def _missing(msg: str):

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import sys
 from typing import AsyncIterator
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -115,15 +116,41 @@ def with_demo(cfg: Config, demo: Config) -> Config:
 
 
 @contextlib.asynccontextmanager
-async def demo_or_config(ctx: CliContext, *, background: bool = False) -> AsyncIterator[tuple[Config, list[str]]]:
-    """The config and host names to use: the built-in demo host staged for the duration, or the operator's."""
-    if ctx.demo:
-        from console.sim.demo import demo_environment
+async def demo_or_config(ctx: CliContext, *, background: bool = False,
+                         servers: bool = True) -> AsyncIterator[tuple[Config, list[str]]]:
+    """The config and host names to use: the operator's, or under ``--demo`` the built-in demo host.
 
-        async with demo_environment(load=ctx.demo_load, background=background) as (demo_cfg, names):
+    The demo is the persistent one (console/sim/persistent.py) that every ``--demo`` command shares: reused when
+    it runs, else staged here and left up for the next command (until ``mtpconsole demo down`` or its idle
+    timeout). ``background`` (the TUI): a running persistent demo is reused and left running; with none, the TUI
+    stages a demo of its own behind its first frame and removes it on quit. ``servers=False`` (``check``,
+    ``flags``): the demo host's files and config only, no server staged. With ``$MTPCONSOLE_DEMO_IDLE_S=0`` each
+    command stages its own demo and removes it on exit.
+    """
+    if not ctx.demo:
+        yield ctx.config, host_names(ctx)
+        return
+    from console.sim import demo, persistent
+
+    if not servers:
+        with demo.demo_facts() as (demo_cfg, names):
             yield with_demo(ctx.config, demo_cfg), names
         return
-    yield ctx.config, host_names(ctx)
+    lease = None
+    if persistent.enabled():
+        lease = await asyncio.to_thread(persistent.acquire, load=ctx.demo_load, stage=not background,
+                                        notice=lambda line: print(f"mtpconsole: {line}", file=sys.stderr))
+    if lease is not None:
+        try:
+            if background:
+                print(f"mtpconsole: using the running demo host in {lease.state.root} (quitting leaves it up: "
+                      "'mtpconsole demo down' removes it)", file=sys.stderr)
+            yield with_demo(ctx.config, lease.config), ["demo"]
+        finally:
+            lease.release()
+        return
+    async with demo.demo_environment(load=ctx.demo_load, background=background) as (demo_cfg, names):
+        yield with_demo(ctx.config, demo_cfg), names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,15 +162,16 @@ class OpenHosts:
 
 
 @contextlib.asynccontextmanager
-async def open_hosts(ctx: CliContext, *, require: bool = True) -> AsyncIterator[OpenHosts]:
+async def open_hosts(ctx: CliContext, *, require: bool = True, servers: bool = True) -> AsyncIterator[OpenHosts]:
     """Open one link per host concurrently; one host failing never blocks another.
 
     With ``require`` a host that cannot be reached raises its HostError; without it the
-    failed links are yielded too, carrying their error in their snapshot.
+    failed links are yielded too, carrying their error in their snapshot. ``servers=False``: the command
+    needs no server on the demo host (:func:`demo_or_config`).
     """
     audit = make_audit(ctx)
     try:
-        async with demo_or_config(ctx) as (cfg, names):
+        async with demo_or_config(ctx, servers=servers) as (cfg, names):
             links = make_links(ctx, cfg, names, audit)
             results = await asyncio.gather(*(lk.open() for lk in links), return_exceptions=True)
             try:

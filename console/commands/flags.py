@@ -71,7 +71,7 @@ async def load_schema(ctx: CliContext, args: argparse.Namespace, command: list[s
     if not ctx.hosts and not ctx.demo:
         raise UserError("give --host HOST to ask a host's server, or --help-file FILE to read a saved --help")
     cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    async with open_hosts(ctx) as opened:
+    async with open_hosts(ctx, servers=False) as opened:  # the demo: its stand-in's --help, no server
         if not opened.links:
             raise UserError("no host to ask")
         link = opened.links[0]

@@ -7,6 +7,10 @@ and yields a config whose ``demo`` host is local, samples the simulated GPUs and
 the SGLang stand-in — the same agent, supervisor and lifecycle code as a real host. Two
 profiles are ready for the relaunch: the incident's flags (does not fit) and a fixed one.
 Everything is removed on exit, Ctrl-C included, and no process is left behind.
+
+``demo_environment`` is the demo of one process (the TUI's own, tests, benchmarks); the demo that ``--demo``
+commands share between calls is console/sim/persistent.py, staged with the same :func:`stage` and removed with
+the same :func:`teardown`. :func:`demo_facts` is the demo host without any server (``check``/``flags --demo``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterator
 
 from console.config import Config, HostConfig, Profile
 
@@ -65,9 +69,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stage(root: Path, *, speed: float = 5.0, port: int = 30000) -> tuple[Config, subprocess.Popen]:
-    """Create the demo's files and start the hand-launched server on ``port``; return the config and it."""
-    sim, runs, model, logs = root / "sim", root / "runs", root / "models" / "Qwen3.6-27B", root / "logs"
+def model_dir(root: Path) -> Path:
+    """Where the demo at ``root`` keeps its model (only its config.json: the stand-in loads nothing)."""
+    return root / "models" / "Qwen3.6-27B"
+
+
+def stage_files(root: Path, *, speed: float = 5.0) -> Config:
+    """Create the demo's files under ``root`` (the simulated GPUs, the model's config.json, a runs directory) and
+    return the config of its ``demo`` host and profiles; nothing is started."""
+    sim, runs, model, logs = root / "sim", root / "runs", model_dir(root), root / "logs"
     for d in (sim / "alloc", runs, model, logs):
         d.mkdir(parents=True, exist_ok=True)
     (sim / "gpus.json").write_text(json.dumps([
@@ -79,69 +89,143 @@ def stage(root: Path, *, speed: float = 5.0, port: int = 30000) -> tuple[Config,
     host = HostConfig(transport="local", python=sys.executable, runs_dir=str(runs), gpu_source="sim",
                       sim_dir=str(sim), server_command=command, launch_env=env)
     common = dict(host="demo", model_path=str(model), gpus=[0], port=free_port())
-    cfg = Config(hosts={"demo": host}, profiles={
+    return Config(hosts={"demo": host}, profiles={
         "incident": Profile(**common, flags=INCIDENT_FLAGS,
                             description="the incident's relaunch: EAGLE 3/1/4, 512 running, 0.90 — does not fit"),
         "fixed": Profile(**common, flags=FIXED_FLAGS,
                          description="EAGLE 3/1/4 with 16 running requests: fits"),
     })
+
+
+def stage(root: Path, *, speed: float = 5.0, port: int = 30000) -> tuple[Config, subprocess.Popen]:
+    """Create the demo's files and start the hand-launched server on ``port``; return the config and it."""
+    cfg = stage_files(root, speed=speed)
+    host = cfg.host("demo")
+    command, env, model = list(host.server_command), dict(host.launch_env), str(model_dir(root))
     # The server started "by hand" with nohup, as in the incident: no session, a legacy log.
-    log = open(logs / "sglang_gpu0.log", "ab")
-    src_root = str(Path(__file__).resolve().parents[2])
+    log = open(root / "logs" / "sglang_gpu0.log", "ab")
     foreign = subprocess.Popen(
-        command + ["--model-path", str(model), "--port", str(port), *FOREIGN_FLAGS],
+        command + ["--model-path", model, "--port", str(port), *FOREIGN_FLAGS],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=str(root),
-        env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0",
-             "PYTHONPATH": os.pathsep.join(filter(None, [src_root, os.environ.get("PYTHONPATH")]))})
+        env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": python_path()})
     log.close()
     return cfg, foreign
 
 
-def teardown(root: Path, foreign: subprocess.Popen | None) -> None:
-    """Kill everything the demo started (by recorded process groups and sim holders), remove its files."""
-    groups = set()
-    if foreign is not None:
-        groups.add(foreign.pid)
+def python_path() -> str:
+    """``$PYTHONPATH`` with this checkout's source first: a process the demo starts imports this console."""
+    src_root = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join(filter(None, [src_root, os.environ.get("PYTHONPATH")]))
+
+
+def proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, process group, start ticks) of ``pid`` from /proc/<pid>/stat, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+        fields = stat[stat.rindex(")") + 2:].split()
+        return fields[0], int(fields[2]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def same_process(pid: int, start_ticks: int | None) -> bool:
+    """``pid`` is alive (not a zombie) and is the process that started at ``start_ticks`` (not a reused pid)."""
+    st = proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X") and start_ticks is not None and st[2] == start_ticks
+
+
+def marker(root: Path) -> bytes:
+    """What the environment of every process the demo at ``root`` starts carries: its own sim directory."""
+    return f"MTPCONSOLE_SIM_DIR={root}/sim".encode()
+
+
+def _recorded(root: Path) -> list[tuple[int, int | None]]:
+    """(pid, start ticks) the demo's files record: each session's server and supervisor, each GPU memory holder."""
+    out: list[tuple[int, int | None]] = []
     for rec in (root / "runs").glob("*/record.json"):
         try:
             r = json.loads(rec.read_text())
-            groups.add(int(r["pgid"]))
-            groups.add(int(r["supervisor_pid"]))
-        except (OSError, ValueError, KeyError):
+            out.append((int(r["pid"]), r.get("start_ticks")))
+            out.append((int(r["supervisor_pid"]), r.get("supervisor_start_ticks")))
+        except (OSError, ValueError, KeyError, TypeError):
             pass
     for alloc in (root / "sim" / "alloc").glob("*.json"):
         try:
-            groups.add(int(json.loads(alloc.read_text())["pid"]))
-        except (OSError, ValueError, KeyError):
+            a = json.loads(alloc.read_text())
+            out.append((int(a["pid"]), a.get("start_ticks")))
+        except (OSError, ValueError, KeyError, TypeError):
             pass
-    for g in groups:
-        for fn in (os.killpg, os.kill):
-            try:
-                fn(g, signal.SIGKILL)
-            except OSError:
-                pass
-    if foreign is not None:
-        try:
-            foreign.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-    _kill_env_marked(str(root))
-    shutil.rmtree(root, ignore_errors=True)
+    return out
 
 
-def _kill_env_marked(root: str) -> None:
-    """Any process whose environment points at this demo's sim dir (orphans included)."""
-    marker = f"MTPCONSOLE_SIM_DIR={root}/sim".encode()
-    me = os.getpid()
+def own_processes(root: Path, foreign: subprocess.Popen | None = None) -> dict[int, int]:
+    """pid -> process group of every live process that is the demo's own: its environment carries
+    :func:`marker` (the demo and everything it launches set it), or the demo's files record it with the start
+    time it still has, or it is the demo's hand-started server not yet reaped (``foreign``). Never this process."""
+    me, mark = os.getpid(), marker(root)
+    own: dict[int, int] = {}
+    candidates = [(pid, ticks) for pid, ticks in _recorded(root) if same_process(pid, ticks)]
+    if foreign is not None and foreign.poll() is None:  # our unreaped child: its pid cannot have been reused
+        st = proc_stat(foreign.pid)
+        if st is not None:
+            candidates.append((foreign.pid, st[2]))
+    for pid, _ in candidates:
+        st = proc_stat(pid)
+        if st is not None and pid != me:
+            own[pid] = st[1]
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit() or int(name) == me or int(name) in own:
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
-                if marker in f.read():
-                    os.kill(int(name), signal.SIGKILL)
+                if mark not in f.read():
+                    continue
         except OSError:
             continue
+        st = proc_stat(int(name))
+        if st is not None and st[0] not in ("Z", "X"):
+            own[int(name)] = st[1]
+    return own
+
+
+def teardown(root: Path, foreign: subprocess.Popen | None) -> list[int]:
+    """Kill everything the demo started (:func:`own_processes`, with the process group each of them leads) and
+    remove its files; return the pids signalled. A pid reused by another process since is left alone."""
+    signalled: list[int] = []
+    for _ in range(5):  # a process forked while the others were killed is caught on the next pass
+        own = own_processes(root, foreign)
+        if not own:
+            break
+        for pid, pgid in own.items():
+            try:
+                if pgid == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+                signalled.append(pid)
+            except OSError:
+                pass
+        if foreign is not None:
+            try:
+                foreign.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        time.sleep(0.05)
+    shutil.rmtree(root, ignore_errors=True)
+    return sorted(set(signalled))
+
+
+@contextlib.contextmanager
+def demo_facts() -> Iterator[tuple[Config, list[str]]]:
+    """The demo host without any server: its files (simulated GPUs, model config, runs directory) in a temporary
+    directory, removed on exit, and its config — what ``check``/``flags --demo`` need (the stand-in's ``--help``,
+    run by the agent like any host's)."""
+    root = Path(tempfile.mkdtemp(prefix="mtpconsole-demo-"))
+    try:
+        yield stage_files(root), ["demo"]
+    finally:
+        teardown(root, None)
 
 
 BACKGROUND_NICE = 10
@@ -211,7 +295,7 @@ async def demo_environment(*, load: bool = True, background: bool = False) -> As
             pass
     atexit.register(cleanup)
     try:
-        port = 30000 if _port_free(30000) else free_port()  # two demos may run side by side
+        port = 30000 if port_free(30000) else free_port()  # two demos may run side by side
         cfg, foreign = stage(root, port=port)
         procs.append(foreign)
         if background:
@@ -243,7 +327,8 @@ async def _serve_then_load(root: Path, foreign: subprocess.Popen, port: int, loa
         in_background(procs[-1].pid)
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:``port``."""
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -252,19 +337,24 @@ def _port_free(port: int) -> bool:
             return False
 
 
-async def _wait_serving(foreign: subprocess.Popen, port: int, timeout: float) -> None:
-    """Wait until the hand-launched server answers /health with 200 (it then holds its GPU memory)."""
+def serving(port: int) -> bool:
+    """The server on 127.0.0.1:``port`` answers /health with 200 (the hand-started one then holds its GPU memory)."""
     import http.client
 
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+async def _wait_serving(foreign: subprocess.Popen, port: int, timeout: float) -> None:
+    """Wait until the hand-launched server is :func:`serving` (or dies, or ``timeout`` s pass)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and foreign.poll() is None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-        try:
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            conn.close()
+        if serving(port):
+            return
         await asyncio.sleep(0.2)
