@@ -42,8 +42,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 class Ctx:
     """What every benchmark gets: size mode, a private temp dir, a lazily started sshd."""
 
-    def __init__(self, quick: bool, tmp: Path):
+    def __init__(self, quick: bool, tmp: Path, sizes: list[int] | None = None):
         self.quick, self.tmp = quick, tmp
+        self.sizes = sizes
+        """``--sizes``: the sizes a scaling benchmark (fleet) runs at, instead of its own."""
         self._sshd: Sshd | None = None
 
     def n(self, full, quick):
@@ -75,6 +77,16 @@ def run_one(key: str, ctx: Ctx, commit: str) -> Section:
     return sec
 
 
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes must be whole numbers separated by commas, not {text!r}") from None
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be at least 1: {text!r}")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description="mtpconsole performance benchmarks")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, a smoke test; writes no file unless --out")
@@ -83,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", metavar="PATH",
                     help="write the report here; an existing report keeps the sections not run now "
                          "(default: BENCHMARKS.md for a full run, else print only)")
+    ap.add_argument("--sizes", metavar="N,N,...", type=_sizes,
+                    help="the sizes a scaling benchmark runs at (fleet: hosts), e.g. 1,64,128,256,512")
     args = ap.parse_args(argv)
     keys = args.only or list(BENCHMARKS)
     full = not args.quick and not args.only
@@ -92,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     b0 = machine_busy()
     tmp = Path(tempfile.mkdtemp(prefix="mtpbench-"))
-    ctx = Ctx(args.quick, tmp)
+    ctx = Ctx(args.quick, tmp, args.sizes)
     sections: list[Section] = []
     try:
         for key in keys:
