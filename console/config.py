@@ -150,7 +150,21 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         problems = [_problem(err) for err in e.errors()]
         head = f"{len(problems)} problems: " if len(problems) > 1 else ""
         raise ConfigError(f"{p}: {head}{'; '.join(problems)}") from None
+    problems = _reference_problems(cfg)
+    if problems:
+        head = f"{len(problems)} problems: " if len(problems) > 1 else ""
+        raise ConfigError(f"{p}: {head}{'; '.join(problems)}")
     return cfg.model_copy(update={"path": str(p)})
+
+
+def _reference_problems(cfg: Config) -> list[str]:
+    """What the file names that it does not define: a profile's ``host`` must be one of its ``[hosts]`` (or a
+    built-in host: ``local``, ``demo``), else the profile is never offered anywhere and a launch of it goes
+    nowhere the operator meant."""
+    known = sorted(cfg.hosts)
+    return [f"key 'profiles.{name}.host': {prof.host!r} is not a host of this config (hosts: "
+            f"{', '.join(known) or 'none'}); add a [hosts.\"{prof.host}\"] table or name one of them"
+            for name, prof in cfg.profiles.items() if prof.host is not None and prof.host not in (*known, "local", "demo")]
 
 
 def _problem(err: ErrorDetails) -> str:

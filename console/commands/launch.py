@@ -98,7 +98,7 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     host = single_host(ctx)
     if ctx.read_only:
-        raise UserError("read-only: launch is disabled")
+        raise UserError("read-only: launch is disabled", kind="read_only")
     async with open_hosts(ctx) as opened:
         link = opened.links[0]
         req = build_request(args, opened.config, link.name)

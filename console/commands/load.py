@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from console.commands.context import CliContext
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, required=True, help="server port on 127.0.0.1")
+    from console.commands._ops import port_arg
+
+    p.add_argument("--port", type=port_arg, required=True, help="server port on 127.0.0.1 (1-65535)")
     p.add_argument("--target", default="127.0.0.1", metavar="ADDR",
                    help="127.0.0.1 (default), localhost or ::1; nothing else is allowed")
     p.add_argument("--concurrency", type=int, default=4, metavar="N", help="parallel requests (default 4)")
