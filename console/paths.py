@@ -4,11 +4,15 @@ Ground: stdlib only. ``$XDG_CONFIG_HOME`` (else ``~/.config``) holds the config;
 ``~/.local/state``) the audit log and the TUI's incident reports; ``$XDG_CACHE_HOME`` (else ``~/.cache``) the
 learned flag schemas; ``$XDG_RUNTIME_DIR`` (else the state directory) the persistent demo host. Each is read
 when asked (tests and operators change the environment).
+
+Also the one way to read a file the operator names (``--config``, ``--model-config``): :func:`read_user_file`,
+bounded and never blocked by a FIFO or a device.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 APP = "mtpconsole"
@@ -67,3 +71,41 @@ def demo_dir() -> Path:
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
         return Path(runtime) / APP / "demo"
     return state_dir() / "demo"
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words: ``a regular file``, ``a directory``, ``a FIFO``..."""
+    kinds = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+class UnreadableFile(ValueError):
+    """A file the operator named that the console will not read: not a regular file, or larger than its limit
+    (the message says which, without the path: the caller names the option and the path)."""
+
+
+def read_user_file(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of a file the operator named, read the way a shell would find it (symlinks followed), but opened
+    without blocking and refused unless it is a regular file — a FIFO never hangs the console, ``/dev/zero`` is
+    never read — and never more than ``limit`` bytes read (one more tells a larger file). Raises ``OSError``
+    when it cannot be opened or read, :class:`UnreadableFile` for another kind of file or a larger one."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableFile(f"is {file_kind(st.st_mode)}, not a regular file")
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise UnreadableFile(f"is larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

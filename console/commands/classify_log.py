@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal as _signal
+import stat
 import sys
 import time
 from pathlib import Path
@@ -24,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from console.errors import UserError
+from console.host.rundir import MAX_SMALL_JSON_BYTES, json_depth_ok
 from console.model import Classification, ExitRecord
+from console.paths import UnreadableFile, file_kind, read_user_file
 
 if TYPE_CHECKING:
     from console.commands.context import CliContext
@@ -67,11 +71,16 @@ def exit_record_from_args(args: argparse.Namespace) -> ExitRecord | None:
     """The exit record the options describe, or None when none was given."""
     if args.exit_json:
         path = Path(args.exit_json)
-        try:
-            data = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
+        try:  # bounded, never a FIFO or a device (paths.read_user_file); nesting bounded before parsing
+            raw = read_user_file(path, MAX_SMALL_JSON_BYTES)  # as the agent reads one
+            if not json_depth_ok(raw):
+                raise ValueError("nested too deeply")
+            data = json.loads(raw.decode("utf-8", errors="replace"))
         except OSError as e:
             raise UserError(f"--exit-json {path}: cannot read: {e.strerror or e}") from None
-        except ValueError as e:
+        except UnreadableFile as e:
+            raise UserError(f"--exit-json {path}: {e}") from None
+        except (ValueError, RecursionError) as e:
             raise UserError(f"--exit-json {path}: not JSON: {e}") from None
         if not isinstance(data, dict):
             raise UserError(f"--exit-json {path}: expected a JSON object")
@@ -121,8 +130,9 @@ def _classify_one(name: str, exit: ExitRecord | None) -> dict[str, Any]:
 
     path = Path(name)
     try:
-        if path.is_dir():
-            return _entry(name, None, "is a directory")
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would block and /dev/zero never end
+            return _entry(name, None, f"is {file_kind(mode)}, not a regular file")
         return _entry(name, classify_file(path, exit))
     except OSError as e:
         return _entry(name, None, e.strerror or str(e))

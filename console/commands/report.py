@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
-from pathlib import Path
 
 from console.commands._ops import require_session
 from console.commands.context import CliContext, connect_hosts, single_host
-from console.core.report import build_report
-from console.core.report_svg import panel_svg
 from console.errors import UserError
+from console.ops.backend import safe_name
+from console.ops.report_files import check_targets, write_report
 from console.ops.report_gather import ReportError, gather
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("session", help="the session id to report on")
     p.add_argument("--since", default="2h", metavar="AGE",
-                   help="how far before the session to include audit entries and GPU samples (e.g. 30m, 2h)")
+                   help="how far before the session to include audit entries (e.g. 30m, 2h); the GPU table shows "
+                        "the samples from 2 minutes before the failure to 1 minute after it")
     p.add_argument("--out", metavar="FILE",
-                   help="Markdown file to write (default ./report-SESSION.md); the SVG goes beside it")
+                   help="Markdown file to write (default ./report-SESSION.md); the panel's SVG goes beside it as "
+                        "FILE with the suffix .svg. Both are created new (mode 0600), never through a symlink")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the Markdown and SVG files when they exist as regular files")
 
 
 def parse_age(text: str) -> float:
@@ -31,6 +35,8 @@ def parse_age(text: str) -> float:
         value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except ValueError:
         raise UserError(f"--since {text!r}: expected an age like 90s, 30m, 2h or 1d") from None
+    if not math.isfinite(value):
+        raise UserError(f"--since {text!r}: an age is a finite number of seconds, minutes, hours or days")
     if value < 0:
         raise UserError(f"--since {text!r}: an age cannot be negative")
     return value
@@ -39,7 +45,8 @@ def parse_age(text: str) -> float:
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     host = single_host(ctx)
     since = parse_age(args.since)
-    out = Path(args.out or f"report-{args.session}.md")
+    default = f"report-{safe_name(args.session)}.md"
+    check_targets(args.out or default, overwrite=args.overwrite)  # a bad target is refused before the host is asked
     async with connect_hosts(ctx) as links:
         link = next(lk for lk in links if lk.name == host) if len(links) > 1 else links[0]
         await require_session(link, args.session)  # an unknown id is bad input (rc 2), as every command says it
@@ -47,9 +54,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             inp = await gather(link, args.session, audit_path=ctx.audit_log, since_s=since, now=time.time())
         except ReportError as e:
             raise UserError(str(e), exit_code=1) from None
-    svg = out.with_suffix(".svg")
-    svg.write_text(panel_svg(inp), encoding="utf-8")
-    out.write_text(build_report(inp.model_copy(update={"panel_svg": svg.name})), encoding="utf-8")
+    out, svg = write_report(inp, args.out or default, overwrite=args.overwrite)
     if ctx.json_output:
         print(json.dumps({"report": str(out), "svg": str(svg), "session_id": inp.session_id,
                           "state": inp.state, "cause": inp.classification.cause if inp.classification else None}))

@@ -19,7 +19,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from console.host.rundir import json_depth_ok
+from console.paths import UnreadableFile, read_user_file
+
 GIB = 1 << 30
+MAX_CONFIG_BYTES = 4 << 20
+"""A model's config.json is a few KiB; more than this is not one (and is never read further)."""
+MAX_CONFIG_DEPTH = 32
+"""A config.json nests 3 or 4 levels (``text_config``, ``rope_scaling``); deeper is refused before parsing."""
 
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4, "fp32": 4, "float": 4,
@@ -318,19 +325,24 @@ def load_model_config(path: str | Path) -> ModelShape:
     if p.is_dir():
         p = p / "config.json"
     try:
-        raw = p.read_bytes()
+        raw = read_user_file(p, MAX_CONFIG_BYTES)  # bounded: /dev/zero or a FIFO is refused, never read whole
     except FileNotFoundError:
         raise ModelConfigError(f"{p}: no such file") from None
     except OSError as e:
         raise ModelConfigError(f"{p}: cannot read ({e.strerror or e})") from None
-    if len(raw) > 4 * 1024 * 1024:
-        raise ModelConfigError(f"{p}: too large for a config.json ({len(raw)} bytes)")
+    except UnreadableFile as e:
+        limit = f"a config.json is a regular file of at most {MAX_CONFIG_BYTES} bytes"
+        raise ModelConfigError(f"{p}: {e} ({limit})") from None
+    if not json_depth_ok(raw, MAX_CONFIG_DEPTH):
+        raise ModelConfigError(f"{p}: nests deeper than {MAX_CONFIG_DEPTH} levels (not a model's config.json)")
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ModelConfigError(f"{p}: not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise ModelConfigError(f"{p}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise ModelConfigError(f"{p}: nests too deeply to read") from None
     try:
         return parse_model_config(data)
     except ModelConfigError as e:
