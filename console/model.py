@@ -709,6 +709,10 @@ class Step(Frozen):
     """The operation part it belongs to: a relaunch's steps are its kill's, then its launch's."""
 
 
+ABORTED = "aborted by the operator"
+"""What a launch reports when an operator stopped its session while it was under way (:attr:`OperationResult.aborted`)."""
+
+
 class OperationResult(Frozen):
     """Outcome of launch / kill / relaunch."""
 
@@ -730,6 +734,10 @@ class OperationResult(Frozen):
     every failure at once. A refusal has no ``cause``: nothing ran that could have failed."""
     refusals: list[str] = Field(default_factory=list)
     """Each preflight failure of a refusal, one per check (``refused`` joins them)."""
+    aborted: str | None = None
+    """Set when an operator stopped the launch's session while it was under way (``x`` in the console, or
+    ``kill SESSION`` from any console): what happened, said instead of a failure. An aborted launch has no
+    ``cause`` (nothing failed) and ``ok`` False (it did not reach READY)."""
 
 
 # ---------------------------------------------------------------- hosts

@@ -115,13 +115,15 @@ def emit_result(json_output: bool, r: OperationResult) -> int:
         if r.hint:
             print(f"  hint:  {term(r.hint)}")
     else:
-        head = f"{r.op} on {r.host}: {'OK' if r.ok else 'FAILED'}"
+        head = f"{r.op} on {r.host}: {'OK' if r.ok else 'ABORTED' if r.aborted else 'FAILED'}"
         if r.session_id:
             head += f" — session {r.session_id}"
         if r.state and not (r.state == "failed" and not r.ok):  # "FAILED [FAILED]" says it twice
             head += f" [{r.state.upper()}]"
         print(head)
         if not r.ok:
+            if r.aborted:  # an operator stopped the session while it launched: no cause, nothing failed
+                print(f"  {r.aborted}: the session was stopped while it launched (not a failure)")
             if r.cause:
                 print(f"  cause: {r.cause}")
             if r.line:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.flags.check import argparse_error, validate
-from console.core.flags.models import Problem
+from console.core.flags.models import FlagSchema, Problem
 from console.core.flags.notes import speculative_notes
 from console.errors import HostError
 from console.ops.flag_learning import Link, launch_schema
@@ -32,6 +32,8 @@ class FlagVerdict(BaseModel):
     error: str | None = None
     note: str = ""
     problems: list[Problem] = Field(default_factory=list)
+    flag_schema: FlagSchema | None = None
+    """The host's server flags the check used (None: none could be had)."""
 
 
 async def check_launch_flags(link: Link, command: list[str], flags: list[str]) -> FlagVerdict:
@@ -45,7 +47,7 @@ async def check_launch_flags(link: Link, command: list[str], flags: list[str]) -
     errors += [p for p in speculative_notes(argv, schema) if p.severity == "error"]
     where = f"{schema.prog or 'the server'} {schema.version or ''}".rstrip()
     if not errors:
-        return FlagVerdict(ok=True, checked=True, note=f"flags ok against {where}")
+        return FlagVerdict(ok=True, checked=True, note=f"flags ok against {where}", flag_schema=schema)
     line = argparse_error(argv, schema) or errors[0].message
     return FlagVerdict(ok=False, checked=True, error=line, problems=errors,
-                       note=f"{len(errors)} flag error(s) against {where}")
+                       note=f"{len(errors)} flag error(s) against {where}", flag_schema=schema)

@@ -191,6 +191,11 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _access(self, code: int) -> None:
+        """Uvicorn's access line for this request, unless its path starts with one of the server's
+        ``--uvicorn-access-log-exclude-prefixes`` (SGLang 0.5.23: "Exclude uvicorn access logs whose request path
+        starts with any of these prefixes")."""
+        if self.path.startswith(tuple(getattr(self.server.app.args, "uvicorn_access_log_exclude_prefixes", None) or ())):
+            return
         phrase = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
                   405: "Method Not Allowed", 413: "Request Entity Too Large", 503: "Service Unavailable"}.get(code, "")
         host, port = self.client_address[:2]

@@ -25,7 +25,8 @@ from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
 
-DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch"}
+DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch",
+               "abort": "abort launch"}
 """The actions that change a host (refused in read-only mode), and how the refusal names them."""
 COMPACT_CELL = 44
 """Width of one GPU panel in compact mode (the stats line fits)."""
@@ -39,6 +40,10 @@ KEYS = [
     Binding("k", "kill", "Kill", tooltip="stop the selected session, confirmed", id="kill"),
     Binding("r", "relaunch", "Relaunch", tooltip="confirmed kill, then launch with the same flags", id="relaunch"),
     Binding("e", "edit", "Edit", tooltip="edit the flags and relaunch", id="edit"),
+    Binding("x", "abort", "Abort launch", show=False, id="abort",
+            tooltip="abort the launch in progress on the selected GPU: kill its process group now, confirmed"),
+    Binding("h", "probe_lines", "Probe lines", show=False, id="probe_lines",
+            tooltip="show or fold the console's own GET /metrics and /health lines in the log"),
     Binding("enter", "select_panel", "Select", show=False, tooltip="focus the selected GPU panel", id="select_panel"),
     Binding("slash", "filter_log", "Filter", tooltip="filter the log (hide non-matching lines)", id="filter_log"),
     Binding("w", "wrap_log", "Wrap", tooltip="toggle wrapping of long log lines", id="wrap_log"),
@@ -291,6 +296,9 @@ class MainScreen(Screen):
     def key_e(self) -> None:
         self.refuse("edit")
 
+    def key_x(self) -> None:
+        self.refuse("abort")
+
     # ------------------------------------------------------------------ what the keys start
     def action_launch(self) -> None:
         self.console.ops.launch()
@@ -303,6 +311,12 @@ class MainScreen(Screen):
 
     def action_edit(self) -> None:
         self.console.ops.edit()
+
+    def action_abort(self) -> None:
+        self.console.ops.abort()
+
+    def action_probe_lines(self) -> None:
+        self.log_pane.toggle_probes()
 
     def action_sessions(self) -> None:
         self.console.workflow.sessions()

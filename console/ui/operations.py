@@ -1,8 +1,25 @@
-"""The operations controller: launch, kill, relaunch and edit-and-relaunch from the UI.
+"""The operations controller: launch, kill, relaunch, edit-and-relaunch and abort from the UI.
 
-One operation at a time (``busy``). Each is confirmed in a dialog or the flag form first,
-then runs as a worker that calls the backend, draws its steps in the steps view and
-reports the result. The app owns one :class:`Operations`; the GPU panels' keys call it (``console/ui/main_screen.py``).
+Each is confirmed in a dialog or the flag form first, then runs as a worker that calls the backend, draws its
+steps in the steps view and reports the result. The app owns one :class:`Operations`; the GPU panels' keys call
+it (``console/ui/main_screen.py``).
+
+Operations hold GPUs, not the console: each running one holds the GPUs it acts on (:class:`Running`), and an
+action is refused only where it would touch a GPU another one holds — a relaunch of GPU 0 that loads for minutes
+leaves GPU 2 free to launch on. What each holds:
+
+- a launch: the GPUs of its request; a kill: its session's GPUs (the panel's GPU when none are known);
+- a relaunch and an edit-and-relaunch: the old session's GPUs and the new request's;
+- an orphan kill: the GPUs the orphan holds memory on;
+- **the whole host** only where the GPUs an action touches are unknown: the kill of an orphan that holds no GPU
+  memory the driver reports (on a host without GPU information), and any caller of :meth:`Operations.run` that
+  names no GPUs.
+
+One key is never refused for a held GPU: ``x`` (:meth:`Operations.abort`) stops the launch (or the relaunch's
+launch) under way on the focused GPU — its session's recorded process group is killed, confirmed like any kill
+in a dialog that names the session, the group and its pids. The launch then reports "aborted by the operator"
+(not a failure) and its session reads STOPPED. The steps view shows the operation begun last; the others still
+running are listed under its title.
 """
 
 from __future__ import annotations
@@ -10,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, Iterable
 
 from console.backend import Backend, OnSteps
 from console.model import (
+    ABORTED,
     HostSnapshot,
     KillTarget,
     LaunchRequest,
@@ -36,6 +55,45 @@ OpCall = Callable[[OnSteps], Coroutine[Any, Any, OperationResult]]
 
 ENDED = ("failed", "stopped")
 KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
+LAUNCHES = ("launch", "relaunch")
+"""The operations ``x`` aborts (a relaunch once its launch has started)."""
+ABORTABLE = ("launching", "loading")
+"""The states of a session whose launch ``x`` aborts."""
+
+
+@dataclass(eq=False)
+class Running:
+    """One operation under way: what it holds (``gpus`` of ``host``; None: the whole host), its steps, its result."""
+
+    title: str
+    op: str
+    host: str
+    gpus: frozenset[int] | None
+    steps: list[Step] = field(default_factory=list)
+    result: OperationResult | None = None
+    aborting: bool = False
+    """``x`` was confirmed on this launch: its session is being killed."""
+
+    def holds(self, host: str, gpus: frozenset[int] | None) -> bool:
+        """It holds one of ``gpus`` of ``host`` (None: any of them)."""
+        return host == self.host and (self.gpus is None or gpus is None or bool(self.gpus & gpus))
+
+    def where(self) -> str:
+        """What it holds, in words: ``GPU 0``, ``GPUs 0,1`` or ``every GPU``."""
+        if self.gpus is None:
+            return "every GPU"
+        return ("GPU " if len(self.gpus) == 1 else "GPUs ") + gpu_list(sorted(self.gpus))
+
+    def step(self) -> str:
+        """The step under way (its name), else the last one reported, else ``starting``."""
+        running = next((s.name for s in self.steps if s.state == "running"), None)
+        return running or (self.steps[-1].name if self.steps else "starting")
+
+
+def held(gpus: Iterable[int] | None) -> frozenset[int] | None:
+    """The GPUs an operation holds: ``gpus``, or None (the whole host) when none are known."""
+    got = frozenset(gpus or ())
+    return got or None
 
 
 def kill_target(s: SessionView) -> KillTarget:
@@ -90,7 +148,10 @@ class Operations:
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.busy = False
+        self.running: list[Running] = []
+        """The operations under way, oldest first: each holds its GPUs (see the module docstring)."""
+        self.shown: Running | None = None
+        """The operation the steps view shows (the one begun last)."""
         self.form_memory: dict[tuple[str, int], dict[str, Any]] = {}
         """(host, GPU) → what the operator last typed in a launch form there (kept until it launches)."""
         self.results: list[OperationResult] = []
@@ -107,10 +168,28 @@ class Operations:
     def _checkers(self) -> dict[str, Any]:
         return {"validator": self.backend.validator, "planner": self.backend.planner}
 
-    def _busy(self) -> bool:
-        if self.busy:
-            self.console.say("an action is already running; wait for its steps to finish", severity="warning")
-        return self.busy
+    @property
+    def busy(self) -> bool:
+        """An operation runs (on some GPU of some host)."""
+        return bool(self.running)
+
+    def holder(self, host: str, gpus: frozenset[int] | None) -> Running | None:
+        """The operation under way that holds one of ``gpus`` of ``host`` (None: any GPU of it), if any."""
+        return next((r for r in self.running if r.holds(host, gpus)), None)
+
+    def _busy(self, host: str, gpus: Iterable[int] | None, verb: str) -> bool:
+        """True (and says which operation holds what) when ``gpus`` of ``host`` are held; None: the whole host."""
+        r = self.holder(host, held(gpus))
+        if r is not None:
+            self._refuse(verb, r)
+        return r is not None
+
+    def _refuse(self, verb: str, r: Running) -> None:
+        """Say that ``verb`` is refused because ``r`` holds its GPUs (and what is still free to act on)."""
+        hint = "; x aborts it" if r.op in LAUNCHES and not r.aborting else ""
+        free = "" if r.gpus is None else "; other GPUs are free"
+        self.console.say(f"{verb} refused: {r.title} holds {r.host} {r.where()} (step {r.step()}){hint}{free}",
+                         severity="warning")
 
     def _current(self) -> tuple[GpuPanel, SessionView | None] | None:
         """The selected panel and its current session (what the operator sees on it)."""
@@ -143,7 +222,7 @@ class Operations:
     # ---- the four actions
     def launch(self) -> None:
         t = self._current()
-        if t is None or self._busy():
+        if t is None or self._busy(t[0].host, [t[0].index], "launch"):
             return
         p = t[0]
         tpl: LaunchRequest | None = None
@@ -165,8 +244,11 @@ class Operations:
         self.console.push_screen(form, callback=on_request(lambda req: self._launch_op(req, forget=(p.host, p.index))))
 
     def kill(self) -> None:
+        c = self._current()  # a GPU an operation holds is refused first (a launch under way: x aborts it)
+        if c is None or self._busy(c[0].host, {c[0].index, *(c[1].gpus if c[1] else [])}, "kill"):
+            return
         t = self._running("kill")
-        if t is None or self._busy():
+        if t is None:
             return
         s = t[1]
         target = kill_target(s)  # captured now: a list shifting underneath cannot change it
@@ -174,11 +256,11 @@ class Operations:
         self.console.push_screen(ConfirmScreen(f"Kill {clean(s.session_id or 'foreign server', 80)}?", lines, "Kill"),
                              callback=on_ok(lambda: self.run(
                                  f"kill · {s.host} · {s.session_id or 'pid ' + str(target.pid)}", "kill", s.host,
-                                 lambda cb: self.backend.kill(target, cb))))
+                                 lambda cb: self.backend.kill(target, cb), gpus=s.gpus or [t[0].index])))
 
     def relaunch(self) -> None:
         t = self._current()
-        if t is None or self._busy():
+        if t is None or self._busy(t[0].host, {t[0].index, *(t[1].gpus if t[1] else [])}, "relaunch"):
             return
         p, s = t
         if s is not None and s.state in ENDED:
@@ -196,7 +278,7 @@ class Operations:
         lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
         self.console.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
-                                           "Relaunch"), callback=on_ok(lambda: self._start_relaunch(target, req)))
+                                           "Relaunch"), callback=on_ok(lambda: self._start_relaunch(target, req, s.gpus)))
 
     def _launch_again(self, s: SessionView) -> None:
         """``r`` on an ended session: nothing to kill; launch that session's flags again, and say so."""
@@ -218,7 +300,7 @@ class Operations:
         """Edit and relaunch the selected GPU's session; ``flags``: start the form from these server
         flags instead of the running ones (the advisor's suggestion, ``why`` names it in the title)."""
         t = self._current()
-        if t is None or self._busy():
+        if t is None or self._busy(t[0].host, {t[0].index, *(t[1].gpus if t[1] else [])}, "edit and relaunch"):
             return
         p, s = t
         if s is not None and s.state in ENDED and s.argv:
@@ -235,7 +317,7 @@ class Operations:
                         title=f"Edit and relaunch {clean(s.session_id or 'foreign server', 80)} on {s.host}"
                               f" · GPUs {gpu_list(s.gpus)}" + (f" · advice: {clean(why, 80)}" if why else ""),
                         **self._checkers())
-        self.console.push_screen(form, callback=on_request(lambda req: self._start_relaunch(target, req)))
+        self.console.push_screen(form, callback=on_request(lambda req: self._start_relaunch(target, req, s.gpus)))
 
     def _edit_stopped(self, s: SessionView) -> None:
         named = f"{clean(s.session_id, 80)} " if s.session_id and s.cause else ""  # which failure: its session too
@@ -250,46 +332,136 @@ class Operations:
         self.run(title or f"launch · {req.host} · GPUs {gpu_list(req.gpus)}", "launch", req.host,
                  lambda cb: self.backend.launch(req, cb), forget=forget, gpus=req.gpus, req=req, say=say)
 
-    def _start_relaunch(self, target: KillTarget, req: LaunchRequest) -> None:
+    def _start_relaunch(self, target: KillTarget, req: LaunchRequest, old_gpus: list[int]) -> None:
+        """Relaunch ``target`` as ``req``: it holds the old session's GPUs (``old_gpus``) and the new ones."""
         self.run(f"relaunch · {req.host} · GPUs {gpu_list(req.gpus)}", "relaunch", req.host,
-                 lambda cb: self.backend.relaunch(target, req, cb), gpus=req.gpus, req=req)
+                 lambda cb: self.backend.relaunch(target, req, cb), gpus=sorted({*old_gpus, *req.gpus}), req=req)
+
+    # ---- aborting a launch
+    def abort(self) -> None:
+        """``x``: stop the launch under way on the focused GPU now — its session's recorded process group is killed
+        (confirmed like any kill, in a dialog that names the session, the group and its pids; Cancel focused). The
+        launch then reports aborted by the operator and its session reads STOPPED. A launch of another console
+        (``launch --wait`` in a terminal) is aborted the same way."""
+        t = self._current()
+        if t is None:
+            return
+        p, s = t
+        r = next((x for x in self.running if x.op in LAUNCHES and x.holds(p.host, frozenset([p.index]))), None)
+        where = f"{p.host} GPU {p.index}"
+        if s is None or s.state not in ABORTABLE:
+            if r is not None and r.op == "relaunch":
+                self.console.say(f"the relaunch on {where} is stopping the old server (step {r.step()}): x aborts its "
+                                 "launch once it has started", severity="warning")
+            else:
+                now = f" ({s.state.upper()}: k kills it)" if s is not None and s.state not in ENDED else ""
+                self.console.say(f"no launch in progress on {where}{now}: x aborts a launch while it loads",
+                                 severity="warning")
+            return
+        if s.pending or not s.session_id:
+            self.console.say(f"the launch on {where} has no process yet (its preflight runs): x aborts it once the "
+                             "host reports it, in a moment", severity="warning")
+            return
+        if r is not None and r.aborting:
+            self.console.say(f"the launch on {where} is already being aborted", severity="warning")
+            return
+        other = next((x for x in self.running if x is not r and x.holds(p.host, held(s.gpus or [p.index]))), None)
+        if other is not None:
+            self._refuse("abort", other)
+            return
+        self._confirm_abort(s, r, p.index)
+
+    def _confirm_abort(self, s: SessionView, under_way: Running | None, index: int) -> None:
+        sid = clean(s.session_id or "", 80)
+        target = kill_target(s)  # captured now: the session the dialog names, whatever the panel shows later
+        view = self.console.views.get(s.host)
+        info = next((x for x in (view.snapshot.sessions if view else []) if x.session_id == s.session_id), None)
+        pgid = info.record.pgid if info is not None and info.record is not None else None
+        group = (f"group:    process group {pgid} (the launch's recorded group: SIGTERM now, SIGKILL after the grace)"
+                 if pgid else "group:    the session's processes (no process group recorded yet)")
+        lines = [*self._who(s), group, "",
+                 "then checks: " + KILL_CHECKS,
+                 f"the launch {'under way here' if under_way is not None else 'under way'} then reports: {ABORTED}; "
+                 "the session reads STOPPED"]
+        gpus = s.gpus or [index]
+
+        def go() -> None:
+            if under_way is not None:
+                under_way.aborting = True
+            self.run(f"abort · {s.host} · {sid} (its launch; group {pgid or 'N/A'})", "kill", s.host,
+                     lambda cb: self.backend.kill(target, cb), gpus=gpus, within=under_way)
+        self.console.push_screen(ConfirmScreen(f"Abort the launch of {sid}?", lines, "Abort launch"),
+                                 callback=on_ok(go))
 
     # ---- running one
     def run(self, title: str, op: str, host: str, call: OpCall, *, forget: tuple[str, int] | None = None,
-            gpus: list[int] | None = None, req: LaunchRequest | None = None, say: str | None = None) -> None:
-        if self._busy():
+            gpus: list[int] | None = None, req: LaunchRequest | None = None, say: str | None = None,
+            within: Running | None = None) -> None:
+        """Run one operation holding ``gpus`` of ``host`` (None: the whole host), refused while another holds one
+        of them; ``within``: the operation this one acts inside of (an abort's kill of a launch's session: the
+        launch's GPUs are not refused to it)."""
+        want = held(gpus)
+        blocker = next((r for r in self.running if r is not within and r.holds(host, want)), None)
+        if blocker is not None:
+            self._refuse(op, blocker)
             return
-        self.busy = True
-        self.steps.begin(title)
+        r = Running(title, op, host, want)
+        self.running.append(r)
+        self._show(r)
         if say:
             self.console.say(say)
-        self.console.run_worker(self._op(op, host, call, forget, req), group="op", exit_on_error=False)
+        self.console.run_worker(self._op(r, call, forget, req), group="op", exit_on_error=False)
 
-    def on_steps(self, steps: list[Step]) -> None:
-        """Backend callback for progress; safe from another thread."""
-        if threading.get_ident() == self._loop_thread:
+    def _show(self, r: Running) -> None:
+        """The steps view shows ``r`` (begun just now)."""
+        self.shown = r
+        self.steps.begin(r.title)
+        self._others()
+
+    def _others(self) -> None:
+        """Under the shown operation's title: the others still running, each with the step it is at."""
+        self.steps.set_others([f"{x.title} · {x.step()}" for x in self.running if x is not self.shown])
+
+    def on_steps(self, steps: list[Step], r: Running | None = None) -> None:
+        """Backend callback for the progress of ``r`` (default: the shown operation); safe from another thread."""
+        if threading.get_ident() != self._loop_thread:
+            self.console.call_from_thread(self.on_steps, steps, r)
+            return
+        r = r or self.shown
+        if r is None:
+            return
+        r.steps = list(steps)
+        if r is self.shown:
             self.steps.set_steps(steps)
         else:
-            self.console.call_from_thread(self.steps.set_steps, steps)
+            self._others()
 
-    async def _op(self, op: str, host: str, call: OpCall, forget: tuple[str, int] | None,
+    async def _op(self, r: Running, call: OpCall, forget: tuple[str, int] | None,
                   req: LaunchRequest | None = None) -> None:
+        op, host = r.op, r.host
         try:
-            result = await call(self.on_steps)
+            result = await call(partial(self.on_steps, r=r))
         except asyncio.CancelledError:
             raise
         except Exception as e:
             result = OperationResult(op=op, host=host, ok=False, error=f"{type(e).__name__}: {e}")
         finally:
-            self.busy = False
+            if r in self.running:
+                self.running.remove(r)
+        r.result = result
         self.results.append(result)
-        self.steps.finish(result)
+        if r is self.shown:
+            self.steps.finish(result)
+        self._others()
         app = self.console
         app.apply_views()  # the backend pushed the result's view: show it now, not at the next tick
         if result.ok:
             app.say(f"{op} confirmed" + (f": {result.state.upper()}" if result.state else ""))
             if forget:
                 self.form_memory.pop(forget, None)
+        elif result.aborted:  # the operator stopped it (x, or a kill from any console): not a failure
+            sid = clean(result.session_id or "its session", 80)
+            app.say(f"{op} {result.aborted}: {sid} reads {(result.state or 'stopping').upper()}", severity="warning")
         elif req is not None and (result.session_id is None or result.session_id == req.replaces):
             # refused before anything started (preflight, bad flags, busy GPU): no session, GPU untouched
             why = result.refused or result.error or "refused"

@@ -84,11 +84,11 @@ class Follower(Protocol):
 
 
 class Actions(Protocol):
-    """Launch, kill, relaunch and edit (``console/ui/operations.py``)."""
+    """Launch, kill, relaunch, edit and abort (``console/ui/operations.py``)."""
 
     @property
     def busy(self) -> bool:
-        """An operation runs (one at a time)."""
+        """An operation runs (on some GPU: each holds only the GPUs it acts on)."""
 
     @property
     def results(self) -> list[OperationResult]:
@@ -98,13 +98,17 @@ class Actions(Protocol):
     def kill(self) -> None: ...
     def relaunch(self) -> None: ...
 
+    def abort(self) -> None:
+        """Stop the launch under way on the focused GPU (its session's group killed, confirmed in a dialog)."""
+
     def edit(self, flags: list[str] | None = None, why: str | None = None) -> None:
         """Edit and relaunch; ``flags``: start from these server flags (an advice's suggestion)."""
 
     def run(self, title: str, op: str, host: str, call: Callable[[OnSteps], Coroutine[Any, Any, OperationResult]],
             *, forget: tuple[str, int] | None = None, gpus: list[int] | None = None,
             req: LaunchRequest | None = None, say: str | None = None) -> None:
-        """Run one operation, its steps drawn in the steps pane."""
+        """Run one operation holding ``gpus`` of ``host`` (None: the whole host), its steps drawn in the steps pane;
+        refused while another operation holds one of them."""
 
 
 class Navigation(Protocol):

@@ -4,7 +4,12 @@ The checks (:meth:`_Launch.table`): spawned (pid + start time + argv), logging (
 grows), listening (port accepts), healthy (GET /health 200; 503 = warming up), ready (the ready line in this
 session's log), on GPU (the driver attributes memory on the target GPUs to the session's processes). A server
 exit at any point fails the launch at once with the classified cause, the decisive line, a hint and the last
-lines of this session's log.
+lines of this session's log — unless an operator stopped the session (``x`` in the console, ``kill SESSION`` from
+any console): then the launch reports "aborted by the operator" (:attr:`OperationResult.aborted`), not a failure.
+
+When the host's own server flags have ``--uvicorn-access-log-exclude-prefixes`` and the operator did not give it,
+the launch adds ``--uvicorn-access-log-exclude-prefixes /metrics /health``: the console's own probes stay out of
+the session's log (:mod:`console.core.probes`).
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ import time
 from typing import Any
 
 from console import __version__
+from console.core.probes import quiet_probe_flags
 from console.core.sessions import flag_value, new_session_id, server_port
 from console.core.text import LAUNCH_STEPS
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
-from console.model import DEFAULT_PORT, LaunchRequest, LaunchSpec, OperationResult, SupervisorRecord
+from console.model import ABORTED, DEFAULT_PORT, LaunchRequest, LaunchSpec, OperationResult, SupervisorRecord
 from console.ops.lifecycle.preflight import (
     Checked,
     check_request,
@@ -34,11 +40,13 @@ from console.ops.lifecycle.preflight import (
     refused,
     with_plan,
 )
-from console.ops.lifecycle.steps import Check, OnSteps, Skip, StepFailed, Stepper, record_result
+from console.ops.lifecycle.steps import Check, OnSteps, Skip, StepFailed, Stepper, fresh_snapshot, record_result
 from console.ops.lifecycle.watch import SessionWatch
 from console.ops.session_log import probe_health
 
 READY_LINE = "The server is fired up and ready to roll!"
+ABORT_EXIT_WAIT_S = 5.0
+"""How long an aborted launch waits for its server's end to be recorded (its result then reads STOPPED)."""
 
 
 def build_spec(req: LaunchRequest, session_id: str, now: float) -> tuple[LaunchSpec, dict[str, str]]:
@@ -75,12 +83,16 @@ async def _launch(link: HostLink, req: LaunchRequest, on_steps: OnSteps | None, 
     st.start("preflight")
     snap = await preflight_snapshot(link)  # taken now: after a relaunch's kill, what the kill left
     checked = checked or await check_request(link, req, snap)
+    quiet = quiet_probe_flags(req.flags, checked.schema)
+    if quiet:  # the host's server can leave the console's probes out of its access log: it is asked to
+        req = req.model_copy(update={"flags": [*req.flags, *quiet]})
+        spec, env = build_spec(req, sid, now)
     note = orphan_note(snap, req.gpus)
     opts = {"need_mib": need_mib, "allow_busy": allow_busy}
     if checked.refusals:  # nothing is started: the host's own checks too, so that every failure is listed at once
         refusals = checked.refusals + await host_refusals(link, spec, env, opts)
         return refused(st, res, refusals, line=checked.line, hint="; ".join(checked.hints) or None, note=note)
-    run = _Launch(link, st, res, spec, env, checked, SessionWatch(link, sid))
+    run = _Launch(link, st, res, spec, env, checked, SessionWatch(link, sid), quiet)
     try:
         return await run.go(opts, note, wait, timeout)
     finally:
@@ -91,9 +103,11 @@ class _Launch:
     """One launch under way: its spec, its steps, its watch on the session, and the probe of each check."""
 
     def __init__(self, link: HostLink, st: Stepper, res: dict[str, Any], spec: LaunchSpec, env: dict[str, str],
-                 checked: Checked, watch: SessionWatch):
+                 checked: Checked, watch: SessionWatch, quiet: list[str] | None = None):
         self.link, self.st, self.res, self.spec, self.env = link, st, res, spec, env
         self.checked, self.watch = checked, watch
+        self.quiet = list(quiet or [])
+        """The flags added so that the server leaves the console's probes out of its log (empty: none)."""
         self.client = HostClient.of(link)
         self.sid: str = res["session_id"]
         self.port: int = spec.port if spec.port is not None else DEFAULT_PORT  # build_spec always sets one
@@ -144,8 +158,10 @@ class _Launch:
             st.finish("preflight", "failed", msg)
             return OperationResult(**{**self.res, "session_id": None}, ok=False, state="failed", steps=st.steps,
                                    error=msg)
+        quiet = (f"; {' '.join(self.quiet)} added: the console's own probes stay out of the session's log"
+                 if self.quiet else "")
         st.finish("preflight", "warning" if self.checked.forced else "ok",
-                  passed_evidence(self.checked, r.preflight, note))
+                  passed_evidence(self.checked, r.preflight, note) + quiet)
         await self.watch.follow()
         s = r.session
         self.rec = s.record if s is not None else None
@@ -200,11 +216,9 @@ class _Launch:
     async def failed(self, e: StepFailed) -> OperationResult:
         """Fail the running step with the classified cause and the tail of this session's log."""
         watch, st = self.watch, self.st
-        if not watch.exited.is_set():  # give the supervisor a moment to write exit.json, then read the whole story
-            try:
-                await asyncio.wait_for(watch.exited.wait(), 0.5)
-            except asyncio.TimeoutError:
-                pass
+        await self._exit_recorded(0.5)  # give the supervisor a moment to write exit.json, then read the whole story
+        if await self.stop_requested():
+            return await self.aborted(e)
         from console.core.classify import failure_tail
 
         text: str | None = None
@@ -226,6 +240,43 @@ class _Launch:
                                                       ("other" if watch.exited.is_set() else None))
         return OperationResult(**self.res, ok=False, state="failed", steps=st.steps, cause=cause, line=c.line,
                                hint=c.hint, error=reason, log_tail=tail)
+
+    async def _exit_recorded(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the session's end to be recorded; whether it was."""
+        if not self.watch.exited.is_set():
+            try:
+                await asyncio.wait_for(self.watch.exited.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+        return self.watch.exited.is_set()
+
+    async def stop_requested(self) -> bool:
+        """An operator asked the session to stop: its exit record says so, or the host lists its stop request
+        (``stop-request.json``, written by every kill before it signals). Positive evidence only."""
+        ex = self.watch.exit
+        if ex is not None and ex.stopped_by_operator:
+            return True
+        try:
+            snap = await fresh_snapshot(self.link)
+        except (LinkDown, RequestError, asyncio.TimeoutError):
+            snap = self.link.snapshot()
+        return any(s.session_id == self.sid and (s.stop_requested or (s.exit is not None and s.exit.stopped_by_operator))
+                   for s in snap.sessions)
+
+    async def aborted(self, e: StepFailed) -> OperationResult:
+        """An operator stopped the session while the launch ran: the step under way reads aborted (a warning, not
+        a failure), the rest skipped; the result says :data:`ABORTED` with no cause. Its state is STOPPED once the
+        end is recorded (waited for up to :data:`ABORT_EXIT_WAIT_S`), else STOPPING (the kill confirms the rest)."""
+        st = self.st
+        step = st.running() or e.step
+        ended = await self._exit_recorded(ABORT_EXIT_WAIT_S)
+        ex = self.watch.exit
+        how = (f"; the server ended ({'signal ' + str(ex.signal) if ex.signal else 'exit code ' + str(ex.exit_code)})"
+               if ex is not None and (ex.signal or ex.exit_code is not None) else "")
+        st.finish(step, "warning", f"{ABORTED}: the session was stopped during this step{how}")
+        st.skip_pending()
+        return OperationResult(**self.res, ok=False, state="stopped" if ended else "stopping", steps=st.steps,
+                               aborted=ABORTED)
 
     async def _left_running(self, step: str, log_failed: bool) -> str:
         """What a failed launch did about a server that may still run: stopped (it could not be vouched for at

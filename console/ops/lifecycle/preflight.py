@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.core.flags.models import FlagSchema
 from console.core.sessions import flag_value, has_flag
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
@@ -40,6 +41,8 @@ class Checked:
     plan_text: str = ""
     forced: bool = False
     """The plan says it does not fit and the request forces the launch anyway."""
+    schema: FlagSchema | None = None
+    """The host's own server flags the request was checked against (None: not checked, or none could be had)."""
 
 
 def launched_flags(req: LaunchRequest) -> list[str]:
@@ -54,7 +57,7 @@ async def check_request(link: HostLink, req: LaunchRequest, snap: HostSnapshot |
     operation a forced retry would be: ``launch`` or ``relaunch``)."""
     refusals: list[str] = []
     hints: list[str] = []
-    line, flags_note = None, ""
+    line, flags_note, schema = None, "", None
     if req.check_flags:  # the host's own server's flags, before anything is spawned
         fv = await check_launch_flags(link, req.command, launched_flags(req))  # as launched: --port included
         if not fv.ok:
@@ -63,12 +66,12 @@ async def check_request(link: HostLink, req: LaunchRequest, snap: HostSnapshot |
             fixes = "; ".join(f"{p.message}" + (f" (fix: {p.suggestion})" if p.suggestion else "")
                               for p in fv.problems[:5])
             hints += [fixes] if fixes else []
-        flags_note = fv.note if fv.ok else ""
+        flags_note, schema = (fv.note if fv.ok else ""), fv.flag_schema
     verdict, plan_text = await memory_verdict(link, req, snap)
     if verdict == "does_not_fit" and not req.force:
         refusals.append(f"memory plan: does not fit — {plan_text} ({op} with force to try anyway)")
     return Checked(refusals=refusals, hints=hints, line=line, flags_note=flags_note, verdict=verdict,
-                   plan_text=plan_text, forced=verdict == "does_not_fit" and req.force)
+                   plan_text=plan_text, forced=verdict == "does_not_fit" and req.force, schema=schema)
 
 
 async def memory_verdict(link: HostLink, req: LaunchRequest, snap: HostSnapshot | None = None) -> tuple[str | None, str]:

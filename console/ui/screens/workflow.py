@@ -92,4 +92,4 @@ class Workflow:
         held = ", ".join(f"GPU {i}" for i in sorted(o.gpu_mem_mib)) or "no GPU"
         backend = self.console.backend
         self.console.ops.run(f"kill orphan · {o.host} · pid {o.pid} ({short(clean(o.title), 40)}, {held})", "kill",
-                             o.host, lambda cb: backend.kill(target, cb))
+                             o.host, lambda cb: backend.kill(target, cb), gpus=sorted(o.gpu_mem_mib) or None)

@@ -7,6 +7,12 @@ Following is a mode, not a geometry test: it is on until the operator scrolls up
 with ``end`` or by scrolling to the end, so a redraw (wrap, filter, resize) never drops it.
 Long lines are cut at the pane's edge (``w`` wraps them): no horizontal scrollbar, whose
 one-row thumb drew a stray ``▉`` under the log.
+
+The console's own probes (uvicorn's access lines of ``GET /metrics`` and ``/health``,
+:mod:`console.core.probes`) are folded by default: left out of the view, their number said on
+one muted line under the log; ``h`` (:meth:`LogPane.toggle_probes`) shows them, and folds them again.
+A server launched by this console on a host whose SGLang has ``--uvicorn-access-log-exclude-prefixes``
+does not write them at all; the fold is for the others (started by hand, older servers).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Log, Static
 
+from console.core.probes import PROBE_PREFIXES, is_probe_line
 from console.ui.format import clean
 
 RING = 10_000
@@ -70,12 +77,17 @@ class LogPane(Vertical):
         self._redrawing = False
         self._filter_from: tuple[str, float, bool] | None = None
         """(pattern, scroll position, following) when the filter box was opened: esc goes back to it."""
+        self.probes_shown = False
+        """The console's probe lines are shown (``h``); folded out of the view by default."""
+        self.probe_lines = 0
+        """How many of the kept lines are probe lines (what the fold leaves out)."""
 
     def compose(self) -> ComposeResult:
         yield Static(NO_SESSION, classes="banner", markup=False)
         yield Input(placeholder="filter (enter to apply, esc to close)", classes="filter")
         yield SessionLog(classes="log")
         yield Static("", classes="new-lines", markup=False)
+        yield Static("", classes="probes", markup=False)
 
     @property
     def banner_shown(self) -> str:
@@ -109,6 +121,7 @@ class LogPane(Vertical):
 
     def _reset(self, waiting: bool) -> None:
         self.lines.clear()
+        self.probe_lines = 0
         self._redrawing = True
         try:
             self.log_widget.clear()
@@ -118,6 +131,7 @@ class LogPane(Vertical):
         self.following = True
         self.waiting = waiting
         self._indicator()
+        self._probes_line()
 
     def show_banner(self, text: str) -> None:
         """Redraw the banner when it changes; a layout pass only when its number of lines does
@@ -133,6 +147,7 @@ class LogPane(Vertical):
     def add_lines(self, raw: list[str]) -> None:
         """Append a batch with one write; follows the end unless the operator scrolled up."""
         new = [clean(x) for x in raw]
+        self._count_probes(new)
         self.lines.extend(new)
         if new and self.waiting:
             self.waiting = False
@@ -148,7 +163,19 @@ class LogPane(Vertical):
             self.unseen += len(shown)
             self._indicator()
 
+    def _count_probes(self, new: list[str]) -> None:
+        """Keep :attr:`probe_lines` right as ``new`` joins the ring (the oldest lines it pushes out leave)."""
+        over = len(self.lines) + len(new) - RING
+        dropped = sum(1 for i in range(min(max(0, over), len(self.lines))) if is_probe_line(self.lines[i]))
+        kept = new[max(0, len(new) - RING):]
+        added = sum(1 for x in kept if is_probe_line(x))
+        if dropped or added:
+            self.probe_lines += added - dropped
+            self._probes_line()
+
     def _view(self, lines: list[str]) -> list[str]:
+        if not self.probes_shown:
+            lines = [x for x in lines if not is_probe_line(x)]
         if self.pattern:
             p = self.pattern.lower()
             lines = [x for x in lines if p in x.lower()]
@@ -228,6 +255,21 @@ class LogPane(Vertical):
             self.pattern = pattern
             self.query_one(".filter", Input).set_class(bool(pattern) or self.query_one(".filter").has_focus, "-open")
             self.redraw()
+
+    def toggle_probes(self) -> None:
+        """Show the console's probe lines, or fold them out of the view again (``h``)."""
+        self.probes_shown = not self.probes_shown
+        self.redraw(keep_y=self.log_widget.scroll_y)
+        self._probes_line()
+
+    def _probes_line(self) -> None:
+        """The muted line under the log that says how many probe lines are folded (hidden when none are)."""
+        box = self.query_one(".probes", Static)
+        n = 0 if self.probes_shown else self.probe_lines
+        paths = ", ".join(f"GET {p}" for p in PROBE_PREFIXES)
+        text = f"{n:,} probe line{'s' if n != 1 else ''} folded ({paths}): h shows them" if n else ""
+        box.update(text)
+        box.set_class(bool(text), "-shown")
 
     def toggle_wrap(self) -> None:
         self.wrap = not self.wrap

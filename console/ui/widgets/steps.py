@@ -1,5 +1,8 @@
 """The confirmation steps of the action in progress: ✓ / ✗ / spinner, elapsed time, evidence.
 
+Operations on different GPUs run at once: the pane shows the one begun last, and lists the others still
+running (each with the step it is at) under its title.
+
 The pane has a maximum height and scrolls (Textual's own scrolling: the wheel, or the arrow and page
 keys once it has focus). The title and the outcome stay at its top; below them one line per step.
 It keeps the step that matters in view: the last one, or the failing or running one when steps come
@@ -35,6 +38,8 @@ class StepsView(VerticalScroll):
         self.title = ""
         self.steps: list[Step] = []
         self.result: OperationResult | None = None
+        self.others: list[str] = []
+        """The other operations still running, one line each (``set_others``)."""
         self.frame = 0
         self.head = Static("", classes="steps-head")
         """The title and the outcome (docked: they do not scroll away)."""
@@ -54,6 +59,13 @@ class StepsView(VerticalScroll):
         self._auto_y = None  # a new operation: its steps are followed again
         self.add_class("-active")
         self._draw()
+
+    def set_others(self, lines: list[str]) -> None:
+        """The other operations still running (one line each, listed under the title); redrawn when they change."""
+        if lines != self.others:
+            self.others = list(lines)
+            if self.is_mounted:
+                self.head.update(self._head())
 
     def set_steps(self, steps: list[Step]) -> None:
         self.steps = list(steps)
@@ -95,9 +107,13 @@ class StepsView(VerticalScroll):
 
     def _head(self) -> Content:
         parts = [Content.from_markup("[b]$t[/b]", t=self.title)]
+        parts += [Content.from_markup("[$text-muted]also running: $t[/]", t=short(clean(x), 160)) for x in self.others]
         r = self.result
         if r is not None:
-            if r.ok:
+            if r.aborted:
+                parts.append(Content.from_markup("[$text-warning b]$t[/]", t=f"{r.op} ABORTED: {r.aborted}"
+                                                 + (f" ({r.state.upper()})" if r.state else "")))
+            elif r.ok:
                 parts.append(Content.from_markup("[$text-success b]$t[/]",
                                                  t=f"{r.op} ok" + (f": {r.state.upper()}" if r.state else "")))
             else:
