@@ -1,7 +1,8 @@
 """Issue 26, "stoppable actions": operations hold GPUs, not the console, and a launch under way can be aborted.
 
-- A relaunch of GPU 0 (held at its fourth step) does not refuse a launch on GPU 2; what it holds (GPUs 0 and 1,
-  its session's) is refused with the operation that holds it named (fake backend, deterministic).
+- A relaunch of GPU 0 (held at its fourth step) does not refuse a launch on GPU 2, nor the orphan hunter's kill of
+  an orphan on GPU 2; what it holds (GPUs 0 and 1, its session's) is refused with the operation that holds it
+  named (fake backend, deterministic).
 - On the local host with simulated GPUs, the real app and LiveBackend: two launches load at once (GPU 0 and GPU 1,
   each from its own `l` form), and `x` aborts the one on the focused GPU — a dialog names the session, its
   recorded process group and its pids, Cancel focused (Cancel kills nothing); confirmed, the group is killed,
@@ -28,12 +29,14 @@ from console.ops.backend import LiveBackend
 from console.ui.app import make_app
 from console.ui.screens.confirm import ConfirmScreen
 from console.ui.screens.flag_form import FlagForm
+from console.ui.screens.orphans import OrphanScreen
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.steps import StepsView
 from tests.conftest import free_port
 from tests.helpers.rel_util import cleanup_runs, cli, popen_cli, write_config
 from tests.helpers.sim_files import make_sim, sim_env
 from tests.helpers.wait import until, wait_until
+from tests.test_ui_workflow import view_with_orphan
 from tests.ui_fakes import FakeBackend, frozen_app, record_toasts, started, toasts
 
 SLOW = "0.5"
@@ -106,6 +109,29 @@ async def test_a_relaunch_of_gpu_0_does_not_refuse_a_launch_on_gpu_2():
         be.gate.set()
         await until(pilot, lambda: not app.op_busy and len(app.results) == 2)
         assert all(r.ok for r in app.results) and not steps.others
+
+
+async def test_an_orphan_kill_on_gpu_2_runs_while_a_relaunch_holds_gpus_0_and_1():
+    """The orphan hunter's kill holds the GPUs the orphan holds memory on (GPU 2), not the whole host."""
+    be = FakeBackend([view_with_orphan()], hold=True)
+    app = frozen_app(be)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await started(pilot)
+        await select(pilot, app, 0)
+        await pilot.press("r")
+        await until(pilot, lambda: dialog_up(app))
+        app.screen.query_one("#confirm", Button).press()
+        await until(pilot, lambda: [c for c in be.calls if c[0] == "relaunch"])
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OrphanScreen) and app.screen.orphans)
+        await pilot.press("k")
+        await until(pilot, lambda: dialog_up(app))
+        app.screen.query_one("#confirm", Button).press()
+        kills = await until(pilot, lambda: [c[1] for c in be.calls if c[0] == "kill"])
+        assert kills[0].pid == 7777
+        assert {r.gpus for r in app.ops.running} == {frozenset({0, 1}), frozenset({2})}
+        be.gate.set()
+        await until(pilot, lambda: not app.op_busy and len(app.results) == 2)
 
 
 async def test_x_without_a_launch_under_way_says_what_there_is():
