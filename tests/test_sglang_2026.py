@@ -12,7 +12,8 @@ import pytest
 
 from console.core.flags import find_rename
 from console.core.flags.help import llm_section, parse_help
-from console.model import LaunchRequest
+from console.link.client import HostClient
+from console.model import KillTarget, LaunchRequest
 from console.ops import lifecycle
 from console.sim.demo import FIXED_FLAGS
 from tests.conftest import free_port
@@ -94,3 +95,32 @@ async def test_a_server_stopped_by_sigterm_from_outside_reads_stopped_not_failed
     (row,) = [x for x in json.loads(out.stdout) if x["session_id"] == r.session_id]
     assert row["state"] == "stopped", row
     assert "from outside mtpconsole" in (row.get("hint") or ""), row
+
+
+# ---------------------------------------------------------------- SGLANG_RUST_SERVER=1: no detokenizer, a scheduler
+# child owns the port
+
+async def test_a_rust_front_end_server_is_launched_confirmed_and_killed_like_any_other(sim, runs_dir):
+    """With ``SGLANG_RUST_SERVER=1`` SGLang has no detokenizer process and its port belongs to the rank-0 scheduler
+    (the stand-in does the same): every launch step, the port's owner and the confirmed kill hold for that shape."""
+    d, model = sim
+    port = free_port()
+    async with sim_link(runs_dir, d) as link:
+        r = await lifecycle.launch(link, LaunchRequest(
+            host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+            flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=port,
+            env={"SGLANG_RUST_SERVER": "1"}), timeout=60)
+        assert r.ok, r
+        snap = await lifecycle.fresh_snapshot(link)
+        mine = [p for p in snap.servers if p.session_id == r.session_id]
+        assert mine and not any("detokenizer" in " ".join(p.argv) for p in mine), [p.argv for p in mine]
+        client = HostClient.of(link)
+        owner = await client.port_owner(port)
+        launcher = json.loads((runs_dir / r.session_id / "record.json").read_text())["pid"]
+        assert owner is not None and owner.pid != launcher, owner  # not the launcher: a scheduler child holds it
+        holder = next(p for p in mine if p.pid == owner.pid)
+        assert holder.role == "worker" and "sglang::scheduler" in " ".join(holder.argv), holder
+        assert (await client.http_get(port, "/health")).status == 200
+        k = await lifecycle.kill(link, KillTarget(host="local", session_id=r.session_id), grace=10)
+        assert k.ok, k
+        assert not await client.port_open(port)

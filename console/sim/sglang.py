@@ -197,6 +197,9 @@ class Launcher:
         self.shutdown = threading.Event()
         self.send_lock = threading.Lock()
         self.internal: dict[str, Any] = {}
+        self.rust = os.environ.get("SGLANG_RUST_SERVER", "").strip().lower() in ("1", "true", "yes", "on")
+        """SGLang's Rust front end (``SGLANG_RUST_SERVER=1``): HTTP, tokenizer and detokenizer live in the rank-0
+        scheduler process - no detokenizer process, and the listening socket is that scheduler's."""
 
     # ------------------------------------------------------------ helpers
     def sleep(self, sim_s: float) -> None:
@@ -513,11 +516,12 @@ class Launcher:
                                                   stdin=subprocess.DEVNULL, close_fds=True))
             os.close(cmd_r)
             self.cmd_fds.append(cmd_w)
-        env["MTPCONSOLE_SIM_WORKER"] = json.dumps({"role": "detokenizer", "parent_pid": os.getpid(),
-                                                   "fault": self.fault, "title": "sglang::detokenizer",
-                                                   "retitle_s": retitle})
-        self.children.append(subprocess.Popen(spawn_argv(), env=env, stdin=subprocess.DEVNULL,
-                                              close_fds=True))
+        if not self.rust:
+            env["MTPCONSOLE_SIM_WORKER"] = json.dumps({"role": "detokenizer", "parent_pid": os.getpid(),
+                                                       "fault": self.fault, "title": "sglang::detokenizer",
+                                                       "retitle_s": retitle})
+            self.children.append(subprocess.Popen(spawn_argv(), env=env, stdin=subprocess.DEVNULL,
+                                                  close_fds=True))
         # multiprocessing's resource tracker (last in self.children: schedulers come first there)
         env["MTPCONSOLE_SIM_WORKER"] = json.dumps({"role": "resource_tracker", "parent_pid": os.getpid()})
         self.children.append(subprocess.Popen([sys.executable, "-c", TRACKER_CODE], env=env,
@@ -599,17 +603,24 @@ class Launcher:
                              max_total_tokens=info.get("max_total_num_tokens", 1),
                              mamba_slots=info.get("mamba_slots", 1), send=self.send_all)
         try:
-            httpd = self.httpd = SimServer((a.host, a.port), self)
+            # Rust front end: the engine's HTTP answers on a private loopback port; the rank-0 scheduler owns the
+            # public socket and relays to it (so /proc shows the port held by a scheduler child, as in SGLang)
+            httpd = self.httpd = SimServer(("127.0.0.1", 0) if self.rust else (a.host, a.port), self)
+            if self.rust:
+                self.open_rust_front(httpd.server_address[1])
         except OSError as e:
             raw("%s ERROR:    [Errno %d] error while attempting to bind on address ('%s', %d): %s"
                 % (ts(), e.errno or 98, a.host, a.port, (e.strerror or str(e)).lower()))
             for c in self.children:
                 c.kill()
             return self.exit(1)
-        self.access("Started server process [%d]" % os.getpid())
-        self.access("Waiting for application startup.")
-        self.access("Application startup complete.")
-        self.access("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (a.host, a.port))
+        if self.rust:
+            log("Rust HTTP server listening on http://%s:%d (scheduler process)" % (a.host, a.port))
+        else:
+            self.access("Started server process [%d]" % os.getpid())
+            self.access("Waiting for application startup.")
+            self.access("Application startup complete.")
+            self.access("Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (a.host, a.port))
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="http",
                          daemon=True).start()
         engine.start()
@@ -633,6 +644,29 @@ class Launcher:
                 log("SIGQUIT received. signum=3, frame=None. It usually means one child failed.")
                 self.kill_tree_and_die()
         self.exit(0)
+
+    def open_rust_front(self, backend_port: int) -> None:
+        """Have the rank-0 scheduler bind the public port and relay to ``backend_port``; OSError when it cannot."""
+        a = self.args
+        with self.send_lock:
+            os.write(self.cmd_fds[0], (json.dumps({"front": {"host": a.host, "port": a.port,
+                                                             "backend": backend_port}}) + "\n").encode())
+        buf, deadline = b"", time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([self.events_r], [], [], 0.2)
+            if not r:
+                continue
+            chunk = os.read(self.events_r, 65536)
+            if not chunk:
+                break
+            buf += chunk
+            for line in buf.split(b"\n"):
+                if b'"front"' in line:
+                    ev = json.loads(line.decode("utf-8"))
+                    if ev.get("ok"):
+                        return
+                    raise OSError(int(ev.get("errno") or 98), str(ev.get("error") or "address already in use"))
+        raise OSError(110, "the rank-0 scheduler did not open the HTTP port")
 
     def exit(self, code: int) -> None:
         if self.engine is not None:

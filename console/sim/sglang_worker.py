@@ -25,7 +25,9 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
+import threading
 import time
 
 from console.sim import simgpu
@@ -183,10 +185,70 @@ def run_scheduler(cfg: dict) -> int:
                     alloc(busy=0.0)
                     _linger(parent, alloc)
                 clean_exit(0)
+            if msg.get("front"):
+                _open_front(msg["front"], events_fd)
             if "busy" in msg:
                 alloc(busy=float(msg["busy"]))
             if msg.get("log"):
                 _log("%s %s" % (_ts(prefix), msg["log"]))
+
+
+def _open_front(front: dict, events_fd: int) -> None:
+    """SGLang's Rust front end, as seen from outside: this scheduler listens on the server's port (relaying each
+    connection to the launcher's private HTTP port) and reports whether it could bind."""
+    try:
+        srv = socket.create_server((str(front["host"]), int(front["port"])), reuse_port=False)
+    except OSError as e:
+        ev = {"event": "front", "ok": False, "errno": e.errno, "error": e.strerror or str(e)}
+    else:
+        ev = {"event": "front", "ok": True}
+        threading.Thread(target=_relay_accept, args=(srv, int(front["backend"])), daemon=True).start()
+    try:
+        os.write(events_fd, (json.dumps(ev) + "\n").encode())
+    except OSError:
+        pass
+
+
+def _relay_accept(srv: socket.socket, backend: int) -> None:
+    while True:
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            return
+        threading.Thread(target=_relay, args=(conn, backend), daemon=True).start()
+
+
+def _relay(conn: socket.socket, backend: int) -> None:
+    """Pump bytes both ways between a client and the launcher's HTTP port until either side closes."""
+    try:
+        up = socket.create_connection(("127.0.0.1", backend), timeout=10)
+    except OSError:
+        conn.close()
+        return
+    up.settimeout(None)
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s_ in (src, dst):
+                try:
+                    s_.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=pump, args=(up, conn), daemon=True)
+    t.start()
+    pump(conn, up)
+    t.join(timeout=30)
+    conn.close()
+    up.close()
 
 
 def _linger(parent: int, alloc: object) -> None:
