@@ -97,7 +97,7 @@ COMMANDS: dict[str, Command] = {
     "relaunch": Command("console.commands.relaunch", "confirmed kill, then launch with the same or edited flags",
                         WRITE_OPTIONS, flag_valued=("--set", "--unset")),
     "sessions": Command("console.commands.sessions", "list the launch sessions on a host and their state",
-                        HOST_OPTIONS),
+                        WRITE_OPTIONS),  # --prune removes a broken run directory: --read-only refuses it
     "logs": Command("console.commands.logs", "print (or follow) one session's own log", HOST_OPTIONS),
     "classify-log": Command("console.commands.classify_log",
                             "classify server log files: state, failure cause, metrics", frozenset({"json"})),

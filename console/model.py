@@ -357,7 +357,11 @@ class SessionInfo(Frozen):
     stop_requested: bool = False
     broken: str | None = None
     """Why this run directory cannot be trusted (a file too large, too deep, of the wrong type, not a
-    regular file...): the session is listed with the reason, its files are not used."""
+    regular file; no record ever written: a full disk, an agent killed mid-launch; another user's): the
+    session is listed with the reason, its files are not used, it holds no GPU or port."""
+    untrusted: bool = False
+    """The run directory is another user's (not owned by the agent's user, or writable by others): listed as
+    FOREIGN, never read, never a session of this console (``broken`` says whose)."""
     owner_uid: int | None = None
     """The uid owning the run directory (None when unread): a session proves something about a process
     only when both belong to one user."""
@@ -506,6 +510,17 @@ class PreflightCheck(Frozen):
     name: str
     ok: bool | None = None
     detail: str = ""
+
+
+class Pruned(Frozen):
+    """What a ``prune`` removed: a broken run directory and the names it held."""
+
+    session_id: str
+    run_dir: str
+    removed: list[str] = Field(default_factory=list)
+    """The entries of the run directory, removed with it."""
+    reason: str = ""
+    """Why it was broken."""
 
 
 class LaunchResult(Frozen):
@@ -844,6 +859,9 @@ class SessionView(Frozen):
     """When the acknowledgement was recorded in the run directory (any console), if it was."""
     pending: bool = False
     """A launch request sent by this console whose run directory the host has not reported yet."""
+    broken: str | None = None
+    """Why the session's run directory cannot be used (:attr:`SessionInfo.broken`): shown BROKEN (FAILED in
+    ``state``), or FOREIGN when it is another user's; never any GPU's session."""
 
     @property
     def up_since(self) -> float | None:

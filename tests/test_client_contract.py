@@ -207,6 +207,10 @@ async def _session_ops(c: HostClient, heard: Heard) -> None:
     assert isinstance(acked, SessionInfo) and acked.acknowledged_at is not None
     with pytest.raises(NotFound):
         await c.ack("contract-absent")
+    with pytest.raises(Refused, match="is not broken"):  # an ended session is no broken run directory
+        await c.prune(sid)
+    with pytest.raises(NotFound):
+        await c.prune("contract-absent")
     assert [s.session_id for s in await c.sessions() if s.session_id.startswith(sid)] == [sid]
 
 

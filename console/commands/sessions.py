@@ -1,4 +1,9 @@
-"""`mtpconsole sessions`: every session on a host with its true state (classified from its own log)."""
+"""`mtpconsole sessions`: every session on a host with its true state (classified from its own log).
+
+``--prune SESSION`` removes a BROKEN run directory (one that never got a record: a full disk, an agent killed
+mid-launch; or a malformed one) once nothing of it runs, re-checked on the host by the agent's ``prune`` op;
+anything else is refused (rc 2) and nothing is removed.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,18 @@ from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.redact import redact_obj
 from console.core.sessions import derive_views
+from console.errors import UnknownSession, UserError
+from console.host.hostlib import SESSION_ID_RE
+from console.link.errors import NotFound, Refused, RequestError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="include every ended session (default: live + recent)")
     p.add_argument("--state", choices=["live", "failed", "stopped", "ended", "ready", "foreign"], default=None,
                    help="only these sessions (live: still running; ended: failed or stopped)")
+    p.add_argument("--prune", metavar="SESSION", default=None,
+                   help="remove this BROKEN run directory (never recorded, malformed) of which nothing runs; "
+                        "anything else is refused")
 
 
 LIVE = ("launching", "loading", "ready", "stopping", "foreign", "stale", "unreachable")
@@ -57,8 +68,38 @@ async def classify_sessions(link, snap) -> dict:
     return out
 
 
+async def prune(ctx: CliContext, session_id: str) -> int:
+    """``--prune SESSION``: the agent removes the broken run directory (its own checks decide); prints what went."""
+    if not SESSION_ID_RE.match(session_id):
+        raise UserError(f"--prune {session_id!r}: not a session id")
+    if ctx.read_only:
+        raise UserError("read-only: --prune is disabled", kind="read_only")
+    async with connect_hosts(ctx) as links:
+        link = links[0]
+        try:
+            r = await link.client.prune(session_id)
+        except NotFound:
+            raise UnknownSession(session_id, link.name) from None
+        except Refused as e:  # not broken, another user's, or something of it still runs: nothing removed
+            alive = "still run" in str(e)
+            raise UserError(f"{link.name}: {e}", exit_code=1 if alive else 2,
+                            kind="refused" if alive else "bad_input") from None
+        except RequestError as e:
+            raise UserError(f"{link.name}: prune {session_id}: {e}", exit_code=1, kind="failed") from None
+    if ctx.json_output:
+        print(json.dumps(redact_obj({"host": link.name, **r.model_dump(mode="json")}), indent=2))
+    else:
+        print(f"{term(link.name)}: removed the broken run directory {term(r.run_dir)} ({term(r.reason)}): "
+              + (", ".join(term(n) for n in r.removed) or "it was empty"))
+    return 0
+
+
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     single_host(ctx)
+    if args.prune is not None:
+        if args.all or args.state:
+            raise UserError("--prune takes no --all or --state")
+        return await prune(ctx, args.prune)
     async with connect_hosts(ctx) as links:
         link = links[0]
         snap = await link.refresh()
@@ -78,8 +119,11 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
               "CAUSE / FLAGS")
     for v in views:
         what = term(v.session_id or f"foreign pid {v.launcher_pid}")
-        extra = f" {v.cause}: {v.line}" if v.state == "failed" and v.cause else ""
+        extra = f" {v.cause}" + (f": {v.line}" if v.line else "") if v.state == "failed" and v.cause else ""
+        state = "BROKEN" if v.broken and v.state == "failed" else v.state.upper()
+        if v.broken:
+            extra = f" {v.hint}"
         ack = "✓" if v.acknowledged else "-"
-        print(f"{what:<36} {v.state.upper():<10} GPU {','.join(map(str, v.gpus)) or '-':<5} "
+        print(f"{what:<36} {state:<10} GPU {','.join(map(str, v.gpus)) or '-':<5} "
               f"port {v.port or '-':<6} {age(v.up_since, now):<5} {ack:<3} {term(v.flags_summary + extra)}")
     return 0

@@ -120,7 +120,8 @@ def render_text(s: HostSnapshot, now: float | None = None) -> str:
     for p in s.servers:
         lines.append(f"  pid {p.pid} [{p.role}] {term(' '.join(redact_argv(p.argv)))[:100]}")
     for ss in s.sessions:
-        state = ("broken: " + term(ss.broken) if ss.broken else
+        state = (("foreign (another user's run directory): " if ss.untrusted else "broken: ") + term(ss.broken)
+                 if ss.broken else
                  "ended (host rebooted / record stale)" if ss.record_stale else
                  "ended" if ss.exit else ("alive" if ss.server_alive else "starting"))
         lines.append(f"  session {term(ss.session_id)}: {state}")

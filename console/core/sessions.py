@@ -93,8 +93,8 @@ def session_state(s: SessionInfo, cls: Classification | None) -> str:
         if s.exit.error or s.exit.signal or (s.exit.exit_code not in (0, None)):
             return "failed"
         return "stopped"
-    if s.broken is not None:
-        return "failed"  # a run directory that cannot be trusted: shown with its reason, never used
+    if s.broken is not None:  # a run directory that cannot be trusted: shown with its reason, never used
+        return "foreign" if s.untrusted else "failed"  # another user's is none of this console's sessions
     if s.record_stale is not None:
         return "stopped"  # ended (host rebooted / record stale): nothing it names is the session's
     if s.record is None:
@@ -140,7 +140,7 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
         step = None
         if s.session_id in launching and s.exit is None:
             state, step = "launching", launching[s.session_id]
-        if s.exit is None:
+        if s.exit is None and not s.untrusted:
             live_ids.add(s.session_id)
         argv = spec.argv if spec else []
         failed = state == "failed"
@@ -152,8 +152,11 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             cause = cause or "other"
             hint = ("the session's supervisor is gone without writing an exit record (killed on the "
                     "host?): the exit code is unknown; check for leftover processes")
-        if s.broken is not None:
-            cause, hint = cause or "other", f"broken run directory: {s.broken}"
+        if s.untrusted:
+            cause, hint = None, f"another user's run directory, not this console's session: {s.broken}"
+        elif s.broken is not None:
+            cause, hint = cause or "other", (f"broken run directory: {s.broken}; nothing of it is used "
+                                             f"(remove it: mtpconsole sessions --host {snap.name} --prune {s.session_id})")
         elif s.record_stale is not None:
             hint = f"ended (host rebooted / record stale): {s.record_stale}"
         views.append(SessionView(
@@ -171,7 +174,7 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             log_path=os.path.join(s.run_dir, "output.log"),
             replaces=spec.replaces if spec else None,
             acknowledged=s.acknowledged_at is not None and state in ("failed", "stopped"),
-            acknowledged_at=s.acknowledged_at,
+            acknowledged_at=s.acknowledged_at, broken=s.broken,
             stopped_by="an operator" if state == "stopped" and s.exit and s.exit.stopped_by_operator else None))
     # foreign launchers and orphaned workers
     procs_by_pid = {p.pid: p for p in snap.servers}

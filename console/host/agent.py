@@ -72,7 +72,7 @@ class Agent(object):
     SNAPSHOT_GPU_WAIT_S = 2.0
     """A ``snapshot`` request waits at most this long for a fresh GPU sample."""
 
-    SLOW_OPS = ("launch", "http_get", "run", "port_open", "port_owner", "read_file", "foreign_output")
+    SLOW_OPS = ("launch", "http_get", "run", "port_open", "port_owner", "read_file", "foreign_output", "prune")
     """Ops answered from a thread: they may block (network, subprocesses, the launch lock)."""
 
     def __init__(self, cfg, stdin, stdout, sources=None):
@@ -506,6 +506,10 @@ class Agent(object):
 
     def op_launch(self, spec, env=None, preflight=None):
         return self.launcher.launch(spec, env, preflight)
+
+    def op_prune(self, session_id):
+        """Remove a broken run directory of ours (re-checked under the launch lock: see ``Launcher.prune``)."""
+        return self.launcher.prune(session_id)
 
 
 def request_stop(run_dir, rec, sig):

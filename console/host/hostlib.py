@@ -5,6 +5,7 @@ Stdlib only, Python >= 3.8, no side effects on import. Shipped to the host with 
 Every fact here has exactly one definition: the agent, the supervisor and the console import it.
 """
 
+import errno
 import json
 import os
 import pwd
@@ -41,6 +42,17 @@ RUN_EXITS = "exits.jsonl"
 """One JSON line per process of the session that ended (pid, role, GPU, code or signal, oom_kill delta)."""
 RUN_ACK = "ack.json"
 """Written by the agent's ``ack`` op: an operator acknowledged the ended session ({at, by})."""
+
+RUNS_LOCK = ".launch.lock"
+"""The runs directory's launch lock (``flock``): held by a launch from its preflight until its supervisor has
+recorded the server (or failed), and by the ``prune`` op."""
+RECORD_TIMEOUT_S = 90.0
+"""A launch writes ``record.json`` within this long of its run directory's last change (the supervisor's first
+process gives up after 60 s, the agent waits for it 30 s): a run directory still without a record after that,
+or whose supervisor is gone, is broken, never LAUNCHING."""
+SUPERVISOR_NO_SPACE = 3
+"""The supervisor's exit status when the run directory's filesystem is full (no space, or over quota): nothing
+was started and nothing is left running (0: started; 1: not started, exit.json says why; 2: bad input)."""
 
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 """What a session id may be (also a directory name under the runs dir): nothing else reaches a path."""
@@ -275,8 +287,27 @@ def port_open(port, timeout=0.5):
 
 # ------------------------------------------------------------------ JSON files
 
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+"""A write refused because the filesystem is full, or the user's quota is."""
+
+
+def disk_full(e):
+    """True when exception ``e`` is a write refused for want of space (ENOSPC, EDQUOT)."""
+    return isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS
+
+
+def no_space_text(where, e=None):
+    """``no space left on WHERE`` (``disk quota exceeded on WHERE`` for EDQUOT): the one wording of a full disk."""
+    if isinstance(e, OSError) and e.errno == errno.EDQUOT:
+        return "disk quota exceeded on %s" % where
+    return "no space left on %s" % where
+
+
 def atomic_write_json(path, obj):
-    """Write ``obj`` as JSON to ``path`` atomically and durably: temp file, fsync, rename, fsync dir."""
+    """Write ``obj`` as JSON to ``path`` atomically and durably: temp file, fsync, rename, fsync dir.
+
+    On failure (a full disk: ENOSPC at the write, the fsync or the rename) the temp file is removed and the
+    error raised: nothing half-written is left, and ``path`` keeps what it held."""
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, ".%s.tmp.%d" % (os.path.basename(path), os.getpid()))
     data = (json.dumps(obj, sort_keys=True) + "\n").encode("utf-8")
@@ -286,13 +317,20 @@ def atomic_write_json(path, obj):
         pass
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     try:
         dfd = os.open(directory, os.O_RDONLY)
         try:

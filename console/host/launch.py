@@ -21,18 +21,23 @@ from .hostlib import (
     RUN_LOG,
     RUN_RECORD,
     RUN_SPEC,
+    RUNS_LOCK,
     SESSION_ENV,
     SESSION_ID_RE,
     SIM_DIR_ENV,
+    SUPERVISOR_NO_SPACE,
     OpError,
     atomic_write_json,
+    disk_full,
     listening_ports,
     load_json,
+    no_space_text,
     port_open,
     proc_environ,
     proc_stat,
 )
 from .hostsecrets import mask_argv
+from .rundir import session_dir_problem, session_pids
 
 PACKAGE = "mtpconsole_remote"
 """The package name the shipped modules live under on the host."""
@@ -126,7 +131,7 @@ def lib_problem(lib_root, sources):
     return None
 
 
-USER_LOCK = os.path.join(os.path.expanduser("~"), ".mtpconsole", ".launch.lock")
+USER_LOCK = os.path.join(os.path.expanduser("~"), ".mtpconsole", RUNS_LOCK)
 """Serializes launches of every console of this host user, whatever their runs directories."""
 
 
@@ -136,7 +141,7 @@ def lock_file(path):
         os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
-        if path.endswith(os.path.join(".mtpconsole", ".launch.lock")):
+        if path.endswith(os.path.join(".mtpconsole", RUNS_LOCK)):
             return None  # no writable home: the runs directory's lock still serializes this console's launches
         raise
 
@@ -158,6 +163,29 @@ def session_processes(sim_scope=None):
         devices = set(int(x) for x in (env.get("CUDA_VISIBLE_DEVICES") or "").split(",") if x.strip().isdigit())
         out.append((env[SESSION_ENV], int(name), devices))
     return out
+
+
+MIN_FREE_BYTES = 64 << 10
+"""A launch is refused before anything is created when the runs directory's filesystem has less free space than
+this (its spec, the supervisor's log, the record and the exit record need a few KiB; the server's log more)."""
+SESSION_GONE_WAIT_S = 5.0
+"""How long a failed spawn waits for its supervisor (and anything it started) to be gone before removing the run
+directory it made."""
+
+
+def space_problem(path):
+    """Why the filesystem of ``path`` cannot take a launch (``no space left on PATH (...)``), or None."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None  # cannot tell: the writes themselves will say
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        return "%s (%d KiB free, a launch needs at least %d KiB)" % (
+            no_space_text(path), free >> 10, MIN_FREE_BYTES >> 10)
+    if st.f_files and not st.f_favail:
+        return "%s (no free inodes)" % no_space_text(path)
+    return None
 
 
 def supervisor_argv(lib_root, run_dir):
@@ -210,11 +238,7 @@ class Launcher(object):
         except OSError as e:
             raise OpError("cannot create runs directory %s: %s" % (self.runs_dir, e.strerror))
         # two locks: this runs directory's, and one per host user (consoles with other runs_dirs share it)
-        locks = [lock_file(os.path.join(self.runs_dir, ".launch.lock")), lock_file(USER_LOCK)]
-        try:
-            for fd in locks:
-                if fd is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
+        with self.locked(USER_LOCK):
             checks = self.preflight(spec, preflight)
             bad = [c for c in checks if c["ok"] is False]
             if bad:
@@ -222,10 +246,50 @@ class Launcher(object):
             info = self.spawn(spec, env)
             info["preflight"] = checks
             return info
-        finally:
-            for fd in locks:
-                if fd is not None:
-                    os.close(fd)
+
+    def locked(self, *more):
+        """The runs directory's launch lock (and the ``more`` lock files), held for a ``with`` block; the
+        session store knows it holds it (a run directory without a record is then no other launch's)."""
+        return _Locks(self, [lock_file(os.path.join(self.runs_dir, RUNS_LOCK))] + [lock_file(p) for p in more])
+
+    def prune(self, session_id):
+        """Remove the broken run directory of ``session_id`` (see ``runs``: never recorded, malformed), re-checked
+        under the launch lock: refused for a session that is not broken, another user's run directory, or one
+        of which a process still runs. Returns what was removed."""
+        if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id):
+            raise OpError("bad session id %r" % (session_id,), "bad_request")
+        d = os.path.join(self.runs_dir, session_id)
+        if not os.path.lexists(d):
+            raise OpError("no session %s in %s" % (session_id, self.runs_dir), "not_found")
+        problem = session_dir_problem(self.runs_dir, session_id)
+        if problem:
+            raise OpError("%s is %s, not a run directory: nothing removed" % (d, problem), "refused")
+        with self.locked():
+            sessions = self.host.sessions
+            sessions.forget(session_id)
+            s = sessions.scan(only=[session_id]).get(session_id)
+            if s is None:
+                raise OpError("no session %s in %s" % (session_id, self.runs_dir), "not_found")
+            if s.get("untrusted"):
+                raise OpError("session %s is another user's run directory (%s): nothing removed" % (
+                    session_id, s["broken"]), "refused")
+            if not s.get("broken"):
+                raise OpError("session %s is not broken: only a run directory that cannot be a session is removed "
+                              "(kill a live session, acknowledge an ended one)" % session_id, "refused")
+            alive = session_pids(d, session_id)
+            if alive:
+                raise OpError("session %s is broken (%s) but its processes still run (pid %s): nothing removed" % (
+                    session_id, s["broken"], ", ".join(map(str, alive))), "refused")
+            try:
+                names = sorted(os.listdir(d))
+            except OSError as e:
+                raise OpError("cannot read %s: %s" % (d, e.strerror or e))
+            errors = []
+            shutil.rmtree(d, onerror=lambda fn, path, info: errors.append("%s: %s" % (path, info[1])))
+            sessions.forget(session_id)
+            if os.path.lexists(d):
+                raise OpError("could not remove all of %s: %s" % (d, "; ".join(errors[:3]) or "still there"))
+            return {"session_id": session_id, "run_dir": d, "removed": names, "reason": s["broken"]}
 
     def preflight(self, spec, opts):
         """Checks before a launch: no live session on the GPUs/port, port free, GPUs free enough."""
@@ -252,6 +316,9 @@ class Launcher(object):
                 ours.add(sid)
         checks.append({"name": "no live session on GPU/port", "ok": not holders,
                        "detail": "; ".join(holders) or "free"})
+        full = space_problem(self.runs_dir)
+        checks.append({"name": "runs directory has space", "ok": full is None,
+                       "detail": full or "%s has space" % self.runs_dir})
         if port is not None:
             busy = port_open(int(port)) or int(port) in listening_ports()
             detail = "port %s is free" % port
@@ -292,12 +359,22 @@ class Launcher(object):
         """Create the run directory and start the supervisor; return the session as scanned."""
         if not self.sources or "supervisor" not in self.sources:
             raise OpError("no supervisor source was shipped to the agent")
+        sid = spec["session_id"]
+        self.host.sessions.spawning.add(sid)  # LAUNCHING, never broken, until its record is written (or not)
+        try:
+            return self._spawn(spec, env)
+        finally:
+            self.host.sessions.spawning.discard(sid)
+
+    def _spawn(self, spec, env):
         run_dir = os.path.join(self.runs_dir, spec["session_id"])
         try:
             os.mkdir(run_dir, 0o700)  # other users of the host read nothing of a session
         except FileExistsError:
             raise OpError("run directory %s already exists: refusing to reuse a session" % run_dir, "refused")
         except OSError as e:
+            if disk_full(e):
+                raise OpError("%s: cannot create the run directory %s" % (no_space_text(self.runs_dir, e), run_dir))
             raise OpError("cannot create %s: %s" % (run_dir, e.strerror))
         try:
             real = list(spec["argv"])
@@ -310,6 +387,9 @@ class Launcher(object):
             lib_root = materialize(self.sources, self.runs_dir)
         except OSError as e:  # a full or failing disk: say where, leave nothing half-written
             shutil.rmtree(run_dir, ignore_errors=True)
+            if disk_full(e):
+                raise OpError("%s: cannot write the run directory %s (nothing was started)" % (
+                    no_space_text(self.runs_dir, e), run_dir))
             raise OpError("cannot write the run directory %s: %s" % (run_dir, e.strerror or e))
         try:
             p = subprocess.Popen(supervisor_argv(lib_root, run_dir), stdin=subprocess.PIPE,
@@ -323,11 +403,59 @@ class Launcher(object):
         rec = load_json(os.path.join(run_dir, RUN_RECORD))
         ex = load_json(os.path.join(run_dir, RUN_EXIT))
         if rec is None and ex is None:
-            if not os.path.exists(os.path.join(run_dir, RUN_LOG)):
-                shutil.rmtree(run_dir, ignore_errors=True)
+            self._unmake(run_dir, spec["session_id"], p.returncode == SUPERVISOR_NO_SPACE)
+            if p.returncode == SUPERVISOR_NO_SPACE:
+                raise OpError("%s: the supervisor could not record the launch; nothing was started and nothing "
+                              "is left running (free some space and launch again)" % no_space_text(self.runs_dir))
             raise OpError("the supervisor exited (%s) without starting the server: %s" % (
                 p.returncode, err.decode("utf-8", "replace").strip()[-500:] or "no output"))
         if rec:
             self.host.watcher.ensure(rec["pid"], rec.get("start_ticks"), spec["session_id"])
         self.host.sessions.forget(spec["session_id"])
         return self.host.sessions.scan().get(spec["session_id"])
+
+    def _unmake(self, run_dir, session_id, no_space):
+        """After a supervisor that recorded nothing: remove the run directory it was given once nothing of the
+        session runs (its supervisor, anything it started), unless its log may say why (a disk that is not full,
+        a log that is not empty); what stays is shown broken and ``prune`` removes it."""
+        deadline = time.monotonic() + SESSION_GONE_WAIT_S
+        while session_pids(run_dir, session_id):
+            if time.monotonic() >= deadline:
+                return  # something of it still runs: never removed under it
+            time.sleep(0.05)
+        try:
+            log_bytes = os.lstat(os.path.join(run_dir, RUN_LOG)).st_size
+        except OSError:
+            log_bytes = 0
+        if no_space or not log_bytes:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+class _Locks(object):
+    """Flocks held for a ``with`` block (None entries skipped); tells the session store it holds them."""
+
+    def __init__(self, launcher, fds):
+        self.store = launcher.host.sessions
+        self.fds = fds
+
+    def __enter__(self):
+        try:
+            for fd in self.fds:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            self.close()
+            raise
+        self.store.lock_held = True
+        return self
+
+    def __exit__(self, *exc):
+        self.store.lock_held = False
+        self.close()
+        return False
+
+    def close(self):
+        for fd in self.fds:
+            if fd is not None:
+                os.close(fd)
+        self.fds = []

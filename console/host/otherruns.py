@@ -67,7 +67,7 @@ class OtherRuns(object):
         if st is None:
             if len(self.stores) >= 4 * MAX_KNOWN:
                 self.stores.clear()
-            st = self.stores[runs_dir] = SessionStore(runs_dir)
+            st = self.stores[runs_dir] = SessionStore(runs_dir, own=False)  # read for evidence, owner kept
         return st
 
     def candidates(self, session_id, hinted, known):

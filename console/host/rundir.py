@@ -18,8 +18,9 @@ import json
 import os
 import re
 import stat
+from typing import Dict, List
 
-from .hostlib import SESSION_ENV, SESSION_ID_RE, proc_cmdline, proc_environ, proc_stat
+from .hostlib import SESSION_ENV, SESSION_ID_RE, proc_cmdline, proc_environ, proc_stat, proc_uid
 
 MAX_SPEC_BYTES = 4 << 20
 """spec.json holds argv (which may be long: see the 'Argument list too long' test), never more than this."""
@@ -234,6 +235,58 @@ def server_is(rec, session_id):
         return False
     env = proc_environ(pid, (SESSION_ENV,))
     return env is not None and env.get(SESSION_ENV) == session_id
+
+
+def _live_pids():
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None and st["state"] not in ("Z", "X"):
+                yield int(name)
+
+
+def _names_run_dir(argv, wanted):
+    """The run directory (of ``wanted``: realpath -> itself) a supervisor's command line names, or None."""
+    if len(argv) < 3 or argv[1] != "-c" or os.path.basename(argv[-1].rstrip("/")) not in wanted["names"]:
+        return None
+    return wanted["dirs"].get(os.path.realpath(argv[-1]))
+
+
+def live_supervisors(run_dirs, uid=None):
+    """{run dir: [pid, ...]} for those of ``run_dirs`` whose supervisor still runs: a live process (of ``uid``
+    when given) whose command line is the supervisor's (``python -c BOOT LIB_ROOT RUN_DIR``, see
+    ``launch.supervisor_argv``) naming that directory. One walk over /proc for them all; a run directory
+    without a record has no other trace of its supervisor."""
+    wanted = {"dirs": dict((os.path.realpath(d), d) for d in run_dirs),
+              "names": set(os.path.basename(d.rstrip("/")) for d in run_dirs)}
+    out: Dict[str, List[int]] = {}
+    if not run_dirs:
+        return out
+    for pid in _live_pids():
+        if uid is not None and proc_uid(pid) != uid:
+            continue
+        d = _names_run_dir(proc_cmdline(pid) or [], wanted)
+        if d is not None:
+            out.setdefault(d, []).append(pid)
+    return out
+
+
+def session_pids(run_dir, session_id):
+    """Pids of every live process of the session, whoever runs it: its supervisor (see
+    :func:`live_supervisors`) and each process whose environment carries ``MTPCONSOLE_SESSION=<id>`` (the server,
+    its workers, orphans). What must be gone before a run directory may be removed."""
+    wanted = {"dirs": {os.path.realpath(run_dir): run_dir}, "names": set([os.path.basename(run_dir.rstrip("/"))])}
+    out = []
+    for pid in _live_pids():
+        if pid == os.getpid():
+            continue
+        if _names_run_dir(proc_cmdline(pid) or [], wanted) is not None:
+            out.append(pid)
+            continue
+        env = proc_environ(pid, (SESSION_ENV,))
+        if env is not None and env.get(SESSION_ENV) == session_id:
+            out.append(pid)
+    return sorted(out)
 
 
 def confirm_record(rec, run_dir, session_id, boot):

@@ -55,10 +55,12 @@ from .hostlib import (
     RUN_STOP_REQUEST,
     RUN_SUPERVISOR_LOG,
     SESSION_ENV,
+    SUPERVISOR_NO_SPACE,
     append_json_line,
     atomic_write_json,
     boot_id,
     decode_wait_status,
+    disk_full,
     proc_stat,
     read_oom_kill,
     start_ticks_of,
@@ -81,6 +83,8 @@ MEMBER_POLL_S = 0.05
 EXIT_STARTED = 0
 EXIT_NOT_STARTED = 1
 EXIT_BAD_INPUT = 2
+EXIT_NO_SPACE = SUPERVISOR_NO_SPACE
+"""Not started because the run directory's disk is full (nothing could be recorded, nothing is left running)."""
 
 _log_fd = -1
 _stop_signalled = False
@@ -782,7 +786,7 @@ def run_daemon(run_dir, spec, env, log_fd, out_fd, notify_w):
                 _exit_reserve.drop()
             if not exit_written:
                 write_error_exit(run_dir, "supervisor failure: %r" % (e,))
-            _notify(notify_w, EXIT_NOT_STARTED)
+            _notify(notify_w, EXIT_NO_SPACE if disk_full(e) and not exit_written else EXIT_NOT_STARTED)
         finally:
             os._exit(1)
 
@@ -816,7 +820,8 @@ def main(argv=None):
     """Run the supervisor for ``RUN_DIR``; returns the first process's exit status.
 
     0: the server runs and record.json is written; 1: it could not be started (exit.json
-    says why); 2: bad usage or input (exit.json says why when the run dir is writable).
+    says why); 2: bad usage or input (exit.json says why when the run dir is writable); 3: the run
+    directory's disk is full (``EXIT_NO_SPACE``: nothing recorded, nothing left running).
     Only the first process returns: the forked processes end with ``os._exit``.
     """
     global _log_fd
@@ -833,7 +838,7 @@ def main(argv=None):
                           os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     except OSError as e:
         sys.stderr.write("mtpconsole-supervisor: cannot open %s: %s\n" % (RUN_SUPERVISOR_LOG, e))
-        return EXIT_BAD_INPUT
+        return EXIT_NO_SPACE if disk_full(e) else EXIT_BAD_INPUT
     log("supervisor for %s (python %s)" % (run_dir, sys.version.split()[0]))
     try:
         env, argv = read_launch_line(sys.stdin.buffer)
@@ -846,6 +851,9 @@ def main(argv=None):
         except FileExistsError:
             raise LaunchError("%s already exists: refusing to reuse a log" % RUN_LOG)
         except OSError as e:
+            if disk_full(e):
+                sys.stderr.write("mtpconsole-supervisor: cannot create %s: %s\n" % (RUN_LOG, e.strerror or e))
+                return EXIT_NO_SPACE
             raise LaunchError("cannot create %s: %s" % (RUN_LOG, e.strerror or e))
     except LaunchError as e:
         write_error_exit(run_dir, str(e))

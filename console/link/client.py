@@ -37,6 +37,7 @@ from console.model import (
     LogChunk,
     PortOwner,
     ProcInfo,
+    Pruned,
     RunResult,
     SessionInfo,
     Signalled,
@@ -243,6 +244,12 @@ class HostClient:
         """Acknowledge an ended session (``ack.json``); NotEnded when it has not ended, NotFound when absent."""
         return _valid(SessionInfo, await self._call("ack", _args(session_id=session_id, by=by), timeout=timeout,
                                                     audit=audit), "ack")
+
+    async def prune(self, session_id: str, *, timeout: float = 60.0, audit: bool = True) -> Pruned:
+        """Remove a broken run directory (never recorded, malformed) of which nothing runs, re-checked on the host;
+        Refused for anything else (a live or ended session, another user's), NotFound when absent."""
+        return _valid(Pruned, await self._call("prune", _args(session_id=session_id), timeout=timeout, audit=audit),
+                      "prune")
 
     async def launch(self, spec: LaunchSpec, env: dict[str, str] | None = None, preflight: dict[str, Any] | None = None,
                      *, timeout: float = 60.0, audit: bool = True) -> LaunchResult:

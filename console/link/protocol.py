@@ -59,6 +59,8 @@ every op is a method of ``console/link/client.py``'s ``HostClient``, returning i
 ``vmstat``                    -> {oom_kill}
 ``ack {session_id, by?}``     -> SessionInfo ; writes ``ack.json`` in an ended session's run directory
                                  (``not_ended`` for a live one)
+``prune {session_id}``        -> {session_id, run_dir, removed: [names], reason} ; removes a broken run directory
+                                 of ours of which nothing runs (``refused`` otherwise, ``not_found`` when absent)
 
 Agent -> console (pushed)
 -------------------------
