@@ -124,3 +124,32 @@ async def test_a_rust_front_end_server_is_launched_confirmed_and_killed_like_any
         k = await lifecycle.kill(link, KillTarget(host="local", session_id=r.session_id), grace=10)
         assert k.ok, k
         assert not await client.port_open(port)
+
+
+# ---------------------------------------------------------------- deprecated endpoints: never called
+
+async def test_the_console_never_calls_a_deprecated_endpoint_alias(sim, runs_dir, tmp_path):
+    """SGLang logs a warning on every ``/get_server_info`` / ``/get_model_info`` call (the stand-in does too): a
+    launch, its confirmation, the agent's sampling and a report must leave no such line in the session's log."""
+    d, model = sim
+    async with sim_link(runs_dir, d) as link:
+        r = await lifecycle.launch(link, LaunchRequest(
+            host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+            flags=["--model-path", str(model), *FIXED_FLAGS, "--enable-metrics"], gpus=[0], port=free_port()),
+            timeout=60)
+        assert r.ok, r
+        for _ in range(4):
+            await link.refresh()
+        cfg = write_config(tmp_path / "config.toml", {"local": {"runs_dir": str(runs_dir), "python": sys.executable,
+                                                                "gpu_source": "sim", "sim_dir": str(d)}})
+        rep = cli("report", "--host", "local", "--config", str(cfg), r.session_id, "--out", str(tmp_path / "r.md"))
+        assert rep.returncode == 0, rep.stderr
+        log = runs_dir / r.session_id / "output.log"
+        text = log.read_text(encoding="utf-8", errors="replace")
+        assert "ready to roll" in text
+        assert "is deprecated" not in text and "/get_server_info" not in text and "/get_model_info" not in text
+        # the control: one call of the alias does leave the warning (the check above is not vacuous)
+        spec = json.loads((runs_dir / r.session_id / "spec.json").read_text())
+        assert (await HostClient.of(link).http_get(int(spec["port"]), "/get_server_info")).status == 200
+        assert await await_until(lambda: "is deprecated" in log.read_text(encoding="utf-8", errors="replace"), 10)
+        await lifecycle.kill(link, KillTarget(host="local", session_id=r.session_id), grace=10)

@@ -685,6 +685,11 @@ class Launcher:
         os._exit(code)
 
     # ------------------------------------------------------------ endpoints' data
+    def deprecated(self, old: str, new: str) -> None:
+        """SGLang 0.5.23 warns on every call of a deprecated endpoint alias (its http_server)."""
+        log("Endpoint '%s' is deprecated and will be removed in a future version. Please use '%s' instead."
+            % (old, new))
+
     def model_info(self) -> dict:
         return {"model_path": self.args.model_path, "tokenizer_path": self.args.tokenizer_path or self.args.model_path,
                 "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",

@@ -227,8 +227,12 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/ready":
             self._send(200 if app.healthy() else 503, {"status": "ready" if app.healthy() else "not ready"})
         elif path in ("/model_info", "/get_model_info"):
+            if path == "/get_model_info":
+                app.deprecated(path, "/model_info")
             self._send(200, app.model_info())
         elif path in ("/server_info", "/get_server_info"):
+            if path == "/get_server_info":
+                app.deprecated(path, "/server_info")
             self._send(200, app.server_info())
         elif path == "/v1/models":
             if not self._authorized():
