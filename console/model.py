@@ -652,6 +652,9 @@ class ServingFigures(Frozen):
     accept_length: Figure | None = None
     """Speculative decoding: mean accepted tokens per step."""
     accept_rate: Figure | None = None
+    spec_steps: Figure | None = None
+    """Speculative steps the server runs now (``sglang:spec_num_steps``): the flag's value, or an adaptive
+    server's current choice (``--speculative-adaptive``)."""
     ttft_s: Figure | None = None
     """Mean time to first token since the server started (histogram sum / count)."""
     itl_s: Figure | None = None

@@ -185,3 +185,20 @@ def test_thresholds_are_named_and_explained():
         assert isinstance(getattr(advisor, name), float)
     assert [k for k, _ in advisor.SERVER_RULES] == ["gpu_underused", "speculation_costly", "running_at_limit",
                                                     "kv_cache_full", "power_throttled"]
+
+
+def test_adaptive_speculation_reads_its_current_steps_from_the_servers_gauge():
+    """``--speculative-adaptive`` changes the step count at run time: the advisor reads it (``sglang:spec_num_steps``)
+    and gives no "remove speculation" advice once the controller has already stopped drafting."""
+    text = ('# TYPE sglang:spec_num_steps gauge\nsglang:spec_num_steps{tp_rank="0"} 1\n'
+            '# TYPE sglang:spec_num_steps_x gauge\nsglang:spec_num_steps{tp_rank="1"} 7\n')
+    f = parse_sglang_metrics(text, at=1.0)
+    assert f.spec_steps is not None and f.spec_steps.value == 1  # TP rank 0 only
+    argv = BASE + ["--speculative-algorithm", "EAGLE", "--speculative-adaptive"]
+    low = [ServingFigures(accept_length=fig(1.1, at=90.0 + i)) for i in range(3)]
+    a = advise([ctx(argv, shape=None, figures=ServingFigures(accept_length=fig(1.2), spec_steps=fig(1)), history=low)])
+    assert kinds(a) == ["speculation_costly"]
+    assert "even with adaptive steps" in a[0].message
+    assert any("adaptive: 1 speculative step(s) now" in e for e in a[0].evidence)
+    off = advise([ctx(argv, shape=None, figures=ServingFigures(accept_length=fig(1.0), spec_steps=fig(0)), history=low)])
+    assert off == []

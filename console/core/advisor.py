@@ -80,7 +80,7 @@ GPU_SAMPLE_MAX_AGE_S = 10.0
 FIGURE_MAX_AGE_S: dict[str, float] = {
     "queue": QUEUE_MAX_AGE_S, "running": RUNNING_MAX_AGE_S, "gen_throughput": THROUGHPUT_MAX_AGE_S,
     "token_usage": TOKEN_USAGE_MAX_AGE_S, "accept_length": ACCEPT_LENGTH_MAX_AGE_S,
-    "accept_rate": ACCEPT_LENGTH_MAX_AGE_S, "retracted_total": RETRACTED_MAX_AGE_S,
+    "accept_rate": ACCEPT_LENGTH_MAX_AGE_S, "spec_steps": ACCEPT_LENGTH_MAX_AGE_S, "retracted_total": RETRACTED_MAX_AGE_S,
     "ttft_s": LATENCY_MAX_AGE_S, "itl_s": LATENCY_MAX_AGE_S,
 }
 """The age bound of every serving figure (``ServingFigures`` field -> seconds)."""
@@ -270,6 +270,10 @@ def speculation_costs_more(ctx: ServerContext, chk: Checker) -> Advice | None:
     mean = sum(lengths) / len(lengths)
     if mean >= LOW_ACCEPT_LENGTH:
         return None
+    adaptive = "--speculative-adaptive" in ctx.flags_argv
+    steps = fresh(ctx, "spec_steps")
+    if adaptive and steps is not None and steps < 1:
+        return None  # the adaptive controller has already turned drafting off: nothing to win by removing it
     argv, skip = [], False
     for i, tok in enumerate(ctx.flags_argv):
         if skip:
@@ -284,8 +288,11 @@ def speculation_costs_more(ctx: ServerContext, chk: Checker) -> Advice | None:
     return Advice(host=ctx.host, gpu=ctx.gpu.index, session_id=ctx.session_id, pid=ctx.pid,
                   kind="speculation_costly",
                   message="speculation costs more than it gives: accept length "
-                          f"{mean:.2f} < {LOW_ACCEPT_LENGTH} over the last {len(lengths)} readings",
-                  evidence=[f"accept length readings: {', '.join(f'{v:.2f}' for v in lengths)}"],
+                          f"{mean:.2f} < {LOW_ACCEPT_LENGTH} over the last {len(lengths)} readings"
+                          + (" even with adaptive steps" if adaptive else ""),
+                  evidence=[f"accept length readings: {', '.join(f'{v:.2f}' for v in lengths)}"]
+                  + ([f"{'adaptive: ' if adaptive else ''}{steps:.0f} speculative step(s) now "
+                      "(sglang:spec_num_steps)"] if steps is not None else []),
                   suggestion=sug)
 
 

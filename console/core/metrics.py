@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import lru_cache
 
 from console.model import Figure, ServeMetrics, ServingFigures
 
@@ -30,6 +31,9 @@ AVERAGED = {
     "token_usage": "token_usage",
     "accept_length": "spec_accept_length",
     "accept_rate": "spec_accept_rate",
+    # the step count running now: an adaptive server (--speculative-adaptive) changes it (0.5.23 exports it here,
+    # not in /server_info)
+    "spec_steps": "spec_num_steps",
 }
 COUNTERS = {"retracted_total": "num_retracted_requests"}
 HISTOGRAM_MEANS = {"ttft_s": "time_to_first_token_seconds", "itl_s": "inter_token_latency_seconds"}
@@ -37,6 +41,8 @@ PREFIXES = ("sglang:", "sglang_")
 
 MAX_METRICS_BYTES = 4 << 20
 """Refuse to parse more than this (the agent already caps what it fetches at a smaller size)."""
+PARSED_KEPT = 32
+"""How many parsed ``/metrics`` responses are kept (one per metrics-exporting server and sample)."""
 
 
 class MetricsParseError(ValueError):
@@ -54,8 +60,11 @@ def _rank0(labels: dict[str, str]) -> bool:
     return labels.get("tp_rank", "0") == "0" and labels.get("pp_rank", "0") == "0"
 
 
+@lru_cache(maxsize=PARSED_KEPT)
 def parse_sglang_metrics(text: str, at: float) -> ServingFigures:
-    """The figures in one ``/metrics`` response read at ``at`` (epoch seconds)."""
+    """The figures in one ``/metrics`` response read at ``at`` (epoch seconds); a value that is not finite
+    (``NaN``, ``+Inf``) is no figure. Parsed once per response (text and time): every later round of advice,
+    every view of the same sample, gets the parse kept (a 2 MiB body cost seconds of CPU per round)."""
     # Imported here: prometheus_client pulls in its HTTP exposition (~40 ms) that a console start without
     # metrics to read never needs (see console/commands/tui.py's warm-up).
     from prometheus_client.parser import text_string_to_metric_families
@@ -83,7 +92,7 @@ def parse_sglang_metrics(text: str, at: float) -> ServingFigures:
     out: dict[str, Figure] = {}
 
     def put(field: str, v: float | None) -> None:
-        if v is not None and not math.isnan(v):  # NaN is "not exported yet"
+        if v is not None and math.isfinite(v):  # NaN is "not exported yet"; +Inf/-Inf are no count or rate
             out[field] = Figure(value=v, source="metrics", at=at)
 
     for field, name in SUMMED.items():

@@ -760,6 +760,10 @@ class Launcher:
                            "drafts + bonus token per forward).", round(self.accept_len, 2)))
             gauges.append(("sglang:spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed "
                            "drafts` in batch).", round((self.accept_len - 1) / max(1.0, self.accept_len), 2)))
+            steps = self.args.speculative_num_steps or 0
+            gauges.append(("sglang:spec_num_steps", "Currently active speculative_num_steps.", steps))
+            gauges.append(("sglang:spec_num_draft_tokens", "Currently active speculative_num_draft_tokens (decouples "
+                           "from steps under topk>1).", self.args.speculative_num_draft_tokens or steps + 1))
         lines = []
         for name, help_, val in gauges:
             lines += ["# HELP %s %s" % (name, help_), "# TYPE %s gauge" % name, "%s{%s} %s" % (name, labels, float(val))]
