@@ -111,8 +111,9 @@ def test_planted_session_dirs_are_foreign_and_never_block_a_launch(shared_runs, 
             "--command", f"{sys.executable} {idle}", "--json", "--", "--model-path", "/m", env=env)
     assert p.returncode == 0, p.stdout + p.stderr  # neither GPU 0 nor the port is held by what was planted
     sid = json.loads(p.stdout)["session_id"]
-    for args, words in ((("ack", "--host", "local", FORGED), "another user's"),
-                        (("sessions", "--host", "local", "--prune", SPEC_ONLY), "another user's run directory"),
+    for args, words in ((("ack", "--host", "local", FORGED), "is not this console's (owned by nobody"),
+                        (("sessions", "--host", "local", "--prune", SPEC_ONLY), "not this console's run directory"),
+                        (("sessions", "--host", "local", "--prune", OPEN), "writable by other users"),
                         (("kill", "--host", "local", SPEC_ONLY), "broken")):
         r = cli("--config", str(conf), *args, env=env)
         assert r.returncode != 0 and words in r.stdout + r.stderr, (args, r.stdout + r.stderr)

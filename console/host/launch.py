@@ -271,7 +271,7 @@ class Launcher(object):
             if s is None:
                 raise OpError("no session %s in %s" % (session_id, self.runs_dir), "not_found")
             if s.get("untrusted"):
-                raise OpError("session %s is another user's run directory (%s): nothing removed" % (
+                raise OpError("session %s is not this console's run directory (%s): nothing removed" % (
                     session_id, s["broken"]), "refused")
             if not s.get("broken"):
                 raise OpError("session %s is not broken: only a run directory that cannot be a session is removed "
@@ -284,11 +284,12 @@ class Launcher(object):
                 names = sorted(os.listdir(d))
             except OSError as e:
                 raise OpError("cannot read %s: %s" % (d, e.strerror or e))
-            errors = []
-            shutil.rmtree(d, onerror=lambda fn, path, info: errors.append("%s: %s" % (path, info[1])))
-            sessions.forget(session_id)
-            if os.path.lexists(d):
-                raise OpError("could not remove all of %s: %s" % (d, "; ".join(errors[:3]) or "still there"))
+            try:
+                shutil.rmtree(d)
+            except OSError as e:
+                raise OpError("could not remove all of %s: %s: %s" % (d, e.filename, e.strerror or e))
+            finally:
+                sessions.forget(session_id)
             return {"session_id": session_id, "run_dir": d, "removed": names, "reason": s["broken"]}
 
     def preflight(self, spec, opts):

@@ -214,8 +214,9 @@ class SessionStore(object):
         cur = self.scan().get(session_id) or {}
         if cur.get("broken"):
             raise OpError("session %s is %s (%s): nothing to acknowledge%s" % (
-                session_id, "another user's" if cur.get("untrusted") else "broken", cur["broken"],
-                "" if cur.get("untrusted") else "; the prune op removes a broken run directory"), "refused")
+                session_id, "not this console's" if cur.get("untrusted") else "broken", cur["broken"],
+                "" if cur.get("untrusted") else " ('mtpconsole sessions --prune %s' removes it)" % session_id),
+                "refused")
         ended = cur.get("exit") or (cur.get("record") and not cur.get("server_alive")
                                     and not cur.get("supervisor_alive"))
         if not ended:
