@@ -11,22 +11,17 @@ from pathlib import Path
 from console.audit import read_entries
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
-from console.core.events import (
-    audit_events,
-    kernel_oom_events,
-    merge,
-    parse_since,
-    ready_event,
-    session_events,
-)
+from console.core.events import host_events, kernel_oom_events, parse_since, ready_event, stamp
 from console.core.redact import redact_obj
 from console.errors import UserError
 from console.link.errors import LinkDown, RequestError
-from console.model import AuditEntry, HostEvent
+from console.model import AuditEntry, Classification, HostEvent
 
 READY_SCAN = 20
-"""At most this many sessions' logs are read for their READY time."""
+"""At most this many sessions' logs are read for their READY time (and of the failed ones, for their cause)."""
 LOG_HEAD = 1 << 20
+LOG_TAIL = 256 << 10
+"""A failed session's cause is classified from the last 256 KiB of its log (as ``sessions`` does)."""
 AUDIT_TAIL = 8 << 20
 """Only the last 8 MiB of the audit log are read."""
 
@@ -41,24 +36,32 @@ def read_audit(path: Path, since: float) -> tuple[list[AuditEntry], str | None]:
 
 
 async def gather(link, since: float, audit_path: Path) -> tuple[list[HostEvent], list[str]]:
-    """Every source for one host, merged; notes say which source could not be read."""
+    """Every source for one host, built into one list by :func:`console.core.events.host_events` (the TUI's
+    ``v`` builds its own there too); notes say which source could not be read, and what was left out."""
+    from console.core.classify import classify
+
     notes: list[str] = []
     client = link.client
     sessions = await client.sessions()
-    lists: list[list[HostEvent]] = [session_events(link.name, s) for s in sessions]
-    recent = [s for s in sessions if s.record and (s.exit is None or s.exit.ended_at >= since)]
+    snap = await link.refresh()  # its processes: the proven orphans
+    found: list[HostEvent] = []
+    classes: dict[str, Classification] = {}
+    recent = [s for s in sessions if s.record and (s.exit is None or not s.exit.ended_at < since)]
     for s in sorted(recent, key=lambda s: s.session_id, reverse=True)[:READY_SCAN]:
         try:
             head = await client.read_log(s.session_id, offset=0, max_bytes=LOG_HEAD)
+            tail = await client.read_log(s.session_id, tail_bytes=LOG_TAIL) if s.exit is not None else None
         except (RequestError, LinkDown):
             continue
         ev = ready_event(link.name, s, head.data)
         if ev is not None:
-            lists.append([ev])
+            found.append(ev)
+        if tail is not None:
+            classes[s.session_id] = classify(tail.data, s.exit)
     try:
         r = await client.run(["dmesg", "--time-format=iso"], timeout=10, audit=False)
         if r.rc == 0:
-            lists.append(kernel_oom_events(link.name, r.stdout))
+            found += kernel_oom_events(link.name, r.stdout)
         else:
             why = r.stderr.strip().splitlines()
             notes.append(f"kernel log not readable: {why[0] if why else 'dmesg exit ' + str(r.rc)}")
@@ -67,8 +70,9 @@ async def gather(link, since: float, audit_path: Path) -> tuple[list[HostEvent],
     entries, note = read_audit(audit_path, since)
     if note:
         notes.append(note)
-    lists.append(audit_events(link.name, entries))
-    return merge(*lists, since=since), notes
+    events, left_out = host_events(link.name, sessions, classes=classes, snap=snap, found=found, audit=entries,
+                                   since=since)
+    return events, notes + left_out
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -88,10 +92,9 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
                          indent=2))
         return 0
     if not events:
-        print(f"{term(link.name)}: no events since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}")
+        print(f"{term(link.name)}: no events since {stamp(since)}")
     for ev in events:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev.at))
-        print(f"{stamp}  {ev.kind:<13} {term(ev.text)}  [{ev.source}]")
+        print(f"{stamp(ev.at)}  {ev.kind:<14} {term(ev.text)}  [{ev.source}]")
     for n in notes:
         print(f"note: {term(n)}")
     return 0

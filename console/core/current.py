@@ -27,8 +27,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from console.core.events import failed_text, orphan_text, proven_orphans
 from console.core.sessions import flags_summary
-from console.model import GpuCurrent, HostEvent, HostView, OperationResult, PendingLaunch, SessionView
+from console.model import GpuCurrent, HostEvent, HostSnapshot, HostView, OperationResult, PendingLaunch, SessionView
 
 ENDED = ("failed", "stopped")
 EVENTS_KEPT = 200
@@ -118,6 +119,8 @@ class CurrentState:
         self._states: dict[str, str] = {}
         self._ready_seen: set[str] = set()
         """Sessions whose READY this console has reported (an event once per session)."""
+        self._orphans: set[str] = set()
+        """The keys of foreign views that appeared as proven orphans (their vanishing names them so)."""
 
     # ---- what the console did
     def launch_sent(self, p: PendingLaunch) -> None:
@@ -188,7 +191,7 @@ class CurrentState:
         connected = snap.connection.state == "connected"
         if connected:
             self._supersede(out)
-            self._watch(out)
+            self._watch(out, snap)
             listed = {(s.launcher_pid, s.launcher_start_ticks) for s in view.sessions if s.session_id is None}
             listed |= {(pid, None) for pid, _t in listed}
             for k in [k for k in self.killed if k not in listed]:
@@ -232,23 +235,32 @@ class CurrentState:
             if s.session_id and is_ended(s) and used.intersection(s.gpus) and s.session_id not in self.superseded:
                 self.superseded.add(s.session_id)
 
-    def _watch(self, sessions: list[SessionView]) -> None:
-        """Events: foreign servers appearing and vanishing, managed sessions becoming READY (once each: seen
-        here, or new since the first view), stopping or failing."""
+    def _watch(self, sessions: list[SessionView], snap: HostSnapshot | None = None) -> None:
+        """Events: foreign servers appearing (a proven orphan as ``orphan``, judged on ``snap``) and vanishing,
+        managed sessions becoming READY (once each: seen here, or new since the first view), stopping or
+        failing."""
         baseline = self._foreign is None  # the host's first view: what exists already is no event
         foreign = {session_key(s): s for s in sessions if s.session_id is None and s.state == "foreign"}
         if self._foreign is not None:
-            for k, s in foreign.items():
-                if k not in self._foreign:
-                    self.event("foreign_appeared", f"foreign server pid {s.launcher_pid} appeared on GPUs "
-                                                   f"{_gpus(s.gpus)}" + (f" (port {s.port})" if s.port else ""),
-                               gpus=list(s.gpus), pid=s.launcher_pid)
+            new = [(k, s) for k, s in foreign.items() if k not in self._foreign]
+            proven = {o.pid: o for o in proven_orphans(snap)} if new and snap is not None else {}
+            for k, s in new:
+                o = proven.get(s.launcher_pid or -1)
+                if o is not None:
+                    self._orphans.add(k)
+                    self.event("orphan", orphan_text(o), gpus=o.gpus, pid=o.pid, session_id=o.session_id)
+                    continue
+                self.event("foreign_appeared", f"foreign server pid {s.launcher_pid} appeared on GPUs "
+                                               f"{_gpus(s.gpus)}" + (f" (port {s.port})" if s.port else ""),
+                           gpus=list(s.gpus), pid=s.launcher_pid)
             for k, s in self._foreign.items():
                 if k not in foreign:
                     at = self._killed(s)
                     who = ("killed by this console" if at is not None
                            else "not stopped by this console (another console, the CLI or by hand)")
-                    self.event("foreign_vanished", f"foreign server pid {s.launcher_pid} on GPUs {_gpus(s.gpus)} "
+                    what = "orphan" if k in self._orphans else "foreign server"
+                    self._orphans.discard(k)
+                    self.event("foreign_vanished", f"{what} pid {s.launcher_pid} on GPUs {_gpus(s.gpus)} "
                                                    f"is gone: {who}", gpus=list(s.gpus), pid=s.launcher_pid)
         self._foreign = foreign
         for s in sessions:
@@ -268,7 +280,7 @@ class CurrentState:
                     self.event("session_stopped", f"session {s.session_id} stopped by {s.stopped_by or 'an operator'}",
                                session_id=s.session_id, gpus=list(s.gpus))
                 else:
-                    self.event("session_failed", f"session {s.session_id} FAILED: {s.cause or 'unknown'}",
+                    self.event("session_failed", failed_text(s.session_id, s.cause, s.line),
                                session_id=s.session_id, gpus=list(s.gpus))
             self._states[s.session_id] = s.state
 

@@ -15,17 +15,29 @@ Sources, each event saying which one it came from (``source``):
   server's vanishing that this console did not cause is attributed to another console on this
   machine when the shared audit log holds that console's kill of it (:func:`name_other_killers`).
 
+The one list of a host's events is built by :func:`host_events`, for the CLI (``mtpconsole events``: every run
+directory, the classified logs, the kernel log, the audit log) and the TUI (``v``: its views, through
+:func:`view_events`) alike: a failed session is ``session_failed`` with its cause (``gpu_oom``), not only the
+signal that ended it; a proven orphan is ``orphan`` (never ``foreign_appeared``); an acknowledgement is listed
+once; an event whose time a run directory holds unusable (NaN, infinite, past year 9999) is left out with a
+note instead of breaking the list.
+
 Pure functions: the caller reads the sources (the CLI through the agent, the UI from its
-views) and merges them with :func:`merge`. No I/O, no UI.
+views) and hands them to :func:`host_events`. No I/O, no UI.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from console.model import AuditEntry, HostEvent, HostSnapshot, SessionInfo
+from console.model import AuditEntry, Classification, HostEvent, HostSnapshot, HostView, SessionInfo
+
+if TYPE_CHECKING:
+    from console.core.orphans import Orphan
 
 READY_LINE = re.compile(r"The server is fired up and ready to roll")
 LOG_TIME = re.compile(r"^\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})")
@@ -39,6 +51,8 @@ grace before SIGKILL is 20 s, then a sample or two)."""
 KILL_AFTER_VANISH_S = 5.0
 """...or at most this long after (the other console writes its audit entry when the agent answered)."""
 NOT_BY_THIS_CONSOLE = "not stopped by this console"
+LATEST_TIME = 253402300799.0
+"""9999-12-31 23:59:59 UTC: a later time (or NaN, or an infinite one) in a run directory is no time at all."""
 
 
 def _gpus(s: SessionInfo) -> list[int]:
@@ -179,6 +193,126 @@ def name_other_killers(events: Iterable[HostEvent], others: Iterable[AuditEntry]
     return out
 
 
+def usable_time(at: float | None) -> bool:
+    """Whether ``at`` can be a time an event is listed and printed at (finite, from 1970 to year 9999)."""
+    return at is not None and math.isfinite(at) and 0 <= at <= LATEST_TIME
+
+
+def stamp(at: float, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """``at`` in local time; an unusable one says so (never raises)."""
+    if not usable_time(at):
+        return f"(no usable time: {at!r})"
+    try:
+        return _dt.datetime.fromtimestamp(at).strftime(fmt)
+    except (OverflowError, OSError, ValueError):
+        return f"(no usable time: {at!r})"
+
+
+def failed_text(session_id: str, cause: str | None, line: str | None = None) -> str:
+    """What a failed session's event says: ``session S FAILED: gpu_oom — <the decisive line>`` (the console's
+    own event, :mod:`console.core.current`, and the run directory's say it alike)."""
+    tail = f" — {line[:200]}" if line else ""
+    return f"session {session_id} FAILED: {cause or 'unknown'}{tail}"
+
+
+def failure_event(host: str, s: SessionInfo, cls: Classification | None) -> HostEvent | None:
+    """``session_failed`` at the session's end, with the cause its log (and exit record) show; None unless
+    it ended failed."""
+    ex = s.exit
+    if ex is None or cls is None or cls.state != "failed" or ex.stopped_by_operator:
+        return None
+    return HostEvent(at=ex.ended_at, host=host, kind="session_failed", session_id=s.session_id, gpus=_gpus(s),
+                     pid=s.record.pid if s.record else None, source="log+exit_record",
+                     text=failed_text(s.session_id, cls.cause, cls.line))
+
+
+def orphan_text(o: Orphan) -> str:
+    """What an orphan's event says: its pid and title, what it holds, and the first fact that proves it."""
+    held = ", ".join(f"GPU {i} {m:,} MiB" for i, m in sorted(o.gpu_mem_mib.items())) or "no GPU memory"
+    why = f": {o.evidence[0]}" if o.evidence else ""
+    return f"orphan pid {o.pid} ({o.title[:60]}) holds {held}{why}"
+
+
+def proven_orphans(snap: HostSnapshot) -> list[Orphan]:
+    """The proven orphans of ``snap``, judged as the session views judge them (the snapshot's live sessions
+    count as live): ``console.core.sessions.derive_views``."""
+    from console.core.orphans import find_orphans
+
+    live = {s.session_id for s in snap.sessions if s.exit is None and not s.untrusted}
+    return find_orphans(snap, live_ids=live)
+
+
+def orphan_events(host: str, orphans: Iterable[Orphan], sessions: Mapping[str, SessionInfo],
+                  snap: HostSnapshot) -> list[HostEvent]:
+    """One ``orphan`` event per proven orphan of ``snap``: at the end of the session it carries (when it became
+    one), else at its process's start, else at the sample's time."""
+    out = []
+    started = {p.pid: p.started_at for p in snap.servers}
+    for o in orphans:
+        s = sessions.get(o.session_id or "")
+        at = (s.exit.ended_at if s is not None and s.exit is not None else None) or started.get(o.pid) \
+            or snap.sampled_at
+        if at is None:
+            continue
+        out.append(HostEvent(at=at, host=host, kind="orphan", session_id=o.session_id, gpus=o.gpus, pid=o.pid,
+                             source="processes", text=orphan_text(o)))
+    return out
+
+
+def host_events(host: str, sessions: Iterable[SessionInfo], *, classes: Mapping[str, Classification] | None = None,
+                snap: HostSnapshot | None = None, seen: Iterable[HostEvent] = (), found: Iterable[HostEvent] = (),
+                audit: Iterable[AuditEntry] = (), others: Iterable[AuditEntry] = (),
+                since: float | None = None) -> tuple[list[HostEvent], list[str]]:
+    """The one list of a host's events, oldest first from ``since`` on, and notes on what was left out.
+
+    ``sessions``: the run directories (launched, exited, OOM-killed, acknowledged); ``classes``: session id ->
+    its log's classification (a failed one is also ``session_failed`` with its cause); ``snap``: the host's
+    processes, for its proven orphans (``orphan``); ``seen``: what a live console saw itself
+    (``HostView.events``: a session it saw fail is listed once, an orphan once); ``found``: more events the
+    caller read (READY from the logs, the kernel's OOM kills); ``audit``: this machine's actions on the host
+    (an acknowledgement the run directory records is not listed again); ``others``: other consoles' kills, to
+    name who ended a foreign server (:func:`name_other_killers`)."""
+    sessions = list(sessions)
+    by_id = {s.session_id: s for s in sessions}
+    lists: list[list[HostEvent]] = [session_events(host, s) for s in sessions]
+    failed = set()
+    for sid, cls in (classes or {}).items():
+        s = by_id.get(sid)
+        ev = failure_event(host, s, cls) if s is not None else None
+        if ev is not None:
+            failed.add(sid)
+            lists.append([ev])
+    seen = list(seen)
+    told = {e.pid for e in seen if e.kind == "orphan"}  # the console saw it become one: its own time is kept
+    orphans = orphan_events(host, proven_orphans(snap), by_id, snap) if snap is not None else []
+    mine = [e for e in seen if not (e.kind == "session_failed" and e.session_id in failed)]
+    lists += [[e for e in orphans if e.pid not in told], name_other_killers(mine, others), list(found)]
+    acked = {s.session_id for s in sessions if s.acknowledged_at is not None}
+    entries = [a for a in audit if not (a.op == "ack" and (a.args or {}).get("session_id") in acked)]
+    lists.append(audit_events(host, entries))
+    notes: list[str] = []
+    kept: list[list[HostEvent]] = []
+    for lst in lists:
+        good = [e for e in lst if usable_time(e.at)]
+        for e in lst:
+            if not usable_time(e.at):
+                where = f"session {e.session_id}" if e.session_id else f"pid {e.pid}" if e.pid else e.source
+                notes.append(f"{where}: its {e.kind} event is left out: its time ({e.at!r}, from {e.source}) "
+                             "is no usable time")
+        kept.append(good)
+    return merge(*kept, since=since), notes
+
+
+def view_events(view: HostView, others: Iterable[AuditEntry] = ()) -> list[HostEvent]:
+    """:func:`host_events` of what a live console has of one host (the TUI's ``v``): its snapshot's run
+    directories and processes, its views' causes, and what it saw itself."""
+    classes = {v.session_id: Classification(state="failed", cause=v.cause, line=v.line)
+               for v in view.sessions if v.session_id and v.state == "failed" and v.cause and not v.broken}
+    events, _notes = host_events(view.snapshot.name, view.snapshot.sessions, classes=classes, snap=view.snapshot,
+                                 seen=view.events, others=others)
+    return events
+
+
 def merge(*lists: Iterable[HostEvent], since: float | None = None) -> list[HostEvent]:
     """One list, oldest first, from ``since`` on; the same (time, kind, session, pid) is kept once."""
     seen: set[tuple] = set()
@@ -201,7 +335,7 @@ def parse_since(text: str, now: float) -> float:
         return now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
     try:
         return _dt.datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         raise ValueError(f"--since {text!r}: give a duration like 90s, 15m, 1h, 2d or an ISO time") from None
 
 

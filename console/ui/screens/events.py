@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from console.core.events import KILL_BEFORE_VANISH_S, NOT_BY_THIS_CONSOLE, merge, name_other_killers, run_dir_events
+from console.core.events import KILL_BEFORE_VANISH_S, NOT_BY_THIS_CONSOLE, view_events
 from console.model import AuditEntry, HostEvent, HostView
 from console.ui.format import clean, gpu_list, short
 from console.ui.screens.table import TableScreen, closing
@@ -35,10 +35,11 @@ AUDIT_EVERY_S = 3.0
 
 
 def host_events(view: HostView, others: list[AuditEntry] | None = None) -> list[HostEvent]:
-    """One host's events: what the console saw (a foreign server's vanishing named after the other console
-    that killed it when ``others``, the audit entries of other consoles, show it) merged with what its run
-    directories record."""
-    return merge(name_other_killers(view.events, others or []), run_dir_events(view.snapshot))
+    """One host's events, built where the CLI's are (:func:`console.core.events.view_events`): what the console
+    saw (a foreign server's vanishing named after the other console that killed it when ``others``, the audit
+    entries of other consoles, show it) merged with what its run directories, its views' causes and its proven
+    orphans say."""
+    return view_events(view, others or [])
 
 
 class EventsScreen(TableScreen):
