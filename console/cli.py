@@ -104,7 +104,7 @@ COMMANDS: dict[str, Command] = {
     "flags": Command("console.commands.flags", "the host's server flags, learned from its --help", HOST_OPTIONS),
     "check": Command("console.commands.check", "validate a flag set against the host's server", HOST_OPTIONS),
     "plan": Command("console.commands.plan", "estimate GPU memory for a model and flags: fits / tight / does not fit",
-                    frozenset({"json"})),
+                    frozenset({"json", "demo"})),
     "orphans": Command("console.commands.orphans",
                        "find orphaned server workers and GPU memory holders; --kill PID", WRITE_OPTIONS),
     "events": Command("console.commands.events",

@@ -287,3 +287,18 @@ def test_demo_command_refuses_what_does_not_apply(tmp_path):
     r = mtp({**_env(tmp_path), persistent.IDLE_ENV: "soon"}, "sessions", "--demo")
     assert r.returncode == 2 and "MTPCONSOLE_DEMO_IDLE_S='soon'" in r.stderr
     assert not (tmp_path / "demo" / "state.json").exists()
+
+
+def test_plan_under_demo_uses_the_demo_model_and_gpu_and_stages_nothing(tmp_path):
+    """``plan --demo`` needs no model path or GPU size (the demo's), and stages no demo host (it never opens a host:
+    no staging line, no demo directory)."""
+    env = dict(os.environ, MTPCONSOLE_DEMO_DIR=str(tmp_path / "demo"), MTPCONSOLE_DEMO_IDLE_S="900")
+    out = subprocess.run([sys.executable, "-m", "console", "plan", "--demo", "--json", "--",
+                          "--mem-fraction-static", "0.9"], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)["plan"]
+    assert plan["gpu_mem_bytes"] == 97887 << 20 and plan["verdict"] in ("fits", "tight")
+    assert "demo host" not in out.stderr and not (tmp_path / "demo").exists()
+    bad = subprocess.run([sys.executable, "-m", "console", "plan", "--", "--x"], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert bad.returncode == 2 and "--model-config and --gpu-mem" in bad.stderr

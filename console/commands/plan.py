@@ -1,6 +1,7 @@
 """`mtpconsole plan`: offline GPU memory estimate for a model and a set of SGLang flags.
 
     mtpconsole plan --model-config config.json --gpu-mem 96GB [--gpus N] [--weights-gb X] [--json] -- <server flags>
+    mtpconsole plan --demo -- <server flags>          # the demo host's model and GPU; nothing is staged
 
 Exit 0 when it fits (or is tight), 1 when it does not fit, 2 on bad input.
 """
@@ -21,13 +22,20 @@ if TYPE_CHECKING:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model-config", required=True, metavar="PATH", help="the model's config.json (or its directory)")
-    p.add_argument("--gpu-mem", required=True, metavar="SIZE", help="memory of one GPU, e.g. 96GB, 97887MiB, 80GiB")
+    p.add_argument("--model-config", metavar="PATH",
+                   help="the model's config.json (or its directory); with --demo, the demo's model by default")
+    p.add_argument("--gpu-mem", metavar="SIZE",
+                   help="memory of one GPU, e.g. 96GB, 97887MiB, 80GiB; with --demo, a demo GPU's by default")
     p.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs available on the host (default 1)")
     p.add_argument("--weights-gb", type=float, default=None, metavar="X",
                    help="real size of the weights in GB (whole model), instead of the estimate")
     p.add_argument("server_flags", nargs=argparse.REMAINDER, metavar="-- FLAGS",
                    help="the SGLang flags after '--'")
+
+
+def _demo_gpu_bytes() -> int:
+    from console.sim.demo import GPU_MEM_MIB
+    return GPU_MEM_MIB << 20
 
 
 def _fmt_gb(b: int | float) -> str:
@@ -74,12 +82,22 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from console.core.model_config import ModelConfigError, load_model_config
     from console.core.planner import parse_mem, plan
 
+    demo = getattr(ctx, "demo", False)
+    if not demo and (args.model_config is None or args.gpu_mem is None):
+        missing = " and ".join(f for f, v in (("--model-config", args.model_config), ("--gpu-mem", args.gpu_mem))
+                               if v is None)
+        raise UserError(f"plan needs {missing} (or --demo for the demo host's model and GPUs)")
     try:
-        shape = load_model_config(args.model_config)
+        if args.model_config is None:  # --demo: the demo's model, as its hosts serve it; no server is staged
+            from console.core.model_config import parse_model_config
+            from console.sim.demo import MODEL_CONFIG
+            shape = parse_model_config(MODEL_CONFIG)
+        else:
+            shape = load_model_config(args.model_config)
     except ModelConfigError as e:
         raise UserError(str(e)) from None
     try:
-        gpu = parse_mem(args.gpu_mem)
+        gpu = parse_mem(args.gpu_mem) if args.gpu_mem is not None else _demo_gpu_bytes()
     except ValueError as e:
         raise UserError(f"--gpu-mem: {e}") from None
     if args.gpus < 1:

@@ -34,6 +34,8 @@ from typing import AsyncIterator, Iterator
 from console.config import Config, HostConfig, Profile
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+GPU_MEM_MIB = 97887
+"""The memory of one demo GPU (a 96 GB card as NVML reports it)."""
 N_GPUS = 4
 
 # A Qwen3.6-27B-like hybrid (3 of 4 layers linear attention, one MTP layer): our own numbers.
@@ -81,7 +83,7 @@ def stage_files(root: Path, *, speed: float = 5.0) -> Config:
     for d in (sim / "alloc", runs, model, logs):
         d.mkdir(parents=True, exist_ok=True)
     (sim / "gpus.json").write_text(json.dumps([
-        {"index": i, "uuid": f"GPU-demo-{i:04d}", "name": GPU_NAME, "mem_total_mib": 97887, "power_limit_w": 600.0}
+        {"index": i, "uuid": f"GPU-demo-{i:04d}", "name": GPU_NAME, "mem_total_mib": GPU_MEM_MIB, "power_limit_w": 600.0}
         for i in range(N_GPUS)]))
     (model / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=1))
     env = {"MTPCONSOLE_SIM_DIR": str(sim), "MTPCONSOLE_SIM_SPEED": str(speed)}
