@@ -45,7 +45,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if ctx.theme not in THEMES:
         raise UserError(f"unknown theme {ctx.theme!r} (choose from {', '.join(THEMES)})")
     if ctx.demo:
-        print("mtpconsole: staging the demo host (simulated GPUs, a hand-started server)…", file=sys.stderr)
+        print("mtpconsole: opening the demo host (simulated GPUs, a hand-started server)…", file=sys.stderr)
     collecting = gc.isenabled()
     gc.disable()
     try:
