@@ -58,15 +58,16 @@ class HostConfig(Strict):
     """Environment variables copied from the console's environment into each launch."""
     gpu_source: Literal["auto", "nvml", "nvidia-smi", "sim", "none"] = "auto"
     sim_dir: str | None = None
-    connect_timeout: float = 10.0
-    ping_timeout: float = Field(default=5.0, gt=0.0, le=300.0)
+    connect_timeout: float = Field(default=10.0, gt=0.0, le=600.0, allow_inf_nan=False)
+    """Seconds to reach the host and start its agent (finite, more than 0, at most 10 minutes)."""
+    ping_timeout: float = Field(default=5.0, gt=0.0, le=300.0, allow_inf_nan=False)
     """Seconds the agent has to answer a ping before the link reads STALE (a silent agent is pinged after two
     sample intervals without a word: a frozen one is STALE within 2 intervals + this)."""
     transport: Literal["auto", "local", "ssh"] = "auto"
     """auto: 'local' runs as a subprocess, anything else over SSH; local forces a subprocess."""
     launch_env: dict[str, str] = Field(default_factory=dict)
     """Fixed, non-secret environment added to every launch on this host (secrets: env_names)."""
-    log_cap_mb: float | None = Field(default=None, gt=0)
+    log_cap_mb: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Cap each launch's ``output.log`` at this many MiB (the supervisor rotates it: ``output.log.1`` and the
     first 64 KiB in ``output.log.head`` are kept). None (default): the server writes the file, unbounded."""
 
@@ -97,7 +98,7 @@ THEME_NAMES: tuple[ThemeName, ...] = get_args(ThemeName)
 
 
 class UiConfig(Strict):
-    interval: float = Field(default=1.0, gt=0.0, le=60.0)
+    interval: float = Field(default=1.0, gt=0.0, le=60.0, allow_inf_nan=False)
     theme: ThemeName = "dark"
     keymap: dict[str, str] = Field(default_factory=dict)
     """action name -> key, overriding the defaults."""
@@ -124,6 +125,10 @@ class Config(Strict):
                              env=dict(prof.env), profile=name)
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""A config file is a few KiB; a larger one is refused without being read further."""
+
+
 def default_path() -> Path:
     return paths.config_file()
 
@@ -136,14 +141,18 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         if explicit:
             raise ConfigError(f"config file {p} does not exist")
         return Config()
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    try:  # bounded, and a FIFO or a device is refused (never a hang)
+        data = tomllib.loads(paths.read_user_file(p, MAX_CONFIG_BYTES).decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: invalid TOML: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: invalid TOML: nested too deeply") from None
+    except paths.UnreadableFile as e:
+        raise ConfigError(f"{p}: {e} (a config file is a regular file of at most {MAX_CONFIG_BYTES} bytes)") from None
     except OSError as e:
-        raise ConfigError(f"{p}: cannot read: {e.strerror}") from None
+        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:

@@ -177,8 +177,7 @@ class LiveBackend:
         """The incident report of ``session_id``: gathered through the host's link, written as Markdown
         with the panel's SVG beside it under :func:`reports_dir`; returns the Markdown file's path."""
         from console.audit import default_audit_path
-        from console.core.report import build_report
-        from console.core.report_svg import panel_svg
+        from console.ops.report_files import write_report
         from console.ops.report_gather import gather
 
         audit = self.audit.path if self.audit is not None and self.audit.path is not None else default_audit_path()
@@ -186,10 +185,8 @@ class LiveBackend:
                            now=self.clock())
         out = reports_dir() / f"report-{safe_name(session_id)}.md"
         out.parent.mkdir(parents=True, exist_ok=True)
-        svg = out.with_suffix(".svg")
-        svg.write_text(panel_svg(inp), encoding="utf-8")
-        out.write_text(build_report(inp.model_copy(update={"panel_svg": svg.name})), encoding="utf-8")
-        return str(out)
+        md, _ = write_report(inp, out, overwrite=True)  # a second `p` replaces the first (never through a symlink)
+        return str(md)
 
     async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
         return await self.trackers[host].follow(session_id, tail_lines)
