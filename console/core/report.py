@@ -84,6 +84,8 @@ class ReportInputs(Frozen):
     generated_at: float = Field(default_factory=time.time)
     panel_svg: str | None = None
     """File name of the panel's SVG beside the report, when one was written."""
+    broken: str | None = None
+    """Why the session's run directory cannot be trusted (the agent's reason): its files were not used."""
 
 
 def _t(at: float | None) -> str:
@@ -151,6 +153,8 @@ def summary(inp: ReportInputs) -> list[str]:
         ("Started", _t(inp.started_at or (spec.created_at if spec else None))),
         ("Ended", _ended(inp)),
     ]
+    if inp.broken:
+        rows.append(("Run directory", f"broken: {_md(inp.broken)} (its spec, record and exit files are not used)"))
     if c and c.runs_skipped:
         rows.append(("Log", f"read from the last of {c.runs_skipped + 1} server runs in it (earlier runs skipped)"))
     if c and c.line:

@@ -132,7 +132,7 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
     inp = ReportInputs(
         host=snap.name, session_id=session_id, spec=s.spec, started_at=started, exit=s.exit, classification=cls,
         state=state, previous=prev.spec if prev else None, planner=planner, steps=steps,
-        audit=audit, events=events, log_lines=run.splitlines(), generated_at=now)
+        audit=audit, events=events, log_lines=run.splitlines(), generated_at=now, broken=s.broken)
     # the GPU table shows the samples around the failure (its own window), not the ring since --since
     samples = await _samples(client, s.spec.gpus if s.spec else [], *gpu_window(inp))
     return inp.model_copy(update={"samples": samples})
