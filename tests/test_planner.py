@@ -208,7 +208,8 @@ def test_bad_flag_values():
 
 
 def test_parse_mem():
-    assert parse_mem("96GB") == 96 * GIB
+    assert parse_mem("96GB") == 96 * 10 ** 9 and parse_mem("96 GiB") == parse_mem("96G") == 96 * GIB  # true meanings
+    assert parse_mem("512MB") == 512 * 10 ** 6 and parse_mem("2TiB") == 2 << 40 and parse_mem("1Ti") == 1 << 40
     assert parse_mem("97887MiB") == 97887 * MIB
     assert parse_mem("80") == 80 * GIB
     for bad in ("", "abc", "-1GB", "nanGB"):
@@ -361,7 +362,7 @@ def test_memory_in_use_is_planned_against():
     assert used.usable_bytes == free.usable_bytes - 20 * GIB and used.in_use_bytes == 20 * GIB
     assert int(used.fixes[0].value) < int(free.fixes[0].value)
     assert plan(shape, _apply(flags, used.fixes[0]), mem, in_use_bytes=20 * GIB).verdict == "fits"
-    assert any("20.0 GB of the GPU is in use by other processes" in r for r in used.reasons)
+    assert any("20.0 GiB of the GPU is in use by other processes" in r for r in used.reasons)
     with pytest.raises(ValueError):
         plan(shape, flags, mem, in_use_bytes=-1)
 
@@ -374,8 +375,8 @@ def test_read_fixes_reads_the_advice_back():
     shape, flags, mem = _demo_incident()
     p = plan(shape, flags, mem)
     line = "memory plan: does not fit — " + "; ".join(p.reasons + p.advice)
-    got = [(f.verb, f.flag, f.value, f.bound) for f in read_fixes(line)]
-    assert got == [(f.verb, f.flag, f.value, f.bound) for f in p.fixes]
+    assert read_fixes(line) == p.fixes  # flag, value, bound, note and the verdict it leads to
+    assert read_fixes("; ".join(plan(*_demo_incident()[:2], 40 * GIB).advice)) == plan(*_demo_incident()[:2], 40 * GIB).fixes
     assert read_fixes("lower --max-running-requests or raise --mem-fraction-static") == []
     assert [(f.flag, f.value) for f in read_fixes("raise --mem-fraction-static to 0.87")] == \
         [("--mem-fraction-static", "0.87")]

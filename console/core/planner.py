@@ -81,18 +81,23 @@ class PlanFix(BaseModel):
         return head + (f" ({'; '.join(notes)})" if notes else "")
 
 
-_FIX_TO = re.compile(r"\b(lower|raise) (--[a-z][a-z0-9-]*) to (≤ )?([0-9]+(?:\.[0-9]+)?)\b")
-_FIX_USE = re.compile(r"\buse (--[a-z][a-z0-9-]*) ([A-Za-z0-9_.]+)")
+_NOTES = r"(?: \(([^()]*)\))?"
+_FIX_TO = re.compile(r"\b(lower|raise) (--[a-z][a-z0-9-]*) to (≤ )?([0-9]+(?:\.[0-9]+)?)\b" + _NOTES)
+_FIX_USE = re.compile(r"\buse (--[a-z][a-z0-9-]*) ([A-Za-z0-9_.]+)" + _NOTES)
+_THEN = re.compile(r"(?:^|; )then (tight|does not fit)$")
 
 
 def read_fixes(text: str) -> list[PlanFix]:
-    """The fixes named in a plan's advice text (:attr:`PlanFix.text`), in the order they appear: the form reads
-    them back from the planner's verdict line to apply one."""
+    """The fixes named in a plan's advice text (:attr:`PlanFix.text`), in the order they appear, with the verdict
+    each leads to: the form reads them back from the planner's verdict line to apply one."""
     found: list[tuple[int, PlanFix]] = []
-    for m in _FIX_TO.finditer(text):
-        found.append((m.start(), PlanFix(verb=m[1], flag=m[2], value=m[4], bound=bool(m[3]))))
-    for m in _FIX_USE.finditer(text):
-        found.append((m.start(), PlanFix(verb="use", flag=m[1], value=m[2])))
+    for m, verb, flag, value, bound, notes in (
+            *((m, m[1], m[2], m[4], bool(m[3]), m[5]) for m in _FIX_TO.finditer(text)),
+            *((m, "use", m[1], m[2], False, m[3]) for m in _FIX_USE.finditer(text))):
+        then = _THEN.search(notes or "")
+        note = _THEN.sub("", notes or "")
+        found.append((m.start(), PlanFix(verb=verb, flag=flag, value=value, bound=bound, note=note,
+                                         then=then[1].replace(" ", "_") if then else "fits")))
     return [f for _, f in sorted(found, key=lambda x: x[0])]
 
 
@@ -379,11 +384,11 @@ def _plan(shape: ModelShape, flags: dict[str, Any], gpu_mem_bytes: int, *, n_gpu
         size = _as_float(_flag(flags, "hicache-size"), "hicache-size")
         ratio = _as_float(_flag(flags, "hicache-ratio"), "hicache-ratio") or 2.0
         hicache = int(size * GIB) if size else int(max(0, kv_pool) * ratio)
-        reasons.append(f"hierarchical cache keeps {hicache / GIB:.0f} GB of KV in host RAM per GPU "
+        reasons.append(f"hierarchical cache keeps {hicache / GIB:.0f} GiB of KV in host RAM per GPU "
                        "(host memory, not GPU memory)")
 
     # ---- verdict
-    g = lambda b: f"{b / GIB:.1f} GB"  # noqa: E731
+    g = lambda b: f"{b / GIB:.1f} GiB"  # noqa: E731
     verdict: Verdict = "fits"
     min_kv_bytes = MIN_KV_TOKENS * kv_tok
     if after_weights <= 0:
@@ -508,12 +513,20 @@ def best_value(verdict_at: Callable[[int], Verdict], low: int, high: int, *,
     return None
 
 
+MEM_UNITS: dict[str, int] = {
+    "tib": 1 << 40, "gib": GIB, "mib": MIB, "ti": 1 << 40, "gi": GIB, "mi": MIB,
+    "tb": 10 ** 12, "gb": 10 ** 9, "mb": 10 ** 6,
+    "t": 1 << 40, "g": GIB, "m": MIB,
+}
+"""Each size unit with its true meaning: TiB/GiB/MiB (and Ti/Gi/Mi, and T/G/M as nvidia-smi and docker write
+them) are powers of 1024; TB/GB/MB are powers of 1000 (``96GB`` is 96·10⁹ bytes, 89.4 GiB). Longest first."""
+
+
 def parse_mem(text: str) -> int:
-    """'96GB', '96G', '97887MiB', '80 GiB', '96' (GB) -> bytes. GB and GiB both mean 2**30, as nvidia-smi
-    and SGLang's logs use them. Raises ValueError."""
+    """'80GiB', '97887MiB', '96G' (GiB), '96GB' (10⁹ bytes each), '96' (GiB) -> bytes, each unit as
+    :data:`MEM_UNITS` says. Raises ValueError."""
     s = str(text).strip().lower().replace(" ", "")
-    units = {"tib": 1 << 40, "tb": 1 << 40, "t": 1 << 40, "gib": GIB, "gb": GIB, "g": GIB,
-             "mib": MIB, "mb": MIB, "m": MIB}
+    units = MEM_UNITS
     for u, mul in units.items():
         if s.endswith(u):
             num = s[: -len(u)]
@@ -523,7 +536,7 @@ def parse_mem(text: str) -> int:
     try:
         val = float(num)
     except ValueError:
-        raise ValueError(f"not a memory size: {text!r} (use e.g. 96GB or 97887MiB)") from None
+        raise ValueError(f"not a memory size: {text!r} (use e.g. 96GiB, 97887MiB, or 96GB for 96·10⁹ bytes)") from None
     if not math.isfinite(val) or val <= 0:
         raise ValueError(f"memory size must be positive: {text!r}")
     return int(val * mul)
