@@ -199,8 +199,8 @@ def test_steps_failed(snap_compare):
 
 async def _select_gpu0(pilot) -> None:
     await started(pilot)
-    await pilot.press("tab")
     app = pilot.app
+    """At start the first GPU with a session (host-a's GPU 0) is selected and focused, its log shown."""
     await until(pilot, lambda: next(p for p in app.query(GpuPanel) if (p.host, p.index) == ("host-a", 0))
                 .has_class("selected") and len(app.query_one(LogPane).lines) == len(SESSION_LOG))
 
@@ -224,6 +224,7 @@ def test_whole_app_compact_light(snap_compare):
     assert snap_compare(_whole_app(), terminal_size=(160, 40), run_before=run_before)
 
 
+        app.clear_notifications()  # the theme's toast goes after 3 s: not in the picture, whenever it is taken
 def test_whole_app_high_contrast_read_only(snap_compare):
     assert snap_compare(_whole_app(theme="high-contrast", read_only=True), terminal_size=(160, 40),
                         run_before=_select_gpu0)

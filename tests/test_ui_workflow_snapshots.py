@@ -28,9 +28,11 @@ def table_rows(pilot, screen_type) -> int:
 
 
 async def to_gpu(pilot, n: int, log_lines: int) -> None:
-    """Tab ``n`` times: host-a's GPU ``n - 1`` is selected and the log pane shows its session's ``log_lines``."""
+    """Host-a's GPU ``n - 1`` selected (GPU 0 is at start: tab ``n - 1`` times) and the log pane shows its session's
+    ``log_lines``."""
     await started(pilot)
-    for _ in range(n):
+    await until(pilot, lambda: pilot.app.selected is not None and pilot.app.selected.index == 0)
+    for _ in range(n - 1):
         await pilot.press("tab")
     app = pilot.app
     await until(pilot, lambda: next(p for p in app.query(GpuPanel) if p.index == n - 1).has_class("selected")

@@ -33,6 +33,7 @@ from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
 from console.ui.views import ViewPipeline
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
+from console.ui.widgets.key_help import help_keys, help_open, quit_key, toggle_help
 
 if TYPE_CHECKING:
     from console.ui.operations import Operations
@@ -56,10 +57,9 @@ class MtpConsoleApp(App):
     TITLE = "mtpconsole"
     CSS_PATH: ClassVar[list[str | PurePath]] = [*css_paths()]
     BINDINGS = [
-        Binding("question_mark", "help", "Help", tooltip="show or hide the key help", id="help"),
-        Binding("q", "quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
+        *help_keys(""),
+        quit_key(""),
         Binding("t", "cycle_theme", "Theme", tooltip="dark → light → high contrast", id="cycle_theme"),
-        Binding("f1", "help", "Help", show=False, tooltip="show or hide the key help", id="help_f1"),
     ]
     """Keys of every screen (the GPU panels' screen has its own: ``console.ui.main_screen.KEYS``)."""
 
@@ -220,7 +220,6 @@ class MtpConsoleApp(App):
 
     def on_resize(self, event: events.Resize) -> None:
         self.main.fit(event.size.width, event.size.height)
-        self.fit_help()
 
     # ------------------------------------------------------------------ themes and help
     def set_theme(self, name: ThemeName) -> None:
@@ -237,23 +236,19 @@ class MtpConsoleApp(App):
         self.say(f"theme: {name} (t: {NAMES[(NAMES.index(name) + 1) % len(NAMES)]})", timeout=3)
 
     def action_help(self) -> None:
-        if self.screen.query("HelpPanel"):
-            self.action_hide_help_panel()
-        else:
-            self.action_show_help_panel()
+        """``?`` / F1: show or hide the key help of the screen on top (``console/ui/widgets/key_help.py``)."""
+        toggle_help(self.screen)
 
     def action_show_help_panel(self) -> None:
-        super().action_show_help_panel()
-        self.fit_help()
+        toggle_help(self.screen, True)
 
     def action_hide_help_panel(self) -> None:
-        super().action_hide_help_panel()
-        self.fit_help(helping=False)  # the panel leaves the DOM after this call
+        toggle_help(self.screen, False)
 
-    def fit_help(self, helping: bool | None = None) -> None:
-        """The GPU panels' screen makes room for the key help on a narrow terminal (MainScreen.fit_help)."""
-        if self.screen is self.main:
-            self.main.fit_help(helping)
+    @property
+    def help_shown(self) -> bool:
+        """The key help is open on the screen on top."""
+        return help_open(self.screen)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Each command once: the keys of ``screen`` (of the screen under the palette when it is the palette) that
@@ -270,7 +265,7 @@ class MtpConsoleApp(App):
             target: App | MainScreen = self.main if on_main and where != "app" else self
             if action != "quit" and action not in seen and target.check_action(action, ()):
                 seen.add(action)
-                ours.append(SystemCommand(f"{b.description} ({b.key})", b.tooltip or b.description,
+                ours.append(SystemCommand(f"{b.description} ({self.get_key_display(b)})", b.tooltip or b.description,
                                           lambda a=action, t=target: t.run_action(a)))
         covered = {"Theme", "Keys"}
         yield from (c for c in super().get_system_commands(screen) if c.title not in covered)

@@ -21,9 +21,10 @@ from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.log_pane import LogPane
 
 
-def banner(s: SessionView) -> str:
-    """The log pane's banner for session ``s``: which session, its state, where, since when, argv."""
-    argv = short(clean(" ".join(s.argv)), 400) or "N/A"
+def banner(s: SessionView, whole: bool = False) -> str:
+    """The log pane's banner for session ``s``: which session, its state, where, since when, argv (its first 400
+    characters; ``whole``: all of it, for the full-screen log, which wraps it)."""
+    argv = (clean(" ".join(s.argv)) if whole else short(clean(" ".join(s.argv)), 400)) or "N/A"
     state = s.state.upper()
     if s.state == "failed":
         state += f": {s.cause or 'unknown'}"

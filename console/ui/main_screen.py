@@ -22,6 +22,7 @@ from console.ui.widgets.audit import AuditPane
 from console.ui.widgets.footer import QuietFooter
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
+from console.ui.widgets.key_help import help_keys, quit_key
 from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
 
@@ -32,10 +33,13 @@ COMPACT_CELL = 44
 """Width of one GPU panel in compact mode (the stats line fits)."""
 SMALL = (100, 30)
 """Below this many columns or rows the GPU panels go compact by themselves (until ``c`` is pressed)."""
+STACK_BELOW = 100
+"""Below this many columns the steps, log and audit panes go under the GPU panels at the full width: beside them
+the log pane had some 30 columns, too few to read a line of it."""
+MOVE = "move between the GPU panels"
 
 KEYS = [
-    Binding("question_mark", "app.help", "Help", tooltip="show or hide the key help", id="help"),
-    Binding("q", "app.quit", "Quit", tooltip="quit (servers keep running)", id="quit"),
+    *help_keys(),
     Binding("l", "launch", "Launch", tooltip="launch a server on the selected GPU (flag form)", id="launch"),
     Binding("k", "kill", "Kill", tooltip="stop the selected session, confirmed", id="kill"),
     Binding("r", "relaunch", "Relaunch", tooltip="confirmed kill, then launch with the same flags", id="relaunch"),
@@ -44,13 +48,6 @@ KEYS = [
             tooltip="abort the launch in progress on the selected GPU: kill its process group now, confirmed"),
     Binding("h", "probe_lines", "Probe lines", show=False, id="probe_lines",
             tooltip="show or fold the console's own GET /metrics and /health lines in the log"),
-    Binding("enter", "select_panel", "Select", show=False, tooltip="focus the selected GPU panel", id="select_panel"),
-    Binding("slash", "filter_log", "Filter", tooltip="filter the log (hide non-matching lines)", id="filter_log"),
-    Binding("w", "wrap_log", "Wrap", tooltip="toggle wrapping of long log lines", id="wrap_log"),
-    Binding("end", "follow_log", "Follow", show=False, tooltip="jump to the end of the log and follow it", id="follow_log"),
-    Binding("a", "audit", "Audit", tooltip="show or hide the remote commands run", id="audit"),
-    Binding("c", "compact", "Compact", tooltip="compact GPU panels", id="compact"),
-    Binding("t", "app.cycle_theme", "Theme", tooltip="dark → light → high contrast", id="cycle_theme"),
     Binding("s", "sessions", "Sessions", tooltip="every session, current and ended: open, acknowledge",
             id="sessions"),
     Binding("z", "full_log", "Full log", tooltip="the log full screen: search, decisive line", id="full_log"),
@@ -60,20 +57,31 @@ KEYS = [
             id="advice"),
     Binding("p", "report", "Report", tooltip="write the incident report of the selected GPU's session",
             id="report"),
-    Binding("f1", "app.help", "Help", show=False, tooltip="show or hide the key help", id="help_f1"),
+    Binding("enter", "select_panel", "Select", show=False, tooltip="focus the selected GPU panel", id="select_panel"),
+    Binding("slash", "filter_log", "Filter", tooltip="filter the log (hide non-matching lines)", id="filter_log"),
+    Binding("w", "wrap_log", "Wrap", tooltip="toggle wrapping of long log lines", id="wrap_log"),
+    Binding("end", "follow_log", "Follow", show=False, tooltip="jump to the end of the log and follow it", id="follow_log"),
+    Binding("a", "audit", "Audit", tooltip="show or hide the remote commands run", id="audit"),
+    Binding("c", "compact", "Compact", tooltip="compact GPU panels", id="compact"),
+    Binding("t", "app.cycle_theme", "Theme", tooltip="dark → light → high contrast", id="cycle_theme"),
+    quit_key(),
 ]
-"""The keys of this screen, in the footer's order (also the command palette's: ``MtpConsoleApp.get_system_commands``).
-The app's own keys (help, quit, theme) are here again so that the footer keeps this order; the app binds them too,
-for every other screen."""
+"""The keys of this screen, in the footer's order (also the command palette's: ``MtpConsoleApp.get_system_commands``):
+the key help first (``? Keys``: where every key the footer has no room for is), then what acts on a GPU, the screens
+behind keys, the panes — what an 80-column footer shows is what matters most. The app's own keys (help, quit, theme)
+are here again so that the footer keeps this order; the app binds them too, for every other screen."""
 
 
-def allowed(action: str, read_only: bool) -> bool | None:
-    """Whether ``action`` may run: None (shown disabled in the footer) for a destructive one in read-only mode."""
-    return None if read_only and action in DESTRUCTIVE else True
+def allowed(action: str, read_only: bool) -> bool:
+    """Whether ``action`` may run: False for a destructive one in read-only mode, which hides it from the footer, the
+    key help and the command palette (its key still says why it does nothing: :meth:`MainScreen.refuse`)."""
+    return not (read_only and action in DESTRUCTIVE)
 
 
-class HostsPane(VerticalScroll):
-    """The scrolling column of host sections; a new width re-fits the compact grid."""
+class HostsPane(VerticalScroll, can_focus=False, inherit_bindings=False):
+    """The scrolling column of host sections; a new width re-fits the compact grid. It takes no focus and binds no
+    keys: the arrows move between the GPU panels in it (its scrolling keys came first in every panel's binding chain,
+    so ↑ ↓ ← → scrolled instead); the selected panel is scrolled into view, the wheel scrolls it too."""
 
     def on_resize(self) -> None:
         screen = self.screen
@@ -84,13 +92,16 @@ class HostsPane(VerticalScroll):
 class MainScreen(Screen):
     """The default screen (see the module docstring); ``tab`` moves between GPU panels rather than every widget."""
 
+    AUTO_FOCUS = ".gpu-panel"
+    """Only a GPU panel takes the focus by itself (none exists at mount: the first view selects and focuses one,
+    ``console/ui/views.py``); the steps pane, which scrolls, took it at start and kept the keys from the panels."""
     BINDINGS = [
-        Binding("tab", "next_panel(1)", "Next GPU", show=False),
-        Binding("shift+tab", "next_panel(-1)", "Previous GPU", show=False),
-        Binding("left", "move_panel(-1, 0)", "Previous GPU", show=False),
-        Binding("right", "move_panel(1, 0)", "Next GPU", show=False),
-        Binding("up", "move_panel(0, -1)", "GPU above", show=False),
-        Binding("down", "move_panel(0, 1)", "GPU below", show=False),
+        Binding("tab", "next_panel(1)", "Next GPU", show=False, tooltip=MOVE),
+        Binding("shift+tab", "next_panel(-1)", "Previous GPU", show=False, tooltip=MOVE, key_display="⇧tab"),
+        Binding("left", "move_panel(-1, 0)", "Previous GPU", show=False, tooltip=MOVE),
+        Binding("right", "move_panel(1, 0)", "Next GPU", show=False, tooltip=MOVE),
+        Binding("up", "move_panel(0, -1)", "GPU above", show=False, tooltip=MOVE),
+        Binding("down", "move_panel(0, 1)", "GPU below", show=False, tooltip=MOVE),
         *KEYS,
     ]
 
@@ -106,6 +117,8 @@ class MainScreen(Screen):
         """The operator toggled compact mode: the terminal size no longer decides."""
         self.composed = False
         """The host sections exist (set once composed, at mount)."""
+        self.stacked = False
+        """The panes are under the GPU panels (a narrow terminal, :data:`STACK_BELOW`)."""
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -123,6 +136,8 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.composed = True
+        if self.stacked:  # the terminal was narrow before the panes were composed
+            self._stack(True)
         if self.compact:  # the terminal was small before the sections were composed
             self.set_grid()
         self.console.apply_views()  # what arrived while composing: in the first frame
@@ -230,7 +245,8 @@ class MainScreen(Screen):
 
     def fit(self, width: int, height: int) -> None:
         """Small terminals (80x24): compact panels so several GPUs fit; back to full panels when it grows
-        (until the operator presses ``c``)."""
+        (until the operator presses ``c``); on a narrow one the panes go under the panels."""
+        self.set_stacked(width < STACK_BELOW)
         if self.user_compact:
             return
         small = width < SMALL[0] or height < SMALL[1]
@@ -250,14 +266,30 @@ class MainScreen(Screen):
         for sec in self.sections.values():
             sec.set_compact(True, n)
 
-    def fit_help(self, helping: bool | None = None) -> None:
-        """While the key help is open beside too narrow a main view (80x24), the log pane steps aside for it:
-        squeezed below their minimum widths the GPU panels would be laid out off screen."""
-        helping = bool(self.query("HelpPanel")) if helping is None else helping
-        need = sum(int(w.styles.min_width.value) if w.styles.min_width else 0 for w in self.query("#hosts, #side"))
-        width = self.app.size.width
-        help_w = min(60, max(30, width // 3))  # Textual's HelpPanel: 33 %, at least 30, at most 60
-        self.set_class(helping and width - help_w < need, "-help-narrow")
+    def set_stacked(self, on: bool) -> None:
+        """The steps, log and audit panes under the GPU panels, each half the height and the full width (``on``), or
+        beside them. Inline styles on the three containers, as :meth:`set_compact` does (a class would restyle every
+        widget below it)."""
+        if on == self.stacked:
+            return
+        self.stacked = on
+        if self.is_mounted:  # else on_mount does it (the terminal's size comes before the panes exist)
+            self._stack(on)
+
+    def _stack(self, on: bool) -> None:
+        body, hosts, side = (self.query_one(f"#{i}") for i in ("body", "hosts", "side"))
+        if on:
+            body.styles.layout = "vertical"
+            for box in (hosts, side):
+                box.styles.width, box.styles.height, box.styles.min_width = "1fr", "1fr", 0
+            side.styles.border_left = ("none", "transparent")
+        else:
+            body.styles.clear_rule("layout")
+            for box in (hosts, side):
+                for rule in ("width", "height", "min_width"):
+                    box.styles.clear_rule(rule)
+            side.styles.clear_rule("border_left")
+        self.set_grid()
 
     # ------------------------------------------------------------------ the panes
     def action_filter_log(self) -> None:

@@ -3,7 +3,8 @@
 The backend pushes one immutable HostView per host, from any thread and at any rate; the
 latest per host is parked in ``pending`` and a timer applies it (one ``batch_update`` per tick):
 each host's section redraws its header and panels (each GPU's current session comes with the
-view), new events are announced, and the log pane is kept on the selected panel's session.
+view), new events are announced, and the log pane is kept on the selected panel's session. At start,
+before the operator chooses, the first GPU with a session is selected (else the first GPU).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import gc
 from console.model import HostEvent, HostView
 from console.ui.format import clean, hms
 from console.ui.protocols import Console
+from console.ui.widgets.gpu_panel import GpuPanel
 
 
 class ViewPipeline:
@@ -27,6 +29,10 @@ class ViewPipeline:
         self.events_seen: dict[str, HostEvent] = {}
         """host → the newest event already announced."""
         self.heap_frozen = False
+        self.auto_selected: GpuPanel | None = None
+        """The panel :meth:`first_selection` selected (the operator has not chosen another yet)."""
+        self.selection_done = False
+        """The start's selection is made: the operator chose, or a panel with a session log was selected."""
 
     def on_view(self, view: HostView) -> None:
         """Backend callback (any thread): keep only the latest view per host."""
@@ -53,9 +59,32 @@ class ViewPipeline:
                 self.views[host] = view
                 mounted |= sec.apply(view, now, console.interval)
                 self.announce(view)
+            self.first_selection()
             console.log_follower.sync(main.selected)
         if mounted:
             console.call_after_refresh(self.freeze_heap)
+
+    def first_selection(self) -> None:
+        """Until the operator chooses a GPU panel or one with a session log is chosen: select (and focus) the first
+        panel whose GPU has a session with a log, else one with a server, else the first panel — so the log pane
+        shows what there is from the start instead of asking for a selection, and the keys act from there (a host
+        whose first view comes later can still bring the first session)."""
+        if self.selection_done:
+            return
+        panels = self.console.main.panels()
+        if not panels:
+            return
+        sel, focused = self.console.main.selected, panels[0].screen.focused
+        if (sel is not None and sel is not self.auto_selected) or (focused is not None and focused is not sel):
+            self.selection_done = True  # the operator chose (a panel, the filter box...)
+            return
+        best = (next((p for p in panels if p.session is not None and p.session.session_id), None)
+                or next((p for p in panels if p.session is not None), None) or panels[0])
+        if best is not sel:
+            self.auto_selected = best
+            self.console.main.select(best)
+            best.focus(scroll_visible=False)
+        self.selection_done = best.session is not None and bool(best.session.session_id)
 
     def refresh_ages(self) -> None:
         """Once a second: the sample ages and what depends on them (staleness), nothing else."""

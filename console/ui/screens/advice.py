@@ -18,7 +18,9 @@ from textual.widgets import Static
 from console.model import Advice
 from console.ui.format import clean, short
 from console.ui.protocols import Console
+from console.ui.widgets.footer import QuietFooter
 from console.ui.widgets.gpu_panel import GpuPanel, gpu_advice
+from console.ui.widgets.key_help import help_keys, quit_key
 
 
 def advice_text(items: list[Advice], gpu: int, host: str) -> Text:
@@ -45,7 +47,8 @@ def advice_text(items: list[Advice], gpu: int, host: str) -> Text:
 
 
 class AdviceScreen(ModalScreen["Advice | None"]):
-    """Advice for one GPU; ``e`` edits and relaunches from the first suggestion, Esc closes."""
+    """Advice for one GPU; ``e`` edits and relaunches from the first suggestion (not offered read-only), escape or
+    ``i`` closes, ``q`` quits as on every screen; its own footer lists exactly these keys."""
 
     DEFAULT_CSS = """
     AdviceScreen { align: center middle; }
@@ -54,7 +57,9 @@ class AdviceScreen(ModalScreen["Advice | None"]):
     """
     BINDINGS = [
         Binding("e", "edit", "Edit with suggestion", tooltip="open the flag form with the suggested flags"),
-        Binding("escape,i,q", "close", "Close"),
+        Binding("escape,i", "close", "Close", tooltip="back to the GPU panels"),
+        *help_keys(),
+        quit_key(),
     ]
 
     def __init__(self, items: list[Advice], *, gpu: int, host: str, read_only: bool = False) -> None:
@@ -64,11 +69,18 @@ class AdviceScreen(ModalScreen["Advice | None"]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(advice_text(self.items, self.gpu, self.host), id="advice-text")
+        yield QuietFooter()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Read-only: ``e`` (edit and relaunch is destructive) is not offered, as on the panels."""
+        return not (action == "edit" and self.read_only)
+
+    def key_e(self) -> None:
+        """``e`` read-only (its binding is hidden, so the key reaches here): say why nothing happens."""
+        if self.read_only:
+            self.notify("read-only: edit and relaunch disabled", severity="warning", markup=False)
 
     def action_edit(self) -> None:
-        if self.read_only:  # like e on the panels: edit and relaunch is destructive
-            self.notify("read-only: edit and relaunch disabled", severity="warning", markup=False)
-            return
         first = next((a for a in self.items if a.suggestion is not None and a.suggestion.flags), None)
         if first is None:
             self.notify("no suggested flags to edit", severity="warning")

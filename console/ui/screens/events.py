@@ -30,6 +30,15 @@ GROUPS = {
 }
 
 
+COLUMNS = ["KIND", "WHAT", "GPU", "TIME", "SOURCE", "HOST"]
+"""What each row says, what happened first (what is read at 80 columns; the detail box has the full date and text)."""
+
+
+def event_columns(hosts: int) -> list[str]:
+    """The columns drawn for ``hosts`` hosts: HOST only when there is more than one."""
+    return [c for c in COLUMNS if c != "HOST" or hosts > 1]
+
+
 AUDIT_EVERY_S = 3.0
 """While a foreign server's vanishing is not attributed, the shared audit log is read again this often."""
 
@@ -59,13 +68,16 @@ class EventsScreen(TableScreen):
         self.others_audit = others_audit
         """Reads the shared audit log (None: vanished foreign servers stay unattributed)."""
         self.flt = "all"
+        self.hosts = 1
+        """How many hosts the table was built for (HOST is a column only with several)."""
         self.events: list[HostEvent] = []
         self.others: list[AuditEntry] = []
         """Kills other consoles on this machine sent (the shared audit log), for vanished foreign servers."""
         self._audit_busy = False
 
     def add_columns(self, table: DataTable) -> None:
-        table.add_columns("TIME", "HOST", "GPU", "KIND", "WHAT", "SOURCE")
+        self.hosts = len(self.views())
+        table.add_columns(*event_columns(self.hosts))
 
     def started(self) -> None:
         self.set_interval(AUDIT_EVERY_S, self.read_others)
@@ -110,9 +122,10 @@ class EventsScreen(TableScreen):
         row = t.cursor_row
         t.clear()
         for e in evs:
-            stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(e.at))
-            t.add_row(stamp, clean(e.host, 30), gpu_list(e.gpus) if e.gpus else "", e.kind,
-                      short(clean(e.text), 110), e.source)
+            cells = {"KIND": e.kind, "WHAT": short(clean(e.text), 110), "GPU": gpu_list(e.gpus) if e.gpus else "",
+                     "TIME": time.strftime("%m-%d %H:%M:%S", time.localtime(e.at)), "SOURCE": e.source,
+                     "HOST": clean(e.host, 30)}
+            t.add_row(*(cells[c] for c in event_columns(self.hosts)))
         if evs and row is not None:
             t.move_cursor(row=min(row, len(evs) - 1))
         self.show_detail()

@@ -1,6 +1,6 @@
 """The full-screen log (``z``): the log pane's session at the full width and height of the terminal.
 
-Inside it ``/`` searches (matches highlighted, ``n``/``N`` next/previous), ``d`` jumps to the
+Its banner names the session and wraps its whole command line (up to half the screen's height). Inside it ``/`` searches (matches highlighted, ``n``/``N`` next/previous), ``d`` jumps to the
 decisive line (the failure's line, else the last error), ``w`` wraps (and keeps following),
 ``end`` follows again, ``r`` re-reads a hand-started server's output. It shows what the log pane
 follows — the current session of the selected GPU, switching with it (a new launch appears at
@@ -31,6 +31,7 @@ from console.ui.format import clean
 from console.ui.log_follow import banner
 from console.ui.protocols import Console
 from console.ui.widgets.footer import QuietFooter
+from console.ui.widgets.key_help import help_keys, quit_key
 from console.ui.widgets.log_pane import ERROR, READY
 
 RING = 10_000
@@ -73,7 +74,7 @@ class LogScreen(Screen):
 
     DEFAULT_CSS = """
     LogScreen { layout: vertical; }
-    LogScreen .banner { height: auto; max-height: 4; padding: 0 1; background: $panel; color: $text; }
+    LogScreen .banner { height: auto; max-height: 50%; padding: 0 1; background: $panel; color: $text; }
     LogScreen .status { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
     LogScreen Input.search { display: none; height: 3; }
     LogScreen Input.search.-open { display: block; }
@@ -81,14 +82,14 @@ class LogScreen(Screen):
     BINDINGS = [
         Binding("z", "close", "Back", tooltip="back to the GPU panels (the log pane); esc too"),
         Binding("slash", "search", "Search", tooltip="search the log (n / N: next / previous match)"),
-        Binding("n", "next_match(1)", "Next"),
-        Binding("N", "next_match(-1)", "Prev"),
+        Binding("n", "next_match(1)", "Next", tooltip="the next match of the search"),
+        Binding("N", "next_match(-1)", "Prev", tooltip="the previous match of the search"),
         Binding("d", "decisive", "Decisive line", tooltip="jump to the failure's decisive line (or the last error)"),
         Binding("w", "wrap", "Wrap", tooltip="wrap long lines (following continues)"),
         Binding("end", "follow", "Follow", tooltip="jump to the end and follow", priority=True),
         Binding("r", "reload", "Reload", show=False, tooltip="re-read a hand-started server's output"),
-        Binding("question_mark", "app.help", "Help"),
-        Binding("q", "app.quit", "Quit"),
+        *help_keys(),
+        quit_key(),
     ]
 
     def __init__(self, console: Console, pinned: SessionView | None = None) -> None:
@@ -132,7 +133,7 @@ class LogScreen(Screen):
         p = self.pinned
         if p is not None and p.session_id and (p.host, p.session_id) != self.console.log_follower.key:
             self.own, self.key = True, (p.host, p.session_id)
-            self._show_banner(banner(p) + self._steps_text(p.session_id))
+            self._show_banner(banner(p, whole=True) + self._steps_text(p.session_id))
             self.run_worker(self._follow_own(), group="full-log", exit_on_error=False)
         else:
             self.sync()
@@ -172,13 +173,14 @@ class LogScreen(Screen):
         follower = self.console.log_follower
         self.key = follower.key
         pane = self.console.main.log_pane
-        text = pane.banner_shown
+        s = self.selected_session()
+        # the pane's banner, with the whole command line (the pane shows its first 400 characters; here it wraps)
+        text = banner(s, whole=True) if s is not None and self.key == (s.host, s.session_id) else pane.banner_shown
         if self.key is None:
-            s = self.selected_session()
             if s is not None and s.session_id is None and s.launcher_pid:
                 self.foreign_pid = s.launcher_pid
                 self._show_banner(f"foreign server pid {s.launcher_pid} · {s.host} · {s.state.upper()}\n"
-                                  f"$ {clean(' '.join(s.argv), 400)}")
+                                  f"$ {clean(' '.join(s.argv))}")
                 self.action_reload()
                 self.synced = True
                 return
@@ -369,7 +371,7 @@ class LogScreen(Screen):
         self._set_lines([clean(x) for x in lines])
         if where:
             self._show_banner(f"foreign server pid {s.launcher_pid} · {s.host} · output: {clean(where, 200)}\n"
-                              f"$ {clean(' '.join(s.argv), 400)}")
+                              f"$ {clean(' '.join(s.argv))}")
 
     def action_close(self) -> None:
         self.dismiss()

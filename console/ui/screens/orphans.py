@@ -19,6 +19,13 @@ from console.ui.screens.impact import orphan_lines
 from console.ui.screens.table import TableScreen, closing
 
 OnKill = Callable[[Orphan, KillTarget], None]
+COLUMNS = ["STATE", "WHY (first reason)", "GPU MEMORY", "PID", "TITLE", "HOST"]
+"""What each row says: proven ORPHAN or FOREIGN and why first (what is read at 80 columns)."""
+
+
+def orphan_columns(hosts: int) -> list[str]:
+    """The columns drawn for ``hosts`` hosts: HOST only when there is more than one."""
+    return [c for c in COLUMNS if c != "HOST" or hosts > 1]
 
 
 class OrphanScreen(TableScreen):
@@ -35,10 +42,13 @@ class OrphanScreen(TableScreen):
     def __init__(self, views: Callable[[], dict[str, HostView]], on_kill: OnKill, *, read_only: bool = False) -> None:
         super().__init__()
         self.views, self.on_kill, self.read_only = views, on_kill, read_only
+        self.hosts = 1
+        """How many hosts the table was built for (HOST is a column only with several)."""
         self.orphans: list[Orphan | Foreign] = []
 
     def add_columns(self, table: DataTable) -> None:
-        table.add_columns("HOST", "PID", "GPU MEMORY", "TITLE", "WHY (first reason)")
+        self.hosts = len(self.views())
+        table.add_columns(*orphan_columns(self.hosts))
 
     def find(self) -> list[Orphan | Foreign]:
         out: list[Orphan | Foreign] = []
@@ -61,9 +71,10 @@ class OrphanScreen(TableScreen):
         t.clear()
         for o in found:
             held = ", ".join(f"GPU {i} {m:,} MiB" for i, m in sorted(o.gpu_mem_mib.items())) or "none"
-            why = ("foreign: " + o.why) if isinstance(o, Foreign) else (o.evidence[0] if o.evidence else "")
-            t.add_row(clean(o.host, 40), str(o.pid), held, short(clean(o.title), 40), short(clean(why), 80),
-                      key=f"{o.host}:{o.pid}:{o.start_ticks}")
+            why = o.why if isinstance(o, Foreign) else (o.evidence[0] if o.evidence else "")
+            cells = {"STATE": "FOREIGN" if isinstance(o, Foreign) else "ORPHAN", "WHY (first reason)": short(clean(why), 80),
+                     "GPU MEMORY": held, "PID": str(o.pid), "TITLE": short(clean(o.title), 40), "HOST": clean(o.host, 40)}
+            t.add_row(*(cells[c] for c in orphan_columns(self.hosts)), key=f"{o.host}:{o.pid}:{o.start_ticks}")
         if keep is not None:
             idx = next((i for i, o in enumerate(found) if (o.host, o.pid) == (keep.host, keep.pid)), None)
             if idx is not None:
@@ -87,13 +98,19 @@ class OrphanScreen(TableScreen):
             return
         box.update(Content("\n".join(orphan_lines(o))))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Read-only: ``k`` is not offered (hidden from the footer, the key help and the palette)."""
+        return not (action == "kill" and self.read_only)
+
+    def key_k(self) -> None:
+        """``k`` read-only (its binding is hidden, so the key reaches here): say why nothing happens."""
+        if self.read_only:
+            self.app.notify("read-only: kill disabled", severity="warning", markup=False)
+
     def action_kill(self) -> None:
         o = self.selected()
         if o is None:
             self.app.notify("no orphan selected", severity="warning", markup=False)
-            return
-        if self.read_only:
-            self.app.notify("read-only: kill disabled", severity="warning", markup=False)
             return
         if isinstance(o, Foreign):
             self.app.notify(f"pid {o.pid} is not proven an orphan: {o.why}", severity="warning", markup=False)

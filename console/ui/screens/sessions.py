@@ -1,7 +1,9 @@
 """The sessions table (``s``): one row per session and foreign server of every host, current and
 ended (the history the run directories keep). ``enter`` opens the session's log and steps, ``a``
-acknowledges an ended session (recorded in its run directory; its GPU reads IDLE), ``1``–``9``
-sort by a column (again: reversed), ``f`` filters by state."""
+acknowledges an ended session (recorded in its run directory; its GPU no longer shows it, and a toast says what
+the GPU reads now), ``1``–``9`` sort by a column (again: reversed), ``f`` filters by state. The state and its
+cause lead (what is read at 80 columns); HOST is a column only with several hosts. The detail box under the table
+shows the whole command line, or as much as fits and that ``enter`` (the full log's banner) shows all of it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from console.model import HostView, SessionView
 from console.ui.format import NA, age_text, clean, gpu_list, short
 from console.ui.screens.table import TableScreen, closing
 
-COLUMNS = ["HOST", "SESSION / PID", "STATE", "GPU", "PORT", "AGE", "CAUSE", "FLAGS", "ACK"]
+COLUMNS = ["STATE", "CAUSE", "HOST", "GPU", "SESSION / PID", "AGE", "PORT", "FLAGS", "ACK"]
+"""What each row says, the state and its cause first (what an operator reads at 80 columns); HOST only when there
+are several hosts (:func:`shown_columns`)."""
 FILTERS = ["all", "live", "failed", "ended"]
 """``f`` cycles through these: every row, servers that run, FAILED only, FAILED or STOPPED."""
 LIVE = ("launching", "loading", "ready", "stopping", "foreign", "stale", "unreachable")
@@ -36,11 +40,33 @@ def matches(s: SessionView, flt: str) -> bool:
     return True
 
 
-def sort_value(s: SessionView, col: int, now: float) -> tuple:
+def shown_columns(hosts: int) -> list[str]:
+    """The columns drawn for ``hosts`` hosts: HOST only when there is more than one."""
+    return [c for c in COLUMNS if c != "HOST" or hosts > 1]
+
+
+def sort_value(s: SessionView, col: str, now: float) -> tuple:
     """The value rows are sorted by for column ``col`` (unknowns last)."""
-    vals: list = [s.host, s.session_id or f"~{s.launcher_pid}", s.state, s.gpus or [999], s.port or 1 << 20,
-                  -(s.started_at or 0.0), s.cause or "~", s.flags_summary, s.acknowledged]
+    vals: dict[str, object] = {
+        "STATE": s.state, "CAUSE": s.cause or "~", "HOST": s.host, "GPU": s.gpus or [999],
+        "SESSION / PID": s.session_id or f"~{s.launcher_pid}", "AGE": -(s.started_at or 0.0),
+        "PORT": s.port or 1 << 20, "FLAGS": s.flags_summary, "ACK": s.acknowledged}
     return (vals[col], s.host, s.session_id or "")
+
+
+def command_lines(argv: list[str], width: int, room: int) -> list[str]:
+    """The command line ``$ argv`` cut into lines of ``width`` characters, at most ``room`` of them; when it needs
+    more, the last one ends with how much is left out and where all of it is (the full log's banner: ``enter``)."""
+    text = "$ " + clean(" ".join(argv))
+    width, room = max(20, width), max(1, room)
+    lines = [text[i:i + width] for i in range(0, len(text), width)]
+    if len(lines) <= room:
+        return lines
+    def tail(left: int) -> str:
+        return f"… (+{left:,} chars: enter shows it all)"
+    last = width - len(tail(len(text)))  # the characters the last line keeps (the count has at most this many digits)
+    left = len(text) - (room - 1) * width - max(0, last)
+    return [*lines[:room - 1], lines[room - 1][:max(0, last)] + tail(left)]
 
 
 class SessionsScreen(TableScreen):
@@ -50,9 +76,10 @@ class SessionsScreen(TableScreen):
     DETAIL_LINES = 6
     BINDINGS = [
         Binding("enter", "open", "Log & steps", tooltip="open the session's log and its steps"),
-        Binding("a", "ack", "Acknowledge", tooltip="acknowledge an ended session: its GPU reads IDLE"),
+        Binding("a", "ack", "Acknowledge", tooltip="acknowledge an ended session: its GPU no longer shows it"),
         Binding("f", "filter", "Filter", tooltip="filter by state: all → live → failed → ended"),
-        *[Binding(str(i), f"sort({i - 1})", f"Sort by {c}", show=False) for i, c in enumerate(COLUMNS, 1)],
+        *[Binding(str(i), f"sort({i - 1})", f"Sort by column {i}", show=False, tooltip="sort by column 1-9 (again: "
+                  "reversed)") for i in range(1, len(COLUMNS) + 1)],
         *closing("escape,s"),
     ]
 
@@ -61,12 +88,17 @@ class SessionsScreen(TableScreen):
         super().__init__()
         self.views, self.on_open, self.on_ack, self.clock = views, on_open, on_ack, clock
         self.rows: list[SessionView] = []
-        self.sort_col, self.reverse = 5, False
+        self.columns = list(COLUMNS)
+        """The columns drawn (set when the table is built: HOST only with several hosts)."""
+        self.sort_col, self.reverse = COLUMNS.index("AGE"), False
         self.flt = "all"
         self._shown: list = []
 
     def add_columns(self, table: DataTable) -> None:
-        for i, c in enumerate(COLUMNS, 1):
+        sort_by = self.columns[self.sort_col]
+        self.columns = shown_columns(len(self.views()))
+        self.sort_col = self.columns.index(sort_by) if sort_by in self.columns else 0
+        for i, c in enumerate(self.columns, 1):
             table.add_column(f"{c} [{i}]" if i <= 9 else c, key=c)
 
     # ---- rows
@@ -79,11 +111,12 @@ class SessionsScreen(TableScreen):
     def refresh_rows(self, force: bool = False) -> None:
         now = self.clock()
         rows = [s for s in self.sessions() if matches(s, self.flt)]
-        rows.sort(key=lambda s: sort_value(s, self.sort_col, now), reverse=self.reverse)
+        rows.sort(key=lambda s: sort_value(s, self.columns[self.sort_col], now), reverse=self.reverse)
         shown = [(row_key(s), s.state, s.cause, s.acknowledged, s.started_at, s.ended_at) for s in rows]
         arrow = "▼" if self.reverse else "▲"
         self.title_box.update(
-            f"Sessions · {len(rows)} shown · filter {self.flt} (f) · sorted by {COLUMNS[self.sort_col]} {arrow} (1-9)")
+            f"Sessions · {len(rows)} shown · filter {self.flt} (f) · sorted by {self.columns[self.sort_col]} {arrow} "
+            f"(1-{len(self.columns)})")
         if shown == self._shown and not force:
             self._age_only(rows, now)
             return
@@ -115,8 +148,10 @@ class SessionsScreen(TableScreen):
         who = clean(s.session_id, 80) if s.session_id else f"pid {s.launcher_pid or NA}"
         ack = "✓ " + time.strftime("%H:%M", time.localtime(s.acknowledged_at)) if s.acknowledged_at else (
             "✓" if s.acknowledged else "")
-        return [clean(s.host, 30), who, s.state.upper(), gpu_list(s.gpus), str(s.port or NA), self.age(s, now),
-                s.cause or "", short(clean(s.flags_summary), 48), ack]
+        cells = {"STATE": s.state.upper(), "CAUSE": s.cause or "", "HOST": clean(s.host, 30), "GPU": gpu_list(s.gpus),
+                 "SESSION / PID": who, "AGE": self.age(s, now), "PORT": str(s.port or NA),
+                 "FLAGS": short(clean(s.flags_summary), 48), "ACK": ack}
+        return [cells[c] for c in self.columns]
 
     def selected(self) -> SessionView | None:
         i = self.cursor(len(self.rows))
@@ -128,11 +163,13 @@ class SessionsScreen(TableScreen):
         if s is None:
             box.update("no sessions" + ("" if self.flt == "all" else f" match the filter '{self.flt}'"))
             return
-        parts = [f"{s.state.upper()}" + (f": {s.cause}" if s.cause else "") + (f" — {clean(s.line)}" if s.line else "")]
+        width = (box.content_size.width or self.app.size.width - 2) - 1
+        parts = [short(f"{s.state.upper()}" + (f": {s.cause}" if s.cause else "")
+                       + (f" — {clean(s.line)}" if s.line else ""), width)]
         if s.hint:
-            parts.append(f"hint: {clean(s.hint)}")
-        if s.argv:
-            parts.append("$ " + short(clean(" ".join(s.argv)), 300))
+            parts.append(short(f"hint: {clean(s.hint)}", width))
+        if s.argv:  # the whole command line, or as much as fits and where the rest is
+            parts += command_lines(s.argv, width, self.DETAIL_LINES - 1 - len(parts))  # 1: the box's top border
         box.update("\n".join(parts))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -176,6 +213,5 @@ class SessionsScreen(TableScreen):
         if s.acknowledged:
             self.app.notify(f"session {s.session_id} is already acknowledged", markup=False)
             return
-        self.on_ack(s)
+        self.on_ack(s)  # says what its GPUs read now
         self.refresh_rows()
-        self.app.notify(f"acknowledged {s.session_id}: GPU {gpu_list(s.gpus)} reads IDLE", markup=False)

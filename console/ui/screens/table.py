@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from console.ui.widgets.footer import QuietFooter
+from console.ui.widgets.key_help import help_keys, quit_key
 
 
 def closing(keys: str) -> list[Binding]:
@@ -20,8 +21,8 @@ def closing(keys: str) -> list[Binding]:
     help and quit."""
     return [
         Binding(keys, "close", "Back", tooltip="back to the GPU panels"),
-        Binding("question_mark", "app.help", "Help"),
-        Binding("q", "app.quit", "Quit"),
+        *help_keys(),
+        quit_key(),
     ]
 
 

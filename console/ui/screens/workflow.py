@@ -82,10 +82,17 @@ class Workflow:
             self.console.push_screen(LogScreen(self.console, pinned=s))
 
     def acknowledge(self, s: SessionView) -> None:
-        """The operator acknowledged ended session ``s``: recorded in its run directory, its GPU reads IDLE."""
-        if s.session_id:
-            self.console.backend.acknowledge(s.host, s.session_id)
-            self.console.apply_views(force=True)
+        """The operator acknowledged ended session ``s``: recorded in its run directory, it is no longer its GPUs'
+        current session; a toast says what each of those GPUs reads now (its panel's badge: IDLE, or the session
+        that is current there now — STOPPED, READY...)."""
+        if not s.session_id:
+            return
+        self.console.backend.acknowledge(s.host, s.session_id)
+        self.console.apply_views(force=True)
+        panels = {p.index: p for p in self.console.main.panels() if p.host == s.host}
+        reads = [f"GPU {g} reads {panels[g].badge_label}" if g in panels else f"GPU {g} is not shown"
+                 for g in s.gpus]
+        self.console.say(f"acknowledged {clean(s.session_id, 80)}: " + (", ".join(reads) or "it held no GPU"))
 
     def kill_orphan(self, o: Orphan, target: KillTarget) -> None:
         """Kill an orphan (after its dialog) with the confirmed kill; its steps show in the steps pane."""

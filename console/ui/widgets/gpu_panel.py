@@ -153,6 +153,14 @@ def detail_line(s: SessionView | None) -> Content:
     )
 
 
+def cause_line(s: SessionView) -> Content:
+    """A compact panel's last line for a FAILED session: its cause and the first words of its hint (else of its
+    decisive line) — ``✗ gpu_oom · lower --max-running-requests or…`` (the panel cuts it at its width)."""
+    why = s.hint or s.line or "no decisive log line"
+    return Content.from_markup("[$text-error b]✗ $cause[/] · $why", cause=clean(s.cause or "unknown", 40),
+                               why=short(clean(why), 200))
+
+
 def gpu_advice(advice: list[Advice], index: int, s: SessionView | None) -> list[Advice]:
     """The advice about GPU ``index``: given for it, or for the server on it (a tp 2 server's advice
     names its first GPU only), in the advisor's order."""
@@ -198,7 +206,7 @@ def spark_text(history: list[float], limit: float | None, width: int) -> str:
 def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc], compact: bool,
               hist: dict[str, list[float]] | None = None, advice: Advice | None = None) -> Content:
     """Memory bar, utilisation, processes (muted), session and its serving/failure detail and serving
-    history; compact: the memory bar (with utilisation) and the session.
+    history; compact: the memory bar (with utilisation) and the session (a FAILED one: its cause and hint).
 
     ``hist``: ``util``, ``mem`` (percent), ``tps``, ``queue`` histories, oldest first.
     ``advice``: the first advice about this GPU, shown in one line last (not in compact panels).
@@ -209,7 +217,7 @@ def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc
     else:
         parts = [mem_line(g, hist.get("mem")), util_line(g, hist.get("util")),
                  Content.styled(procs_text(g, servers), "$text-muted")]
-    parts.append(Content(session_line(s)))
+    parts.append(cause_line(s) if compact and s is not None and s.state == "failed" else Content(session_line(s)))
     if not compact:
         detail = detail_line(s)
         if detail.plain:

@@ -22,6 +22,7 @@ from collections import deque
 
 from rich.highlighter import Highlighter
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Log, Static
@@ -223,10 +224,19 @@ class LogPane(Vertical):
         box.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter: the filter is applied; the box stays open only while it holds a filter (cleared: it closes)."""
         event.stop()
         self._filter_from = None
         self.set_filter(event.value)
         self.log_widget.focus()
+        self.query_one(".filter", Input).set_class(bool(self.pattern), "-open")
+
+    def on_descendant_blur(self, event: events.DescendantBlur) -> None:
+        """The filter box left empty (tab, a click elsewhere) closes: an open box means a filter is on."""
+        box = self.query_one(".filter", Input)
+        if event.widget is box and not self.pattern:
+            self._filter_from = None
+            box.remove_class("-open")
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
