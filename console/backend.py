@@ -79,8 +79,15 @@ class Backend(Protocol):
     async def validator(self, flags: list[str], host: str | None = None) -> list[Finding]:
         """Check a flag set against the flags ``host``'s server accepts (learned from its ``--help``)."""
 
-    async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> PlanVerdict:
-        """The memory planner's verdict for these flags on these GPUs of ``host``."""
+    async def planner(self, flags: list[str], gpus: list[int], host: str | None = None,
+                      count_use: bool = False) -> PlanVerdict:
+        """The memory planner's verdict for these flags on these GPUs of ``host`` (``count_use``: against the memory
+        free on them now, for a launch that stops nothing)."""
+
+    async def gpu_check(self, flags: list[str], gpus: list[int], host: str | None = None) -> list[Finding]:
+        """What the launch's preflight says of these GPUs (and the flags' port) on ``host`` now, nothing launched:
+        ``error`` for each of the host's checks that would refuse it, then what holds each GPU's memory (orphans,
+        other sessions, other processes)."""
 
     async def others_audit(self, since: float, ops: tuple[str, ...] | None = None) -> list[AuditEntry]:
         """What other consoles on this machine (the CLI, another TUI) wrote to the shared audit log from

@@ -122,7 +122,7 @@ class Config(Strict):
         return LaunchRequest(host=host, command=list(prof.command or self.host(host).server_command),
                              flags=(["--model-path", prof.model_path] if prof.model_path else []) + list(prof.flags),
                              gpus=list(gpus if gpus is not None else prof.gpus) or [0], port=prof.port,
-                             env=dict(prof.env), profile=name)
+                             env=dict(prof.env), profile=name, description=prof.description)
 
 
 MAX_CONFIG_BYTES = 1 << 20

@@ -944,6 +944,8 @@ class LaunchRequest(Frozen):
     port: int | None = None
     env: dict[str, str] = Field(default_factory=dict)
     profile: str | None = None
+    description: str | None = None
+    """The profile's description, for the flag form's picker (never sent to the host)."""
     force: bool = False
     """Launch even when the memory planner says it does not fit."""
     check_flags: bool = True

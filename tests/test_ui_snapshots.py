@@ -56,7 +56,9 @@ async def log_shown(pilot) -> None:
 
 
 async def form_shown(pilot) -> None:
-    await until(pilot, lambda: isinstance(pilot.app.screen, FlagForm) and pilot.app.screen.query("#f-model_path"))
+    """The form is up and the Check it runs at open is done (or was skipped: the fields do not parse)."""
+    await until(pilot, lambda: isinstance(pilot.app.screen, FlagForm) and pilot.app.screen.query("#f-model_path")
+                and not pilot.app.screen.opening)
 
 
 def launch_released(pilot) -> bool:
@@ -154,14 +156,15 @@ def test_flag_form_edit_with_diff_and_checks(snap_compare):
     planner = lambda flags, gpus: "fits: 118.2 of 143.8 GB per GPU"  # noqa: E731
 
     async def run_before(pilot) -> None:
-        await form_shown(pilot)
+        await form_shown(pilot)  # the Check run at open shows the checks and the diff; it stops a server: not armed
         await pilot.click("#launch")
         await until(pilot, lambda: "fits: 118.2" in str(pilot.app.screen.query_one("#checks").render())
                     and "+ --mem-fraction-static 0.8" in str(pilot.app.screen.query_one("#diff").render())
                     and launch_released(pilot))
 
     app = _form_app(raw, title="Edit and relaunch s-ready on host-a · GPUs 0,1", running_argv=ARGV,
-                    validator=validator, planner=planner, replaces="s-ready")
+                    validator=validator, planner=planner, replaces="s-ready",
+                    impact=["session:  s-ready", "pids:     4200"])
     assert snap_compare(app, terminal_size=(110, 60), run_before=run_before)
 
 
@@ -199,8 +202,8 @@ def test_steps_failed(snap_compare):
 
 async def _select_gpu0(pilot) -> None:
     await started(pilot)
+    await pilot.press("tab")
     app = pilot.app
-    """At start the first GPU with a session (host-a's GPU 0) is selected and focused, its log shown."""
     await until(pilot, lambda: next(p for p in app.query(GpuPanel) if (p.host, p.index) == ("host-a", 0))
                 .has_class("selected") and len(app.query_one(LogPane).lines) == len(SESSION_LOG))
 
@@ -224,7 +227,6 @@ def test_whole_app_compact_light(snap_compare):
     assert snap_compare(_whole_app(), terminal_size=(160, 40), run_before=run_before)
 
 
-        app.clear_notifications()  # the theme's toast goes after 3 s: not in the picture, whenever it is taken
 def test_whole_app_high_contrast_read_only(snap_compare):
     assert snap_compare(_whole_app(theme="high-contrast", read_only=True), terminal_size=(160, 40),
                         run_before=_select_gpu0)

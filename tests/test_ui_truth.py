@@ -52,12 +52,15 @@ async def focus(app, pilot, idx: int) -> None:
 
 
 async def submit_form(pilot) -> None:
-    """Launch (the checks run), then Confirm launch once the button is out of its pressed effect: the form closes."""
+    """Once the Check run at open is done: Confirm launch when it passed (one key), else Launch (the checks run),
+    then Confirm launch once the button is out of its pressed effect: the form closes."""
     app = pilot.app
-    button = app.screen.query_one("#launch", Button)
-    await until(pilot, lambda: not button.has_class("-active"))
-    await pilot.click("#launch")
-    await until(pilot, lambda: str(button.label) == "Confirm launch" and not button.has_class("-active"))
+    form = app.screen
+    button = form.query_one("#launch", Button)
+    await until(pilot, lambda: not form.opening and not button.has_class("-active"))
+    if str(button.label) != "Confirm launch":
+        await pilot.click("#launch")
+        await until(pilot, lambda: str(button.label) == "Confirm launch" and not button.has_class("-active"))
     await pilot.click("#launch")
     await until(pilot, lambda: not isinstance(app.screen, FlagForm))
 
@@ -271,11 +274,11 @@ async def test_f1_opens_help_and_the_palette_lists_each_command_once():
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         await pilot.press("f1")
-        await until(pilot, lambda: app.help_shown)
+        await until(pilot, lambda: app.screen.query("HelpPanel"))
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert len(titles) == len(set(titles))
-        assert "Keys" not in titles and "Theme" not in titles and "Keys (?)" in titles
-        assert sum(t.startswith("Keys") for t in titles) == 1
+        assert "Keys" not in titles and "Theme" not in titles and "Help (question_mark)" in titles
+        assert sum(t.startswith("Help") for t in titles) == 1
 
 
 async def test_host_header_keeps_its_fields_apart():
@@ -297,7 +300,7 @@ async def test_planner_text_is_not_doubled(monkeypatch):
     be = backend.LiveBackend(Config(), [])
     be.links = {"h": object()}  # type: ignore[dict-item]
 
-    async def verdict(link, req):
+    async def verdict(link, req, snap=None, *, count_use=False):
         return None, "not planned: no GPU memory information"
     monkeypatch.setattr(lifecycle, "memory_verdict", verdict)
     assert await be.planner(["--model-path", "/m"], [0], host="h") == "not planned: no GPU memory information"

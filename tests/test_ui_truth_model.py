@@ -57,7 +57,7 @@ class ScriptedHost:
 
     def __init__(self) -> None:
         self.hosts, self.read_only, self.interval = [HOST], False, 1.0
-        self.validator = self.planner = None
+        self.validator = self.planner = self.gpu_check = None
         self.sessions: dict[str, SessionView] = {}
         self.foreign: dict[int, SessionView] = {}
         self.up = True
@@ -279,11 +279,14 @@ class TruthMachine(RuleBasedStateMachine):
         await until(self.pilot, lambda: len(self.be.inflight) > before)
 
     async def _submit(self) -> None:
-        """The form's Launch (the checks run), then Confirm launch once the button is out of its pressed effect."""
-        button = self.app.screen.query_one("#launch")
-        await until(self.pilot, lambda: not button.has_class("-active"))
-        await self.pilot.click("#launch")
-        await until(self.pilot, lambda: str(button.label) == "Confirm launch" and not button.has_class("-active"))
+        """Once the form's Check run at open is done: Confirm launch when it passed (one key), else the form's
+        Launch (the checks run), then Confirm launch once the button is out of its pressed effect."""
+        form = self.app.screen
+        button = form.query_one("#launch")
+        await until(self.pilot, lambda: not form.opening and not button.has_class("-active"))
+        if str(button.label) != "Confirm launch":
+            await self.pilot.click("#launch")
+            await until(self.pilot, lambda: str(button.label) == "Confirm launch" and not button.has_class("-active"))
         await self.pilot.click("#launch")
         await until(self.pilot, lambda: not isinstance(self.app.screen, FlagForm))
 

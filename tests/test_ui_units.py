@@ -234,7 +234,7 @@ async def test_live_backend_form_hooks(tmp_path, monkeypatch):
     assert ok[0][0] == "ok"
     assert sum(a[-1] == "--help" for a in runs) == 1  # learned once
 
-    async def verdict(link, req):
+    async def verdict(link, req, snap=None, *, count_use=False):
         return {"512": ("does_not_fit", "no room for the KV cache"), "16": ("fits", "fits")}.get(req.flags[-1], (None, "no --model-path"))
     monkeypatch.setattr(lifecycle, "memory_verdict", verdict)
     assert await be.planner(["--max-running-requests", "512"], [0], host="demo") == \

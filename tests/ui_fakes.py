@@ -192,6 +192,9 @@ class FakeBackend:
     async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> str | None:
         return None
 
+    async def gpu_check(self, flags: list[str], gpus: list[int], host: str | None = None) -> list[tuple[str, str]]:
+        return []
+
     async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
         self.calls.append(("follow_log", host, session_id))
         self.following.add((host, session_id))

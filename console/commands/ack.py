@@ -7,9 +7,12 @@ import argparse
 import getpass
 import json
 import socket
+import time
 
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
+from console.commands.sessions import age
+from console.core.events import stamp
 from console.core.redact import redact_obj
 from console.errors import UnknownSession, UserError
 from console.link.errors import NotEnded, NotFound, RequestError
@@ -34,6 +37,8 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         print(json.dumps(redact_obj({"host": link.name, "session_id": s.session_id,
                                      "acknowledged_at": s.acknowledged_at}), indent=2))
     else:
-        print(f"{term(link.name)}: session {term(s.session_id)} acknowledged at {s.acknowledged_at:.0f}"
+        at = s.acknowledged_at
+        when = f"at {stamp(at)} ({age(at, time.time())} ago)" if at is not None else "(no time recorded)"
+        print(f"{term(link.name)}: session {term(s.session_id)} acknowledged {when}"
               " (its GPU reads IDLE; it stays in the history)")
     return 0

@@ -17,6 +17,7 @@ from console.commands._ops import emit_result, require_session, step_printer, te
 from console.commands.context import CliContext, connect_hosts, single_host
 from console.core.redact import redact_argv
 from console.core.sessions import derive_views
+from console.core.text import no_gpus_text
 from console.errors import UnknownProcess, UserError
 from console.link.link import HostLink
 from console.model import HostSnapshot, KillTarget, SessionView
@@ -51,8 +52,8 @@ def ask_on_terminal(question: str) -> bool:
 def on_gpu(snap: HostSnapshot, host: str, gpu: int, confirm: Confirm) -> KillTarget:
     """The kill target for ``--gpu``: the one live server on it, a foreign one only when confirmed."""
     if not snap.gpus:
-        raise UserError(f"{host} has no GPU information ({snap.gpu_error or snap.gpu_source}): --gpu cannot tell "
-                        "which server is on a GPU; name the SESSION or the --pid")
+        raise UserError(f"--gpu {gpu}: {host}: {no_gpus_text(snap)} — --gpu cannot tell which server is on a GPU; "
+                        "name the SESSION or the --pid")
     if gpu not in {g.index for g in snap.gpus}:
         raise UserError(f"{host} has no GPU {gpu} (GPUs: {', '.join(str(g.index) for g in snap.gpus)})")
     views: list[SessionView] = [v for v in derive_views(snap, {}, time.time()) if gpu in v.gpus

@@ -1,6 +1,6 @@
 """`mtpconsole plan`: offline GPU memory estimate for a model and a set of SGLang flags.
 
-    mtpconsole plan --model-config config.json --gpu-mem 96GB [--gpus N] [--weights-gb X] [--json] -- <server flags>
+    mtpconsole plan --model-config config.json --gpu-mem 96GiB [--gpus N] [--weights-gb X] [--json] -- <server flags>
     mtpconsole plan --demo -- <server flags>          # the demo host's model and GPU; nothing is staged
 
 Exit 0 when it fits (or is tight), 1 when it does not fit, 2 on bad input.
@@ -25,10 +25,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-config", metavar="PATH",
                    help="the model's config.json (or its directory); with --demo, the demo's model by default")
     p.add_argument("--gpu-mem", metavar="SIZE",
-                   help="memory of one GPU, e.g. 96GB, 97887MiB, 80GiB; with --demo, a demo GPU's by default")
+                   help="memory of one GPU, e.g. 96GiB, 97887MiB (powers of 1024), 96GB (10^9 bytes each), a bare "
+                        "number is GiB; with --demo, a demo GPU's by default")
     p.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs available on the host (default 1)")
     p.add_argument("--weights-gb", type=float, default=None, metavar="X",
-                   help="real size of the weights in GB (whole model), instead of the estimate")
+                   help="real size of the weights in GiB (2^30 bytes; whole model), instead of the estimate")
     p.add_argument("server_flags", nargs=argparse.REMAINDER, metavar="-- FLAGS",
                    help="the SGLang flags after '--'")
 
@@ -39,7 +40,7 @@ def _demo_gpu_bytes() -> int:
 
 
 def _fmt_gb(b: int | float) -> str:
-    return f"{b / (1 << 30):.2f} GB"
+    return f"{b / (1 << 30):.2f} GiB"
 
 
 def render(plan: MemoryPlan, shape: ModelShape) -> str:
@@ -58,14 +59,14 @@ def render(plan: MemoryPlan, shape: ModelShape) -> str:
     ]
     if plan.mamba_state_bytes_per_slot:
         lines.append(
-            f"state        {plan.mamba_state_bytes_per_slot / (1 << 20):.1f} MB/slot × {plan.mamba_slots_per_request} "
+            f"state        {plan.mamba_state_bytes_per_slot / (1 << 20):.1f} MiB/slot × {plan.mamba_slots_per_request} "
             f"slots × {plan.max_running_requests} requests = {_fmt_gb(plan.mamba_bytes)}")
     lines += [
         f"running      max {plan.max_running_requests if plan.max_running_requests is not None else 'auto'}"
         f" ({plan.max_running_source})"
         + (f", {plan.speculative_algorithm} with {plan.speculative_num_draft_tokens} draft tokens"
            if plan.speculative_algorithm else ""),
-        f"kv cache     {plan.kv_bytes_per_token / 1024:.1f} KB/token, pool {_fmt_gb(max(0, plan.kv_pool_bytes))}"
+        f"kv cache     {plan.kv_bytes_per_token / 1024:.1f} KiB/token, pool {_fmt_gb(max(0, plan.kv_pool_bytes))}"
         f" = {plan.kv_tokens} tokens; {plan.requests_at_context} requests at context {plan.context_length}",
         f"reserve      {_fmt_gb(plan.outside_budget_bytes)} outside the budget, ~{_fmt_gb(plan.activation_reserve_bytes)}"
         " needed for activations + CUDA graphs",

@@ -1,5 +1,9 @@
 """`mtpconsole status`: connect, take one snapshot per host, print it, exit.
 
+The text names each GPU's state and session as the TUI's panel does (the one rule of ``console/core/current.py``:
+READY, FAILED: cause, IDLE…, and the session or foreign pid on it); a failed session's cause is read from the tail
+of its own log.
+
 A host whose agent does not answer the snapshot request within ``--timeout`` (frozen, its channel still
 open) is ``stale``: its line says so with the age of the last sample it sent, and the exit status is 1."""
 
@@ -13,8 +17,9 @@ import time
 from console.commands.context import CliContext, connect_hosts
 from console.core.flags.sources import bundled_schema
 from console.core.redact import redact_obj
+from console.core.text import no_gpus_text
 from console.link.link import HostLink, LinkDown, RequestError
-from console.model import Advice, HostSnapshot
+from console.model import Advice, GpuCurrent, HostSnapshot
 from console.ops.advice_host import advise_link, schema_validator
 
 
@@ -69,19 +74,51 @@ async def _advice(link: HostLink, snap: HostSnapshot, timeout: float, settle_s: 
         return snap, [], []
 
 
+LOG_TAIL = 256 << 10
+"""A failed session's cause is classified from the last 256 KiB of its log (as ``sessions`` does)."""
+
+
+async def current_sessions(link: HostLink, snap: HostSnapshot, now: float) -> list[GpuCurrent]:
+    """Each GPU's current session by the TUI's rule (``current_by_gpu``), each classified from the tail of its
+    own log as the TUI's are (READY needs its ready line; a failure reads with its cause)."""
+    from console.core.current import current_by_gpu
+    from console.core.sessions import derive_views
+
+    if snap.connection.state != "connected" or not snap.gpus:
+        return []
+    indices = [g.index for g in snap.gpus]
+    current = current_by_gpu(derive_views(snap, {}, now, interval=1e9), indices)
+    shown = {c.session.session_id for c in current if c.session is not None and c.session.session_id}
+    shown_info = [x for x in snap.sessions if x.session_id in shown]
+    if not shown_info:
+        return current
+    from console.core.classify import classify
+
+    classes = {}
+    for x in shown_info:
+        try:
+            chunk = await link.client.read_log(x.session_id, tail_bytes=LOG_TAIL)
+        except (TimeoutError, LinkDown, RequestError):
+            continue
+        classes[x.session_id] = classify(chunk.data, x.exit)
+    return current_by_gpu(derive_views(snap, classes, now, interval=1e9), indices)
+
+
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     async with connect_hosts(ctx, require=False) as links:
         snaps = await asyncio.gather(*(_one(lk, args.timeout) for lk in links))
         settle = DEMO_SETTLE_S if ctx.demo else 0.0
         extra = await asyncio.gather(*(_advice(lk, s, args.timeout, settle) for lk, s in zip(links, snaps)))
+        current = [] if ctx.json_output else await asyncio.gather(
+            *(current_sessions(lk, s, time.time()) for lk, (s, _, _) in zip(links, extra)))
     ok = all(s.connection.state == "connected" for s in snaps)
     if ctx.json_output:
         hosts = [dict(snapshot_json(s), advice=redact_obj([a.model_dump(mode="json") for a in adv]),
                       figures=redact_obj(figs)) for s, adv, figs in extra]
         print(json.dumps({"hosts": hosts}, indent=2))
     else:
-        for s, adv, _ in extra:
-            print(render_text(s))
+        for (s, adv, _), cur in zip(extra, current):
+            print(render_text(s, current=cur, interval=ctx.interval))
             for a in adv:
                 print(render_advice(a))
     return 0 if ok else 1
@@ -98,23 +135,49 @@ def render_advice(a: Advice) -> str:
     return line
 
 
-def render_text(s: HostSnapshot, now: float | None = None) -> str:
+def gpu_state(cur: GpuCurrent | None, snap: HostSnapshot, now: float, interval: float) -> str:
+    """A GPU's state and session as its panel names them: ``READY session S (port 30000)``, ``FAILED: gpu_oom
+    session S``, ``FOREIGN pid 4242``, ``IDLE``."""
+    from console.commands._ops import term
+    from console.core.current import badge_for
+
+    s = cur.session if cur is not None else None
+    label, _kind = badge_for(s, snap, now, interval)
+    if s is None:
+        return label
+    who = f"session {term(s.session_id)}" if s.session_id else f"pid {s.launcher_pid}"
+    return f"{label} {who}" + (f" (port {s.port})" if s.port else "")
+
+
+def render_text(s: HostSnapshot, now: float | None = None, *, current: list[GpuCurrent] | None = None,
+                interval: float = 1.0) -> str:
+    """One host as text: its link, then each GPU with its state and session (``current``: each GPU's current
+    session; without it, derived here from the snapshot alone, with no log read), its figures and processes,
+    its servers and sessions."""
     c = s.connection
     from console.commands._ops import term
     from console.core.redact import redact_argv
 
-    age = s.age_s(time.time() if now is None else now)
+    now = time.time() if now is None else now
+    age = s.age_s(now)
     when = ("no sample received" if age is None else f"last sample {age:.0f} s ago") if c.state == "stale" else ""
     lines = [f"{term(s.name)}: {c.state}" + (f" ({c.rtt_ms:.0f} ms)" if c.rtt_ms is not None else "")
              + (f" ({when})" if when else "") + (f" — {term(c.error)}" if c.error else "")]
     if c.state != "connected":
         return lines[0]
     if not s.gpus:
-        lines.append(f"  GPUs: none ({term(s.gpu_error or s.gpu_source)})")
+        lines.append(f"  GPUs: none ({term(no_gpus_text(s))})")
+    if current is None and s.gpus:
+        from console.core.current import current_by_gpu
+        from console.core.sessions import derive_views
+
+        current = current_by_gpu(derive_views(s, {}, now, interval=1e9), [g.index for g in s.gpus])
+    by_gpu = {x.index: x for x in current or []}
     for g in s.gpus:
         def f(v, unit, fmt="{:.0f}"):
             return "N/A" if v is None else fmt.format(v) + unit
-        lines.append(f"  GPU {g.index} {term(g.name or '')}: {f(g.power_w, ' W')}/{f(g.power_limit_w, ' W')}  "
+        lines.append(f"  GPU {g.index} {term(g.name or '')}: {gpu_state(by_gpu.get(g.index), s, now, interval)} · "
+                     f"{f(g.power_w, ' W')}/{f(g.power_limit_w, ' W')}  "
                      f"util {f(g.util_pct, '%')}  mem {f(g.mem_used_mib, '')}/{f(g.mem_total_mib, ' MiB')}  "
                      f"{f(g.temp_c, '°C')}  procs {', '.join(str(p.pid) for p in g.procs) or '-'}")
     for p in s.servers:

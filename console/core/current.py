@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 
 from console.core.events import failed_text, orphan_text, proven_orphans
 from console.core.sessions import flags_summary
+from console.core.text import launch_progress
 from console.model import GpuCurrent, HostEvent, HostSnapshot, HostView, OperationResult, PendingLaunch, SessionView
 
 ENDED = ("failed", "stopped")
@@ -287,3 +288,40 @@ class CurrentState:
 
 def _gpus(gpus: Iterable[int]) -> str:
     return ",".join(str(g) for g in gpus) or "N/A"
+
+
+DOWN = {"unreachable", "failed", "closed"}
+"""Link states in which every GPU's badge reads UNREACHABLE."""
+BADGE_KINDS = (
+    "idle", "launching", "loading", "ready", "failed", "stopping", "stopped",
+    "foreign", "stale", "unreachable",
+)
+"""Every kind a badge can be (its CSS class ``badge-<kind>``)."""
+
+
+def staleness(snap: HostSnapshot, now: float, interval: float) -> str:
+    """"fresh", "amber" (older than 3 intervals) or "red" (older than 10 s, or disconnected)."""
+    if snap.connection.state != "connected" and snap.connection.state != "connecting":
+        return "red"
+    age = snap.age_s(now)
+    if age is None:
+        return "amber" if snap.connection.state == "connecting" else "red"
+    if age > 10:
+        return "red"
+    return "amber" if age > 3 * interval else "fresh"
+
+
+def badge_for(session: SessionView | None, snap: HostSnapshot, now: float, interval: float) -> tuple[str, str]:
+    """(label, kind) for a GPU's session, given how fresh the host's data is."""
+    if snap.connection.state in DOWN:
+        return "UNREACHABLE", "unreachable"
+    state = session.state if session is not None else "idle"
+    if state not in ("failed", "stopped") and staleness(snap, now, interval) != "fresh":
+        return "STALE", "stale"
+    if session is None:
+        return "IDLE", "idle"
+    if state == "launching":
+        return f"LAUNCHING {launch_progress(session.step)}", state
+    if state == "failed":
+        return f"FAILED: {session.cause or 'unknown'}", state
+    return state.upper(), state

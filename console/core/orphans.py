@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from console.core.text import gpu_source_name
 from console.model import Frozen, HostSnapshot, ProcRef, ServerProc, SessionInfo
 
 WORKER_TITLE = re.compile(r"^(sglang::|sgl_diffusion::|VLLM::)")
@@ -218,7 +219,7 @@ def _judge(h: _Host, p: ServerProc, held_ports: dict[int, int]) -> Orphan | Fore
         facts.append(f"titled like a server worker: {p.title[:60]}")
     if p.gpu_mem_mib:
         facts.append("holds " + ", ".join(f"{m:,} MiB on GPU {i}" for i, m in sorted(p.gpu_mem_mib.items()))
-                     + f" ({snap.gpu_source})")
+                     + f" ({gpu_source_name(snap.gpu_source)})")
     if p.pid in held_ports:
         facts.append(f"listens on port {held_ports[p.pid]}, the port of an ended session")
 
@@ -291,7 +292,8 @@ def hunt_snapshot(snap: HostSnapshot, *, port_owners: dict[int, int] | None = No
                 foreign.append(Foreign(host=snap.name, pid=gp.pid, title=gp.name or "", gpu_mem_mib={g.index: gp.used_mib},
                                        why=("not visible in this host's /proc (another container or pid namespace): "
                                             "it cannot be judged or killed from here"),
-                                       evidence=[f"holds {gp.used_mib:,} MiB on GPU {g.index} ({snap.gpu_source})"]))
+                                       evidence=[f"holds {gp.used_mib:,} MiB on GPU {g.index} "
+                                                 f"({gpu_source_name(snap.gpu_source)})"]))
                 listed.add(gp.pid)
     return OrphanReport(host=snap.name, orphans=sorted(orphans, key=lambda o: (-o.held_mib, o.pid)),
                         foreign=sorted(foreign, key=lambda f: (-sum(f.gpu_mem_mib.values()), f.pid)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from console.core.redact import redact_text
-from console.model import Step, StepState
+from console.model import HostSnapshot, Step, StepState
 
 MAX_LINE = 2000
 """Longest line :func:`clean` keeps (the rest is counted, not shown)."""
@@ -71,3 +71,32 @@ port, answers /health, serves a request, holds GPU memory. LAUNCHING ``n/6`` cou
 def launch_progress(step: int | None) -> str:
     """``n/N``: how many of the launch's confirmation steps (:data:`LAUNCH_STEPS`) have passed."""
     return f"{step or 0}/{len(LAUNCH_STEPS)}"
+
+
+GPU_SOURCE_NAMES: dict[str, str] = {"nvml": "NVML", "nvidia-smi": "nvidia-smi", "sim": "the simulated GPUs",
+                                    "auto": "the GPU source", "none": "no GPU source"}
+"""How a GPU source (``HostSnapshot.gpu_source``) is named in a sentence: the one that reported a figure."""
+
+NO_GPU_INFO = "no GPU information"
+"""The agent's own prefix of ``HostSnapshot.gpu_error`` (``console/host/gpus.py``)."""
+
+DOWN_STATES = ("unreachable", "failed", "closed", "reconnecting")
+"""Link states in which a host has no current sample to show."""
+
+
+def gpu_source_name(source: str) -> str:
+    """``sim`` -> ``the simulated GPUs``: the source as a sentence names it (unknown ones as given)."""
+    return GPU_SOURCE_NAMES.get(source, source)
+
+
+def no_gpus_text(snap: HostSnapshot) -> str:
+    """Why a host shows no GPUs, said once: the link is down (and why), the first sample has not come yet, the
+    agent's reason (``no GPU information: …``, its prefix never doubled), or the source that listed none."""
+    c = snap.connection
+    if c.state in DOWN_STATES:
+        return f"{c.state}: {c.error or 'the host does not answer'}"
+    if snap.gpu_error:
+        return f"{NO_GPU_INFO}: {snap.gpu_error.removeprefix(NO_GPU_INFO + ': ').removeprefix(NO_GPU_INFO)}".rstrip(": ")
+    if snap.received_at is None:
+        return "waiting for the first sample…"
+    return f"{NO_GPU_INFO}: {gpu_source_name(snap.gpu_source)} listed no GPU"

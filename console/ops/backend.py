@@ -195,11 +195,9 @@ class LiveBackend:
         self.trackers[host].unfollow(session_id)
 
     def launch_template(self, host: str, gpu: int) -> LaunchRequest:
-        cfg = self.cfg
-        hc = cfg.host(host)
-        for name, prof in cfg.profiles.items():
-            if (prof.host in (None, host)) and gpu in prof.gpus:
-                return cfg.profile_request(name, host, [gpu])
+        """The host's defaults for a launch on ``gpu``: its server command, that GPU, port 30000 + GPU. Never a
+        profile: the form starts from the GPU's last session, else these; a profile is the operator's pick."""
+        hc = self.cfg.host(host)
         return LaunchRequest(host=host, command=list(hc.server_command), gpus=[gpu], port=DEFAULT_PORT + gpu)
 
     def launch_profiles(self, host: str) -> dict[str, LaunchRequest]:
@@ -255,18 +253,20 @@ class LiveBackend:
         where = f"{schema.prog or 'the server'} {schema.version or ''}".rstrip()
         return out or [("ok", f"flags: no problems against {where}'s --help on {name}")]
 
-    async def planner(self, flags: list[str], gpus: list[int], host: str | None = None) -> str | tuple[str, str] | None:
+    async def planner(self, flags: list[str], gpus: list[int], host: str | None = None,
+                      count_use: bool = False) -> str | tuple[str, str] | None:
         """The memory planner's verdict for these flags on these GPUs (model config read on the host).
 
         ``("error", text)`` when it does not fit (the form then needs force to launch), a plain
-        string otherwise, ``None`` without a host connection.
+        string otherwise, ``None`` without a host connection. ``count_use``: against the memory free now
+        (the preflight's :func:`~console.ops.lifecycle.preflight.gpu_use`), for a launch that stops nothing.
         """
         name = self._form_host(host)
         if name is None:
             return None
         hc = self.cfg.host(name)
         req = LaunchRequest(host=name, command=list(hc.server_command), flags=list(flags), gpus=list(gpus) or [0])
-        verdict, text = await lifecycle.memory_verdict(self.links[name], req)
+        verdict, text = await lifecycle.memory_verdict(self.links[name], req, count_use=count_use)
         if verdict is None:
             return text if text.startswith("not planned") else f"not planned: {text}"
         if verdict == "does_not_fit":
@@ -275,3 +275,17 @@ class LiveBackend:
             return ("warning", f"memory plan: tight — {text}")
         what = verdict.replace("_", " ")
         return f"memory plan: {what}" + (f" — {text}" if text and text != verdict else "")
+
+    async def gpu_check(self, flags: list[str], gpus: list[int], host: str | None = None) -> list[tuple[str, str]]:
+        """What the launch's preflight says of these GPUs and port now, nothing launched
+        (:func:`console.ops.lifecycle.preflight.gpu_check`): the host's refusals, the orphans and what holds memory."""
+        from console.ops.lifecycle.preflight import gpu_check
+
+        name = self._form_host(host)
+        if name is None:
+            return [("warning", "GPUs not checked: no host connection yet")]
+        req = LaunchRequest(host=name, command=list(self.cfg.host(name).server_command), flags=list(flags),
+                            gpus=list(gpus) or [0])
+        now = self.clock()
+        spec, env = lifecycle.build_spec(req, lifecycle.new_session_id(req.gpus, now), now)
+        return await gpu_check(self.links[name], spec, env)

@@ -95,14 +95,7 @@ class FlagValues(BaseModel):
     def _gpus(cls, v: object) -> object:
         if v is None:
             raise ValueError("at least one GPU index is required")
-        if isinstance(v, str):
-            try:
-                v = [int(x) for x in v.replace(" ", ",").split(",") if x]
-            except ValueError:
-                raise ValueError("GPU indices as a comma list, e.g. 0,1") from None
-        if not isinstance(v, list) or not v or any(int(g) < 0 for g in v) or len(set(v)) != len(v):
-            raise ValueError("distinct GPU indices ≥ 0, e.g. 0,1")
-        return v
+        return gpu_indices(v) if isinstance(v, str) else _distinct(v)
 
     @field_validator("spec_algo")
     @classmethod
@@ -168,6 +161,49 @@ class FlagValues(BaseModel):
             elif v is not None and v not in ("none", "default"):
                 out += [flag, f"{v:g}" if isinstance(v, float) else str(v)]
         return out + self.extra_args()
+
+
+def _distinct(v: object) -> list[int]:
+    if not isinstance(v, list) or not v or any(int(g) < 0 for g in v) or len(set(v)) != len(v):
+        raise ValueError("distinct GPU indices ≥ 0, e.g. 0,1")
+    return v
+
+
+def gpu_indices(text: str) -> list[int]:
+    """The GPUs field as indices (``0,1`` or ``0 1``); raises ValueError with the form's message."""
+    try:
+        v = [int(x) for x in text.replace(" ", ",").split(",") if x]
+    except ValueError:
+        raise ValueError("GPU indices as a comma list, e.g. 0,1") from None
+    return _distinct(v)
+
+
+def set_flag(raw: dict[str, object], flag: str, value: str) -> dict[str, object]:
+    """Raw form values with server flag ``flag`` (canonical, as the planner names it) set to ``value``: its field
+    when the form has one, else its occurrence in "other flags" (read as the server reads it), else appended there."""
+    field = _FLAG_TO_FIELD.get(flag)
+    if field is not None and field not in SWITCHES:
+        return {**raw, field: value}
+    tokens = shlex.split(str(raw.get("extras") or ""))
+    for occ in resolve_argv(tokens, bundled_schema()).occurrences:
+        if occ.flag is not None and occ.flag.name == flag and len(occ.values) == 1:
+            end = occ.index + (1 if occ.explicit else 2)
+            tokens[occ.index:end] = [flag, value]
+            break
+    else:
+        tokens += [flag, value]
+    return {**raw, "extras": shlex.join(tokens)}
+
+
+def same_flags(a: list[str], b: list[str], ignore: tuple[str, ...] = ("port",)) -> bool:
+    """Whether two server flag lists say the same to the server's argparse (its converted values: order,
+    abbreviations, ``=`` forms and ``0.90``/``0.9`` aside; unknown options as typed), the ``ignore``'d
+    destinations left out: does a form hold a profile's flags."""
+    def read(flags: list[str]) -> tuple[dict[str, object], list[tuple[str, tuple[str, ...]]]]:
+        res = resolve_argv([str(x) for x in flags], bundled_schema())
+        unknown = sorted((o.typed, o.values) for o in res.occurrences if o.flag is None)
+        return {k: v for k, v in res.values.items() if k not in ignore}, unknown
+    return read(a) == read(b)
 
 
 def field_errors(exc: ValidationError) -> dict[str, str]:

@@ -45,7 +45,7 @@ from console.ui.flag_values import from_argv, split_argv
 from console.ui.format import clean, gpu_list, short
 from console.ui.protocols import Console
 from console.ui.screens.confirm import ConfirmScreen
-from console.ui.screens.flag_form import FlagForm
+from console.ui.screens.flag_form import FlagForm, gpus_words
 from console.ui.screens.impact import impact_lines
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.steps import StepsView
@@ -231,15 +231,21 @@ class Operations:
         except Exception as e:
             self.console.say(f"no launch template: {short(clean(str(e)), 200)}", severity="warning")
         raw = self.form_memory.get((p.host, p.index))
+        source = "what was typed here last (kept until it launches)"
         last = self._last_session(p.host, p.index)
-        if raw is None and last is not None and not (tpl and tpl.profile):
-            raw = from_argv(last.argv, last.gpus or [p.index], last.port)  # the model and flags last run here
+        if raw is None and last is not None:  # the model and flags last run here; never an arbitrary profile
+            raw = from_argv(last.argv, last.gpus or [p.index], last.port)
+            source = (f"the flags of GPU {p.index}'s last session "
+                      f"({clean(last.session_id or 'a foreign server', 80)}, {last.state.upper()})")
         if raw is None:
             raw = from_argv([*tpl.command, *tpl.flags], tpl.gpus, tpl.port) if tpl else {"gpus": str(p.index)}
+            source = f"{p.host}'s defaults"
         if str(p.index) not in str(raw.get("gpus") or "").replace(" ", "").split(","):
             raw = {**raw, "gpus": str(p.index)}  # the focused panel's GPU, never a leftover value
-        form = FlagForm(p.host, raw, title=f"Launch on {p.host} · GPU {p.index}", **self._checkers(), template=tpl,
-                        profiles=self.backend.launch_profiles(p.host),
+        host = p.host
+        form = FlagForm(host, raw, title=lambda gpus: f"Launch on {host} · {gpus_words(gpus)}", **self._checkers(),
+                        gpu_check=self.backend.gpu_check, template=tpl, source=source,
+                        profiles=self.backend.launch_profiles(host),
                         remember=partial(self.form_memory.__setitem__, (p.host, p.index)))
         self.console.push_screen(form, callback=on_request(lambda req: self._launch_op(req, forget=(p.host, p.index))))
 
@@ -275,7 +281,7 @@ class Operations:
                          severity="warning")
             return
         target, req = kill_target(s), relaunch_request(s)
-        lines = [*self._who(s), f"flags:    {clean(' '.join(req.flags))}", "",
+        lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
         self.console.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
                                            "Relaunch"), callback=on_ok(lambda: self._start_relaunch(target, req, s.gpus)))
@@ -289,7 +295,7 @@ class Operations:
         req = relaunch_request(s)
         sid = clean(s.session_id or "the ended session", 80)
         ended = f"{s.state.upper()}" + (f": {s.cause}" if s.state == "failed" and s.cause else "")
-        lines = [*self._who(s), f"flags:    {clean(' '.join(req.flags))}", "",
+        lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
                  f"it ended ({ended}): nothing to kill; its flags are launched again and confirmed step by step"]
         self.console.push_screen(ConfirmScreen(f"Relaunch {sid}'s flags?", lines, "Relaunch"),
                              callback=on_ok(lambda: self._launch_op(
@@ -321,10 +327,11 @@ class Operations:
 
     def _edit_stopped(self, s: SessionView) -> None:
         named = f"{clean(s.session_id, 80)} " if s.session_id and s.cause else ""  # which failure: its session too
-        title = (f"Edit and launch again {named}({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
-                 f" on {s.host} · GPUs {gpu_list(s.gpus)}")
-        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv, title=title,
-                        replaces=s.session_id, **self._checkers())
+        head = (f"Edit and launch again {named}({s.state.upper()}: {clean(s.cause or s.session_id or 'not started', 80)})"
+                f" on {s.host}")
+        form = FlagForm(s.host, from_argv(s.argv, s.gpus, s.port), running_argv=s.argv,
+                        title=lambda gpus: f"{head} · {gpus_words(gpus)}", replaces=s.session_id,
+                        gpu_check=self.backend.gpu_check, **self._checkers())  # nothing runs there: the GPUs must be free
         self.console.push_screen(form, callback=on_request(self._launch_op))
 
     def _launch_op(self, req: LaunchRequest, *, forget: tuple[str, int] | None = None, title: str | None = None,

@@ -69,7 +69,8 @@ async def _kill(link: HostLink, target: KillTarget, on_steps: OnSteps | None, *,
         st.finish("target", "failed", t)
         return OperationResult(**res, ok=False, steps=st.steps, error=t)
     st.finish("target", "ok", f"pid {t.pid} (start {t.start})" + (f", group {t.pgid}" if t.pgid else "")
-              + f"; {len(t.members)} process(es): " + ", ".join(str(m.pid) for m in t.members)
+              + (f"; {len(t.members)} process(es): " + ", ".join(str(m.pid) for m in t.members) if t.members
+                 else "; no process of it is running")
               + (f"; GPUs {','.join(map(str, t.gpus))}" if t.gpus else ""))
     k = _Kill(link, st, target, t)
     try:
@@ -190,14 +191,14 @@ class _Kill:
         """SIGTERM, the grace period, and SIGKILL for what outlived it."""
         st, n = self.st, len(self.t.ident)
         st.start("SIGTERM")
-        done = await self.signal(15)
+        done = list(dict.fromkeys(await self.signal(15)))  # a pid signalled as itself and as a member: named once
         st.finish("SIGTERM", "ok", "signalled " + (", ".join(f"group {-d}" if d < 0 else f"pid {d}" for d in done)
                                                   or "nothing: already gone") + (
             f"; {NOT_RECORDED} ({self.stop_error}): its supervisor was told by signal" if self.stop_error else ""))
         st.start("exited")
         remaining = await self.gone("exited", grace)
         if not remaining:
-            st.finish("exited", "ok", f"all {n} process(es) exited")
+            st.finish("exited", "ok", f"all {n} process(es) exited" if n else "nothing of it was running")
             return
         st.add("SIGKILL")
         st.finish("exited", "failed", f"still running after {grace:.0f} s grace: "

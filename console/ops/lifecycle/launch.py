@@ -24,7 +24,7 @@ from typing import Any
 from console import __version__
 from console.core.probes import quiet_probe_flags
 from console.core.sessions import flag_value, new_session_id, server_port
-from console.core.text import LAUNCH_STEPS
+from console.core.text import LAUNCH_STEPS, no_gpus_text
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
@@ -201,7 +201,7 @@ class _Launch:
     async def on_gpu(self) -> str | None:
         known = self.link.snapshot()
         if known.gpu_source == "none":
-            raise Skip(f"no GPU information on this host: {known.gpu_error}")
+            raise Skip(no_gpus_text(known))
         s = await self.client.snapshot()
         pids = {p.pid for p in s.servers if p.session_id == self.sid}
         got = []

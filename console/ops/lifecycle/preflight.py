@@ -103,7 +103,7 @@ async def memory_verdict(link: HostLink, req: LaunchRequest, snap: HostSnapshot 
                  n_gpus=len(target))
     except Exception as e:  # the host's answer, a lost link, a config that is not one: not planned, and why
         return None, f"not planned: {str(e)[:200]}"
-    text = "; ".join(p.reasons[:2] + p.advice[:2]) or p.verdict
+    text = "; ".join(p.reasons[:2] + p.advice[:2]) or p.verdict.replace("_", " ")
     return p.verdict, text
 
 
@@ -132,7 +132,8 @@ def passed_evidence(checked: Checked, host_checks: list[PreflightCheck], note: s
     verdict, plan_text = checked.verdict, checked.plan_text
     head = "⚠ forced: the memory plan says it does not fit; " if checked.forced else ""
     parts = [f"{c.name}: {c.detail}" for c in host_checks]
-    parts.append(f"memory plan: {verdict or 'skipped'}" + (f" ({plan_text})" if plan_text and plan_text != verdict else ""))
+    words = (verdict or "skipped").replace("_", " ")  # "does not fit", never the planner's does_not_fit
+    parts.append(f"memory plan: {words}" + (f" ({plan_text})" if plan_text and plan_text not in (verdict, words) else ""))
     parts += [checked.flags_note] if checked.flags_note else []
     return head + "; ".join(parts) + note
 

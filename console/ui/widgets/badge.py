@@ -1,4 +1,4 @@
-"""A session-state badge, and the rule that decides what it says.
+"""A session-state badge; the rule that decides what it says is ``console.core.current.badge_for``.
 
 A badge is green only when verified now: a READY session on a host whose sample is stale
 reads STALE, and every session on an unreachable host reads UNREACHABLE.
@@ -8,42 +8,10 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from console.core.text import launch_progress
-from console.model import HostSnapshot, SessionView
+from console.core.current import BADGE_KINDS, DOWN, badge_for, staleness
 
-DOWN = {"unreachable", "failed", "closed"}
-BADGE_KINDS = (
-    "idle", "launching", "loading", "ready", "failed", "stopping", "stopped",
-    "foreign", "stale", "unreachable",
-)
-
-
-def staleness(snap: HostSnapshot, now: float, interval: float) -> str:
-    """"fresh", "amber" (older than 3 intervals) or "red" (older than 10 s, or disconnected)."""
-    if snap.connection.state != "connected" and snap.connection.state != "connecting":
-        return "red"
-    age = snap.age_s(now)
-    if age is None:
-        return "amber" if snap.connection.state == "connecting" else "red"
-    if age > 10:
-        return "red"
-    return "amber" if age > 3 * interval else "fresh"
-
-
-def badge_for(session: SessionView | None, snap: HostSnapshot, now: float, interval: float) -> tuple[str, str]:
-    """(label, kind) for a GPU's session, given how fresh the host's data is."""
-    if snap.connection.state in DOWN:
-        return "UNREACHABLE", "unreachable"
-    state = session.state if session is not None else "idle"
-    if state not in ("failed", "stopped") and staleness(snap, now, interval) != "fresh":
-        return "STALE", "stale"
-    if session is None:
-        return "IDLE", "idle"
-    if state == "launching":
-        return f"LAUNCHING {launch_progress(session.step)}", state
-    if state == "failed":
-        return f"FAILED: {session.cause or 'unknown'}", state
-    return state.upper(), state
+# The rule is pure and shared with the CLI's `status` (console/core/current.py); these names stay importable here.
+__all__ = ["BADGE_KINDS", "DOWN", "Badge", "badge_for", "staleness"]
 
 
 class Badge(Static):

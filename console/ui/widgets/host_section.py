@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.widgets import Static
 
+from console.core.text import no_gpus_text
 from console.model import HostView
 from console.ui.format import clean, short
 from console.ui.widgets.gpu_panel import BADGE_CLASSES, GpuPanel, gpu_advice, session_line
@@ -111,13 +112,8 @@ class HostSection(Vertical):
 
     def _note(self, view: HostView) -> str:
         snap, lines = view.snapshot, []
-        if not snap.gpus:
-            if snap.gpu_error:
-                lines.append(f"no GPU information: {short(clean(snap.gpu_error), 200)}")
-            elif snap.received_at is None:
-                lines.append("waiting for the first sample…")
-            else:
-                lines.append(f"no GPU information (source: {snap.gpu_source})")
+        if not snap.gpus:  # unreachable (and why), waiting, or the agent's reason: said once (core.text)
+            lines.append(short(clean(no_gpus_text(snap)), 220))
         indices = {g.index for g in snap.gpus}
         for s in view.sessions:
             if not indices.intersection(s.gpus) and s.state not in ("stopped", "failed"):
