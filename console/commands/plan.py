@@ -83,7 +83,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from console.core.model_config import ModelConfigError, load_model_config
     from console.core.planner import parse_mem, plan
 
-    demo = getattr(ctx, "demo", False)
+    demo = ctx.demo
     if not demo and (args.model_config is None or args.gpu_mem is None):
         missing = " and ".join(f for f, v in (("--model-config", args.model_config), ("--gpu-mem", args.gpu_mem))
                                if v is None)
