@@ -74,9 +74,11 @@ async def check_request(link: HostLink, req: LaunchRequest, snap: HostSnapshot |
                    plan_text=plan_text, forced=verdict == "does_not_fit" and req.force, schema=schema)
 
 
-async def memory_verdict(link: HostLink, req: LaunchRequest, snap: HostSnapshot | None = None) -> tuple[str | None, str]:
+async def memory_verdict(link: HostLink, req: LaunchRequest, snap: HostSnapshot | None = None, *,
+                         count_use: bool = False) -> tuple[str | None, str]:
     """The planner's verdict for this launch, from the model's config.json read on the host (GPU sizes from
-    ``snap`` when given, else the link's latest sample).
+    ``snap`` when given, else the link's latest sample). ``count_use``: plan against the memory free now on the
+    target GPU with the least of it (:func:`gpu_use`), not its total.
 
     Returns (None, why) when it cannot be planned (no model path, unreadable config, no GPU info).
     """
@@ -99,12 +101,83 @@ async def memory_verdict(link: HostLink, req: LaunchRequest, snap: HostSnapshot 
     try:
         data = await HostClient.of(link).read_file(model.rstrip("/") + "/config.json", 4 << 20, audit=True)
         shape = parse_model_config(json.loads(data))
+        use = min(gpu_use(snap, req.gpus), key=lambda u: u.free_mib) if count_use else None
         p = plan(shape, parse_server_flags(req.flags), min(g.mem_total_mib or 0 for g in target) << 20,
-                 n_gpus=len(target))
+                 n_gpus=len(target), in_use_bytes=(use.in_use_mib << 20) if use else 0)
     except Exception as e:  # the host's answer, a lost link, a config that is not one: not planned, and why
         return None, f"not planned: {str(e)[:200]}"
     text = "; ".join(p.reasons[:2] + p.advice[:2]) or p.verdict.replace("_", " ")
+    if use is not None and use.in_use_mib:
+        text += f" (counting the {use.in_use_mib:,} MiB in use on GPU {use.index} now)"
     return p.verdict, text
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """What holds one target GPU's memory now, as a launch's preflight counts it."""
+
+    index: int
+    total_mib: int
+    free_mib: int
+    """:attr:`console.model.GpuSample.mem_free_mib`: the one definition of free (the host's "GPUs free" check's)."""
+    holders: list[str] = field(default_factory=list)
+    """Who holds it: each orphan as :func:`orphan_note` names it, each other process the driver lists, with its MiB."""
+    orphan_pids: list[int] = field(default_factory=list)
+    """The proven orphans among them."""
+
+    @property
+    def in_use_mib(self) -> int:
+        return max(0, self.total_mib - self.free_mib)
+
+    def line(self) -> str:
+        """``GPU 1 now: 40,960 of 97,887 MiB in use — orphan pid 4242 (…) holding …``."""
+        head = f"GPU {self.index} now: {self.in_use_mib:,} of {self.total_mib:,} MiB in use"
+        return head + (" — " + "; ".join(self.holders) if self.holders else " (no process holds it)")
+
+
+def gpu_use(snap: HostSnapshot | None, gpus: list[int]) -> list[GpuUse]:
+    """The memory in use on each of ``gpus`` in ``snap`` and who holds it: the orphans there (the preflight's
+    :func:`console.core.orphans.find_orphans`), the sessions' and other processes the driver lists. GPUs without
+    memory figures are left out."""
+    from console.core.orphans import describe, find_orphans, orphans_on
+
+    if snap is None:
+        return []
+    orphans = find_orphans(snap)
+    by_pid = {s.pid: s for s in snap.servers}
+    out: list[GpuUse] = []
+    for g in snap.gpus:
+        free = g.mem_free_mib
+        if g.index not in gpus or free is None or not g.mem_total_mib:
+            continue
+        here = orphans_on(orphans, [g.index])
+        named = {o.pid for o in here}
+        holders = [describe(o) for o in here]
+        for pr in g.procs:
+            if pr.pid in named:
+                continue
+            srv = by_pid.get(pr.pid)
+            who = f"session {srv.session_id}" if srv is not None and srv.session_id else "a process no session owns"
+            title = f" ({' '.join(srv.argv)[:40]})" if srv is not None and srv.argv else ""
+            used = f": {pr.used_mib:,} MiB" if pr.used_mib is not None else ""
+            holders.append(f"{who}, pid {pr.pid}{title}{used}")
+        out.append(GpuUse(index=g.index, total_mib=g.mem_total_mib, free_mib=free, holders=holders,
+                          orphan_pids=sorted(named)))
+    return out
+
+
+async def gpu_check(link: HostLink, spec: LaunchSpec, env: dict[str, str]) -> list[tuple[str, str]]:
+    """The launch's preflight of ``spec``'s GPUs and port as it would run now, nothing launched, for the flag
+    form's Check: the host's own checks (:func:`host_refusals`: a session or process holding the GPUs or the
+    port, free memory), each one that fails an ``error`` (the launch would be refused); then what each GPU holds
+    now (:func:`gpu_use`, on a fresh snapshot: a warning when anything does, the orphans named as
+    :func:`orphan_note` names them)."""
+    snap = await preflight_snapshot(link)
+    out = [("error", f"the host's preflight: {r}") for r in await host_refusals(link, spec, env, {})]
+    for u in gpu_use(snap, spec.gpus):
+        hint = " — kill with o in the console or 'mtpconsole orphans --kill PID'" if u.orphan_pids else ""
+        out.append(("warning" if u.holders else "note", u.line() + hint))
+    return out
 
 
 async def preflight_snapshot(link: HostLink) -> HostSnapshot | None:
