@@ -525,3 +525,14 @@ def test_check_shows_an_unknown_flags_escape_bytes_as_escapes_on_a_terminal():
     text = out.decode("utf-8", "replace")
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, repr(text)
     assert "--evil\\x1b]0;owned\\x07\\x1b[31m\\u202e" in text, text
+
+
+def test_a_saved_help_file_that_is_a_fifo_or_a_device_is_refused_not_waited_on(tmp_path):
+    """``check``/``flags --help-file`` read the operator's file the way ``plan`` does (was: a FIFO blocked)."""
+    for path, why in {str(_fifo(tmp_path, "help.txt")): "is a FIFO", "/dev/zero": "is a character device"}.items():
+        for cmd in (["check", "--help-file", path, "--", "--port", "1"], ["flags", "--help-file", path]):
+            t = time.monotonic()
+            r = subprocess.run([sys.executable, "-m", "console", *cmd], cwd=REPO, capture_output=True, text=True,
+                               timeout=30, env=dict(os.environ, PYTHONPATH=str(REPO)))
+            assert why in one_clear_line(r), (cmd, r.stderr)
+            assert time.monotonic() - t < 25

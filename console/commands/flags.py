@@ -54,12 +54,16 @@ def command_of(args: argparse.Namespace, fallback: list[str] | None = None) -> l
 
 
 def read_help_file(path: str) -> str:
-    """A saved help text; invalid UTF-8 is replaced, not fatal."""
+    """A saved help text; invalid UTF-8 is replaced, not fatal. Read like every file the operator names
+    (``paths.read_user_file``): a FIFO or a device is refused, never waited on, and the read is bounded."""
+    from console.paths import UnreadableFile, read_user_file
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_HELP_CHARS + 1)
+        data = read_user_file(path, MAX_HELP_CHARS)
     except OSError as e:
         raise UserError(f"--help-file {path}: {e.strerror or e}") from None
+    except UnreadableFile as e:
+        raise UserError(f"--help-file {path}: {e}") from None
     return data.decode("utf-8", errors="replace")
 
 
