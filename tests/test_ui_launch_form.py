@@ -318,6 +318,32 @@ async def test_the_fix_key_with_nothing_to_apply_says_so():
         assert form.values() == before
 
 
+async def test_closing_the_form_while_its_opening_check_runs_launches_nothing():
+    """Check at open waits on a slow validator (the host's --help being learned); escape closes the form at once,
+    and the check's late answer changes nothing."""
+    import asyncio
+
+    be = FakeBackend([idle_with()])
+    gate = asyncio.Event()
+
+    async def slow(flags, host=None):
+        await gate.wait()
+        return [("ok", "flags: no problems")]
+    be.validator = slow
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        panel(app, 0).focus()
+        await pilot.press("l")
+        form = await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen)
+        assert form.opening
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, FlagForm))
+        gate.set()
+        await until(pilot, lambda: not form.opening)
+        assert not launches(be) and not isinstance(app.screen, FlagForm)
+
+
 # ---------------------------------------------------------------- the accounting, through the live backend
 
 async def test_live_backend_gpu_check_counts_an_orphan_and_another_session(tmp_path, runs_dir):

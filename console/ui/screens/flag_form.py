@@ -337,7 +337,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
                     worst += [msg] if sev == "error" else []
                     style = {"error": "$text-error", "warning": "$text-warning"}.get(sev, "$text-muted")
                     lines.append(Content.from_markup(f"[{style}]$s[/] $m", s=f"{sev}:", m=short(clean(str(msg)), 1500)))
-            if self._key_now() != key:
+            if not self.is_attached or self._key_now() != key:  # closed, or the fields changed while it ran
                 return None
             if not lines:
                 lines.append(Content("no flag validator or memory planner available"
