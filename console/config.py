@@ -31,11 +31,12 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from console import paths
@@ -92,6 +93,88 @@ class Profile(Strict):
     description: str | None = None
 
 
+class DeploymentRouter(Strict):
+    """A deployment's gateway (SGLang's ``smg``): an existing one (``url``) the console registers workers with, or
+    one the console starts on the host (``port``) under its supervisor, bound to 127.0.0.1, and owns like a session
+    (issue 29)."""
+
+    url: str | None = None
+    """An existing gateway, ``http://127.0.0.1:PORT`` on the deployment's host (its control plane is reached there)."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """The console starts ``smg launch --host 127.0.0.1 --port PORT`` on the host."""
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """The gateway's Prometheus port, bound to 127.0.0.1 (default: ``port`` + 1; smg's own default is 0.0.0.0:29000)."""
+    command: list[str] | None = None
+    """The gateway's command as ``[PYTHON, "-m", MODULE]`` (default ``[<the host's python>, "-m", "smg"]``): the
+    console runs the module in-process so that its control-plane key never reaches a command line."""
+    flags: list[str] = Field(default_factory=list)
+    """More ``smg launch`` flags (e.g. ``["--policy", "round_robin"]``)."""
+    key_file: str | None = None
+    """For an existing gateway (``url``): the file on the host holding its control-plane admin key (read there,
+    never sent). An owned gateway's key is created by the console beside the host's runs directory (0600)."""
+
+    @field_validator("url")
+    @classmethod
+    def _loopback_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        m = re.fullmatch(r"http://(127\.0\.0\.1|localhost|\[::1\]):(\d{1,5})/?", v)
+        if not m or not 1 <= int(m.group(2)) <= 65535:
+            raise ValueError("must be http://127.0.0.1:PORT (the gateway on the deployment's host, reached there)")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _module_command(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (len(v) != 3 or v[1] != "-m" or not all(v)):
+            raise ValueError('must be [PYTHON, "-m", MODULE] (the key is given to the module in-process, never '
+                             "on its command line)")
+        return v
+
+    def gateway_port(self) -> int:
+        """The port the gateway listens on (``url``'s or ``port``)."""
+        if self.url is not None:
+            return int(self.url.rstrip("/").rsplit(":", 1)[1])
+        assert self.port is not None  # the model's validator requires one of them
+        return self.port
+
+
+class Deployment(Strict):
+    """``[deployments.NAME]``: replicas of one profile (or flags) on one host behind a gateway (issue 29).
+
+    The config says what to start; which sessions ARE the deployment is read back from each replica's spec.json
+    (``deployment``, ``replica``) and the gateway's worker list, never from ``gpus`` (a roll onto spare GPUs makes
+    it stale)."""
+
+    host: str
+    gpus: list[int] = Field(min_length=1)
+    """The GPUs of the first ``deploy up``: one replica per ``gpus_per_replica`` of them, in order."""
+    gpus_per_replica: int = Field(default=1, ge=1, le=64)
+    profile: str | None = None
+    """The profile each replica launches (its model, flags, env); or ``model_path`` + ``flags`` here."""
+    model_path: str | None = None
+    flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    ports: int = Field(ge=1, le=65535)
+    """The base port: replica i starts on ``ports + i``; a roll's new replica takes the next free one."""
+    router: DeploymentRouter
+
+    @model_validator(mode="after")
+    def _shape(self) -> Deployment:
+        if len(self.gpus) % self.gpus_per_replica:
+            raise ValueError(f"gpus: {len(self.gpus)} GPUs do not split into replicas of {self.gpus_per_replica}")
+        if len(set(self.gpus)) != len(self.gpus):
+            raise ValueError("gpus: a GPU is named twice")
+        if (self.router.url is None) == (self.router.port is None):
+            raise ValueError("router: give exactly one of url (an existing gateway) or port (the console starts one)")
+        return self
+
+    def replica_gpus(self) -> list[list[int]]:
+        """The GPUs of each replica of the first ``deploy up``."""
+        n = self.gpus_per_replica
+        return [self.gpus[i:i + n] for i in range(0, len(self.gpus), n)]
+
+
 ThemeName = Literal["dark", "light", "high-contrast"]
 """The TUI's themes (``ui.theme``, ``--theme``; ``t`` cycles them in this order)."""
 THEME_NAMES: tuple[ThemeName, ...] = get_args(ThemeName)
@@ -108,6 +191,7 @@ class UiConfig(Strict):
 class Config(Strict):
     hosts: dict[str, HostConfig] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=dict)
+    deployments: dict[str, Deployment] = Field(default_factory=dict)
     ui: UiConfig = Field(default_factory=UiConfig)
     path: str | None = Field(default=None, exclude=True)
 
@@ -173,7 +257,12 @@ def _reference_problems(cfg: Config) -> list[str]:
     known = sorted(cfg.hosts)
     return [f"key 'profiles.{name}.host': {prof.host!r} is not a host of this config (hosts: "
             f"{', '.join(known) or 'none'}); add a [hosts.\"{prof.host}\"] table or name one of them"
-            for name, prof in cfg.profiles.items() if prof.host is not None and prof.host not in (*known, "local", "demo")]
+            for name, prof in cfg.profiles.items() if prof.host is not None and prof.host not in (*known, "local", "demo")] + [
+        f"key 'deployments.{name}.{key}': {val!r} is not a {what} of this config"
+        for name, dep in cfg.deployments.items()
+        for key, val, what, ok in (("host", dep.host, "host", dep.host in (*known, "local", "demo")),
+                                   ("profile", dep.profile, "profile", dep.profile is None or dep.profile in cfg.profiles))
+        if not ok]
 
 
 def _problem(err: ErrorDetails) -> str:

@@ -183,6 +183,12 @@ class LaunchSpec(Frozen):
     profile: str | None = None
     replaces: str | None = None
     """Session id this launch relaunches, if any."""
+    deployment: str | None = None
+    """The deployment (``[deployments.NAME]``) this session belongs to, if any: membership lives here and in the
+    gateway's worker list, never in the config's GPUs (issue 29)."""
+    deployment_role: Literal["replica", "gateway"] | None = None
+    replica: int | None = None
+    """The replica index within the deployment (a roll's new replica takes its old one's)."""
     log_cap_mb: float | None = None
     """output.log's cap in MiB (the host's ``log_cap_mb``, filled in by the agent); None: no cap."""
 
@@ -951,6 +957,9 @@ class LaunchRequest(Frozen):
     check_flags: bool = True
     """Check the flags against the host's server before spawning it (``launch --no-validate`` skips it)."""
     replaces: str | None = None
+    deployment: str | None = None
+    deployment_role: Literal["replica", "gateway"] | None = None
+    replica: int | None = None
 
 
 class KillTarget(Frozen):

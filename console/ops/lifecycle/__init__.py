@@ -20,7 +20,15 @@ from __future__ import annotations
 from console.core.sessions import new_session_id
 from console.model import KillTarget, LaunchRequest
 from console.ops.lifecycle.kill import GPU_RELEASE_TOLERANCE_MIB, KILL_STEPS, find_session, kill
-from console.ops.lifecycle.launch import LAUNCH_STEPS, READY_LINE, build_spec, host_env, launch, request_from_argv
+from console.ops.lifecycle.launch import (
+    LAUNCH_STEPS,
+    READY_LINE,
+    MoreChecks,
+    build_spec,
+    host_env,
+    launch,
+    request_from_argv,
+)
 from console.ops.lifecycle.preflight import Checked, check_request, memory_verdict, orphan_note
 from console.ops.lifecycle.relaunch import relaunch, relaunch_env
 from console.ops.lifecycle.steps import Check, Skip, StepFailed, Stepper, fresh_snapshot, record_result, wait_for
@@ -35,6 +43,7 @@ __all__ = [
     "Checked",
     "KillTarget",
     "LaunchRequest",
+    "MoreChecks",
     "SessionWatch",
     "Skip",
     "StepFailed",

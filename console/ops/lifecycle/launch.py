@@ -19,7 +19,8 @@ import getpass
 import os
 import socket
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from console import __version__
 from console.core.probes import quiet_probe_flags
@@ -45,6 +46,17 @@ from console.ops.lifecycle.watch import SessionWatch
 from console.ops.session_log import probe_health
 
 READY_LINE = "The server is fired up and ready to roll!"
+
+
+@dataclass(frozen=True)
+class MoreChecks:
+    """A launch whose READY means more, or other, than a server's (issue 29): the default checks named in ``skip``
+    left out (a gateway has no ready line and holds no GPU), then ``extra(client, port)``'s, named ``names``."""
+
+    names: tuple[str, ...] = ()
+    extra: Callable[[HostClient, int], list[Check]] | None = None
+    skip: tuple[str, ...] = ()
+
 ABORT_EXIT_WAIT_S = 5.0
 """How long an aborted launch waits for its server's end to be recorded (its result then reads STOPPED)."""
 
@@ -59,26 +71,31 @@ def build_spec(req: LaunchRequest, session_id: str, now: float) -> tuple[LaunchS
     spec = LaunchSpec(
         session_id=session_id, argv=argv, env_names=sorted(req.env), gpus=list(req.gpus), port=port,
         launched_by=f"{getpass.getuser()}@{socket.gethostname()}", console_version=__version__,
-        created_at=now, profile=req.profile, replaces=req.replaces)
+        created_at=now, profile=req.profile, replaces=req.replaces, deployment=req.deployment,
+        deployment_role=req.deployment_role, replica=req.replica)
     return spec, dict(req.env)
 
 
 async def launch(link: HostLink, req: LaunchRequest, on_steps: OnSteps | None = None, *, wait: bool = True,
                  timeout: float = 900.0, need_mib: int | None = None, allow_busy: bool = False,
-                 session_id: str | None = None, checked: Checked | None = None) -> OperationResult:
+                 session_id: str | None = None, checked: Checked | None = None,
+                 more: MoreChecks | None = None) -> OperationResult:
     """Start a server in a fresh session and confirm it step by step (see module doc). ``checked``: the
-    preflight's own checks already made for this request (a relaunch makes them before its kill)."""
+    preflight's own checks already made for this request (a relaunch makes them before its kill). ``more``: checks
+    added to (or left out of) the table."""
     return record_result(link, await _launch(link, req, on_steps, wait=wait, timeout=timeout, need_mib=need_mib,
-                                             allow_busy=allow_busy, session_id=session_id, checked=checked))
+                                             allow_busy=allow_busy, session_id=session_id, checked=checked,
+                                             more=more or MoreChecks()))
 
 
 async def _launch(link: HostLink, req: LaunchRequest, on_steps: OnSteps | None, *, wait: bool, timeout: float,
                   need_mib: int | None, allow_busy: bool, session_id: str | None,
-                  checked: Checked | None) -> OperationResult:
+                  checked: Checked | None, more: MoreChecks) -> OperationResult:
     now = time.time()
     sid = session_id or new_session_id(req.gpus, now)
     spec, env = build_spec(req, sid, now)
-    st = Stepper(["preflight", *LAUNCH_STEPS], on_steps, phase="launch")
+    st = Stepper(["preflight", *(n for n in LAUNCH_STEPS if n not in more.skip), *more.names], on_steps,
+                 phase="launch")
     res: dict[str, Any] = dict(op="launch", host=link.name, session_id=sid)
     st.start("preflight")
     snap = await preflight_snapshot(link)  # taken now: after a relaunch's kill, what the kill left
@@ -92,7 +109,7 @@ async def _launch(link: HostLink, req: LaunchRequest, on_steps: OnSteps | None, 
     if checked.refusals:  # nothing is started: the host's own checks too, so that every failure is listed at once
         refusals = checked.refusals + await host_refusals(link, spec, env, opts)
         return refused(st, res, refusals, line=checked.line, hint="; ".join(checked.hints) or None, note=note)
-    run = _Launch(link, st, res, spec, env, checked, SessionWatch(link, sid), quiet)
+    run = _Launch(link, st, res, spec, env, checked, SessionWatch(link, sid), quiet, more)
     try:
         return await run.go(opts, note, wait, timeout)
     finally:
@@ -103,7 +120,8 @@ class _Launch:
     """One launch under way: its spec, its steps, its watch on the session, and the probe of each check."""
 
     def __init__(self, link: HostLink, st: Stepper, res: dict[str, Any], spec: LaunchSpec, env: dict[str, str],
-                 checked: Checked, watch: SessionWatch, quiet: list[str] | None = None):
+                 checked: Checked, watch: SessionWatch, quiet: list[str] | None = None,
+                 more: MoreChecks | None = None):
         self.link, self.st, self.res, self.spec, self.env = link, st, res, spec, env
         self.checked, self.watch = checked, watch
         self.quiet = list(quiet or [])
@@ -113,9 +131,15 @@ class _Launch:
         self.port: int = spec.port if spec.port is not None else DEFAULT_PORT  # build_spec always sets one
         self.rec: SupervisorRecord | None = None
         self.start_error: str | None = None
+        self.more = more or MoreChecks()
 
     def table(self) -> list[Check]:
         """The launch's checks in order: what proves each step, how long it may take, how often it asks."""
+        more = self.more
+        return [c for c in self._table() if c.name not in more.skip] + (
+            more.extra(self.client, self.port) if more.extra else [])
+
+    def _table(self) -> list[Check]:
         return [
             Check("spawned", self.spawned, timeout=0.0, watched=False),
             Check("logging", self.logging, timeout=120.0, wake_on_change=True),
