@@ -19,11 +19,104 @@ from pathlib import Path
 
 import pytest
 
+from console.host.agent import Agent
 from tests.conftest import free_port
-from tests.helpers.rel_util import REPO, agent_pids, descendants_of, write_config
-from tests.helpers.wait import holds_for, wait_until
+from tests.helpers.agent_proc import AgentProc
+from tests.helpers.rel_util import REPO, agent_pids, cleanup_runs, descendants_of, write_config
+from tests.helpers.wait import await_until, holds_for, wait_until
 
 SID = "20261203-000000-gpu0-f1f0"
+AGENT_IO_WORKERS = Agent.IO_WORKERS
+
+
+HOSTILE = r'''
+"""A stand-in server that is hostile over HTTP (mode: $HOSTILE_MODE, else argv[1]): "trickle" answers one
+header byte every 0.3 s, "redirect" answers 302, "inf" exports +Inf and NaN on /metrics; it listens on --port
+(default 30000) and says it is ready, as SGLang does. Bounded: it ends after 300 s."""
+import os, socket, sys, threading, time
+
+MODE = os.environ.get("HOSTILE_MODE") or sys.argv[1]
+PORT = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else 30000
+INF = (b"# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{tp_rank=\"0\"} +Inf\n"
+       b"# TYPE sglang:gen_throughput gauge\nsglang:gen_throughput{tp_rank=\"0\"} NaN\n"
+       b"# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{tp_rank=\"0\"} 3.0\n")
+
+
+def serve(conn):
+    try:
+        conn.settimeout(30)
+        req = b""
+        while b"\r\n\r\n" not in req:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            req += chunk
+        path = req.split(b" ")[1] if req.count(b" ") >= 2 else b"/"
+        if MODE == "trickle":
+            end = time.time() + 120
+            for b in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"y" * 100000:
+                conn.sendall(bytes([b]))
+                time.sleep(0.3)
+                if time.time() > end:
+                    break
+        elif MODE == "redirect":
+            conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: /login\r\nContent-Length: 0\r\n\r\n")
+        else:
+            body = INF if path.startswith(b"/metrics") else b"ok"
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", PORT))
+srv.listen(128)
+srv.settimeout(0.5)
+print("Uvicorn running on http://127.0.0.1:%d" % PORT, flush=True)
+print("The server is fired up and ready to roll!", flush=True)
+end = time.time() + 300
+while time.time() < end:
+    try:
+        conn, _ = srv.accept()
+    except socket.timeout:
+        continue
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+'''
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    """Start a hostile server: ``start(mode, as_sglang=False)`` -> (process, port). ``as_sglang``: run as
+    ``python -m sglang.launch_server --port P --enable-metrics`` (a hand-started SGLang server to the agent)."""
+    script = tmp_path / "hostile.py"
+    script.write_text(HOSTILE)
+    pkg = tmp_path / "pkg" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(f"import runpy\nrunpy.run_path({str(script)!r}, run_name='__main__')\n")
+    procs: list[subprocess.Popen] = []
+
+    def start(mode: str, as_sglang: bool = False) -> tuple[subprocess.Popen, int]:
+        port = free_port()
+        argv = ([sys.executable, "-m", "sglang.launch_server", "--port", str(port), "--enable-metrics"] if as_sglang
+                else [sys.executable, str(script), mode, "--port", str(port)])
+        env = dict(os.environ, PYTHONPATH=str(tmp_path / "pkg"), HOSTILE_MODE=mode)
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        assert p.stdout is not None and "Uvicorn running" in p.stdout.readline()
+        return p, port
+
+    yield start, script
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def agent_threads(agent: AgentProc) -> int:
+    return len(os.listdir(f"/proc/{agent.p.pid}/task"))
 
 
 def local_conf(tmp_path: Path, runs: Path, **extra) -> Path:
@@ -175,3 +268,285 @@ def test_exporter_on_every_address_says_it_exposes_the_metrics(tmp_path):
                     "--duration", "1", "--json")
     assert quiet.returncode == 0 and "warning:" not in quiet.stderr, quiet.stderr
     assert json.loads(quiet.stdout.splitlines()[0])["warning"] is None
+
+
+# ------------------------------------------------------------------ item 8: trickling /metrics and /health, FIFOs
+
+def test_a_trickling_metrics_server_never_stops_the_others(hostile, tmp_path):
+    start, _ = hostile
+    good, _ = start("inf", as_sglang=True)
+    slow, _ = start("trickle", as_sglang=True)
+    agent = AgentProc({"interval": 0.3, "runs_dir": str(tmp_path / "runs"), "gpu_source": "none"})
+    try:
+        agent.read_until(lambda m: m.get("type") == "ready")
+
+        def of(m, pid):
+            return next((x for x in m["data"]["servers"] if x["pid"] == pid), {}) if m.get("type") == "sample" else {}
+
+        ats = set()
+
+        def fresh_while_trickled(m):
+            if of(m, good.pid).get("metrics_text") and "timed out" in (of(m, slow.pid).get("metrics_error") or ""):
+                ats.add(of(m, good.pid)["metrics_at"])
+            return len(ats) >= 3  # the good server's metrics keep coming while the trickler is cut off each round
+
+        agent.read_until(fresh_while_trickled, timeout=15)  # was: one trickler stopped every server's metrics
+    finally:
+        agent.close()
+
+
+def test_trickling_health_probes_reuse_a_bounded_set_of_threads(hostile, tmp_path):
+    start, _ = hostile
+    _, port = start("trickle")
+    agent = AgentProc({"interval": 1.0, "runs_dir": str(tmp_path / "runs"), "gpu_source": "none"})
+    try:
+        agent.read_until(lambda m: m.get("type") == "sample")  # its own threads (stdin, GPU sampler) run
+        base = agent_threads(agent)
+        for _ in range(2):
+            first = agent.ids + 1
+            for _ in range(20):  # twenty probes at once, each with a 1 s whole-request deadline
+                agent.ids += 1
+                agent.p.stdin.write((json.dumps({"id": agent.ids, "op": "http_get", "args": {
+                    "port": port, "path": "/health", "timeout": 1.0}}) + "\n").encode())
+            agent.p.stdin.flush()
+            t0 = time.monotonic()
+            replies: dict[int, dict] = {}
+
+            def all_in(m):
+                if m.get("type") == "reply" and m["id"] >= first:
+                    replies[m["id"]] = m
+                return len(replies) == 20
+
+            agent.read_until(all_in, timeout=30)
+            assert time.monotonic() - t0 < 20  # 20 probes, 8 at a time, 1 s each: about 3 s (never one hung)
+            assert all(r["ok"] and r["result"]["status"] == 0 and "timed out" in r["result"]["body"]
+                       for r in replies.values()), replies
+            assert agent_threads(agent) <= base + AGENT_IO_WORKERS, (base, agent_threads(agent))  # was +1 per probe
+        assert agent.request("ping")["ok"]
+    finally:
+        agent.close()
+
+
+def test_a_fifo_as_a_models_config_json_is_refused_not_waited_on(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    os.mkfifo(model / "config.json")
+    (tmp_path / "real.json").write_text('{"a": 1}')
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "config.json").symlink_to(tmp_path / "real.json")  # as in a Hugging Face snapshot
+    agent = AgentProc({"interval": 1.0, "runs_dir": str(tmp_path / "runs"), "gpu_source": "none"})
+    try:
+        agent.read_until(lambda m: m.get("type") == "sample")
+        base = agent_threads(agent)
+        t0 = time.monotonic()
+        r = agent.request("read_file", path=str(model / "config.json"), max_bytes=4 << 20, timeout=5)
+        assert time.monotonic() - t0 < 2
+        assert not r["ok"] and r["kind"] == "refused" and "pipe, not a regular file" in r["error"], r
+        for other in ("/dev/zero", str(tmp_path)):
+            r = agent.request("read_file", path=other, timeout=5)
+            assert not r["ok"] and r["kind"] == "refused", r
+        r = agent.request("read_file", path=str(tmp_path / "linked" / "config.json"), timeout=5)
+        assert r["ok"] and r["result"]["data"] == '{"a": 1}', r
+        assert agent_threads(agent) <= base + AGENT_IO_WORKERS  # nothing left blocked on the FIFO
+    finally:
+        agent.close()
+
+
+# ------------------------------------------------------------------ item 8: +Inf and NaN never reach --json or advice
+
+def _strict(text: str):
+    """JSON as a strict parser reads it: ``NaN``/``Infinity`` (Python's extension, not JSON) fail."""
+    def refuse(token: str):
+        raise ValueError(f"not JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+async def test_inf_and_nan_from_metrics_are_no_figures_and_no_advice(hostile, tmp_path):
+    from console.core.flags.sources import bundled_schema
+    from console.ops.advice_host import advise_link, schema_validator
+    from console.sim.simgpu import write_alloc
+    from tests.helpers.sim_files import make_sim, sim_link
+
+    d, _ = make_sim(tmp_path, 1)
+    os.environ["MTPCONSOLE_SIM_DIR"] = str(d)  # the hand-started server belongs to the simulated host
+    try:
+        start, _ = hostile
+        p, _ = start("inf", as_sglang=True)
+    finally:
+        del os.environ["MTPCONSOLE_SIM_DIR"]
+    write_alloc(str(d), p.pid, 0, 80_000, busy=0.5)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    async with sim_link(runs, d) as link:
+        async def fetched():
+            snap = await link.refresh()
+            proc = next((x for x in snap.servers if x.pid == p.pid), None)
+            return snap if proc is not None and proc.metrics_text and "+Inf" in proc.metrics_text else None
+        snap = await await_until(fetched, 20)
+        assert snap is not None, "the agent never fetched the server's /metrics"
+        advice, figures = await advise_link(link, snap, now=time.time(), validate=schema_validator(bundled_schema()))
+    out = json.dumps({"advice": [a.model_dump(mode="json") for a in advice], "figures": figures})
+    _strict(out)  # was: "queue": {"value": Infinity} and "gen_throughput": NaN in status --json
+    (f,) = [x["figures"] for x in figures]
+    assert "queue" not in f and "gen_throughput" not in f and f["running"]["value"] == 3.0, f
+    assert not any("inf" in (a.message + " ".join(a.evidence)).lower().split() for a in advice), advice
+    assert "inf request" not in out and "nan" not in out.lower().replace("nanos", ""), out
+
+
+def test_inf_and_nan_in_exit_and_ack_files_never_reach_json(tmp_path):
+    runs = tmp_path / "runs"
+    a = hand_session(runs, "20261203-000001-gpu0-aaaa")
+    b = hand_session(runs, "20261203-000002-gpu0-bbbb")
+    for d in (a, b):
+        (d / "record.json").write_text(json.dumps({"supervisor_pid": 999999, "pid": 999998, "pgid": 999998,
+                                                   "start_ticks": 1, "started_at": 1.0e9, "boot_id": None}))
+    (a / "exit.json").write_text('{"ended_at": NaN, "exit_code": 0, "signal": null, "stopped_by_operator": false, '
+                                 '"leftovers_killed": [], "error": null}')
+    (b / "exit.json").write_text('{"ended_at": 1000000100.0, "exit_code": 1, "signal": null, '
+                                 '"stopped_by_operator": false, "leftovers_killed": [], "error": null}')
+    (b / "ack.json").write_text('{"at": Infinity, "by": "x"}')
+    conf = local_conf(tmp_path, runs)
+    r = run_cli(tmp_path, conf, "sessions", "--host", "local", "--all", "--json")
+    assert r.returncode == 0, r.stderr
+    views = {v["session_id"]: v for v in _strict(r.stdout)}  # was: "ended_at": NaN, "acknowledged_at": Infinity
+    va, vb = views[a.name], views[b.name]
+    assert va["state"] == "failed" and "not a finite number" in (va["hint"] or ""), va
+    assert vb["state"] == "failed" and vb["acknowledged"] is False and vb["acknowledged_at"] is None, vb
+    s = run_cli(tmp_path, conf, "status", "--host", "local", "--json")
+    assert s.returncode == 0, s.stderr
+    _strict(s.stdout)
+
+
+def test_a_2_mib_metrics_body_is_parsed_once_per_sample_not_per_advice_round(monkeypatch):
+    import prometheus_client.parser as parser
+
+    from console.core.metrics import parse_sglang_metrics
+    from console.core.sessions import derive_views
+    from console.model import ConnectionInfo, GpuProc, GpuSample, HostSnapshot, HostView, ServerProc
+    from console.ops.advice_host import figures_for, host_advice
+
+    lines = [f'sglang:num_running_reqs{{tp_rank="0",model_name="m{i}"}} 1.0' for i in range(40_000)]
+    text = "# TYPE sglang:num_running_reqs gauge\n" + "\n".join(lines) + "\n"
+    assert len(text) > 2 << 20
+    calls = []
+    real = parser.text_string_to_metric_families
+    monkeypatch.setattr(parser, "text_string_to_metric_families", lambda t: calls.append(1) or real(t))
+    now = time.time()
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--port", "30000", "--enable-metrics"]
+    launcher = ServerProc(pid=4242, ppid=1, pgid=4242, start_ticks=11, state="S", user="op", argv=argv,
+                          role="launcher", framework="sglang", gpu_mem_mib={0: 80_000}, metrics_text=text,
+                          metrics_at=now)
+    g = GpuSample(index=0, uuid="GPU-0", name="Sim", power_w=300.0, power_limit_w=600.0, util_pct=60.0,
+                  mem_used_mib=81_000, mem_total_mib=97_887, procs=[GpuProc(pid=4242, used_mib=80_000)])
+    snap = HostSnapshot(name="h", connection=ConnectionInfo(state="connected", rtt_ms=1.0), sampled_at=now,
+                        received_at=now, gpu_source="sim", gpus=[g], servers=[launcher])
+    view = HostView(snapshot=snap, sessions=derive_views(snap, {}, now))
+    (s,) = [v for v in view.sessions if v.launcher_pid == 4242]
+    parse_sglang_metrics.cache_clear()
+    for _ in range(5):  # five rounds of advice (and the figures status shows) over one sample
+        host_advice(view)
+        assert figures_for(view, s).running.value == 40_000.0
+    assert len(calls) == 1, len(calls)
+    newer = snap.model_copy(update={"servers": [launcher.model_copy(update={"metrics_at": now + 1})]})
+    figures_for(HostView(snapshot=newer, sessions=view.sessions), s)
+    assert len(calls) == 2  # a new sample is parsed
+
+
+# ------------------------------------------------------------------ item 8: launch --wait against a trickling /health
+
+def test_launch_wait_against_a_trickling_health_is_no_lost_contact(hostile, tmp_path):
+    from tests.helpers.sim_files import make_sim
+
+    _, script = hostile
+    _, model = make_sim(tmp_path, 1)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    conf = local_conf(tmp_path, runs)
+    port = free_port()
+    try:
+        r = run_cli(tmp_path, conf, "launch", "--host", "local", "--no-validate", "--port", str(port), "--wait",
+                    "--timeout", "5", "--json", "--command", f"{sys.executable} {script} trickle", "--",
+                    "--model-path", str(model), timeout=120)
+        res = json.loads(r.stdout)
+        steps = {s["name"]: s for s in res["steps"]}
+        assert r.returncode == 1 and res["ok"] is False, r.stdout + r.stderr
+        assert steps["listening"]["state"] == "ok" and steps["healthy"]["state"] == "failed", steps
+        assert "lost contact" not in r.stdout + r.stderr, r.stdout  # was: "lost contact with the host: " (blank)
+        assert "not confirmed within" in steps["healthy"]["evidence"], steps["healthy"]
+        assert "GET /health: timed out" in steps["healthy"]["evidence"], steps["healthy"]  # what the server did
+        ping = run_cli(tmp_path, conf, "sessions", "--host", "local", "--json")
+        assert ping.returncode == 0  # the host was fine all along
+    finally:
+        cleanup_runs(runs)
+
+
+# ------------------------------------------------------------------ item 8: kill '' / relaunch '', kill of an ended session
+
+@pytest.mark.parametrize("command", ["kill", "relaunch"])
+def test_an_empty_session_id_is_one_clear_line(command, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    conf = local_conf(tmp_path, runs)
+    r = run_cli(tmp_path, conf, command, "", "--host", "local")
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SESSION id is empty" in lines[0], r.stderr  # was: AssertionError / "process None"
+    assert "Traceback" not in r.stderr and "None" not in r.stderr
+    bad = run_cli(tmp_path, conf, command, "../x", "--host", "local")
+    assert bad.returncode == 2 and "bad session id" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+async def test_kill_of_a_stopped_session_whose_port_a_newer_session_uses_says_it_already_ended(tmp_path):
+    import asyncio
+
+    from console.model import KillTarget
+    from console.ops import lifecycle
+    from tests.helpers.rel_util import req
+    from tests.test_full_disk_kill import local_link
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    port = free_port()
+    link = local_link(runs)
+    await link.open()
+    try:
+        old = await lifecycle.launch(link, req(port, host="local"), None, timeout=60)
+        assert old.ok, old
+        k = await lifecycle.kill(link, KillTarget(host="local", session_id=old.session_id), grace=5)
+        assert k.ok and k.state == "stopped", k
+        new = await lifecycle.launch(link, req(port, host="local"), None, timeout=60)
+        assert new.ok, new  # the newer session serves on the old one's port
+        conf = local_conf(tmp_path, runs, log_cap_mb=1)
+        r = await asyncio.to_thread(run_cli, tmp_path, conf, "kill", old.session_id, "--host", "local", "--json")
+        res = json.loads(r.stdout)
+        assert r.returncode == 0 and res["ok"] is True and res["state"] == "stopped", r.stdout + r.stderr
+        target = next(s for s in res["steps"] if s["name"] == "target")
+        assert "had already ended (STOPPED)" in target["evidence"] and "nothing signalled" in target["evidence"]
+        assert all(s["state"] == "skipped" for s in res["steps"] if s["name"] != "target"), res["steps"]
+        assert "port" not in (res["error"] or "") and not res["left"], res  # was: FAILED "port N still open"
+        snap = await link.refresh()
+        (cur,) = [x for x in snap.sessions if x.session_id == new.session_id]
+        assert cur.server_alive and cur.exit is None  # the newer session was never touched
+    finally:
+        await link.close()
+        cleanup_runs(runs)
+
+
+def test_a_302_from_health_is_said_in_the_not_confirmed_reason(hostile, tmp_path):
+    from tests.helpers.sim_files import make_sim
+
+    _, script = hostile
+    _, model = make_sim(tmp_path, 1)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    conf = local_conf(tmp_path, runs)
+    try:
+        r = run_cli(tmp_path, conf, "launch", "--host", "local", "--no-validate", "--port", str(free_port()),
+                    "--wait", "--timeout", "3", "--json", "--command", f"{sys.executable} {script} redirect", "--",
+                    "--model-path", str(model), timeout=120)
+        res = json.loads(r.stdout)
+        (healthy,) = [s for s in res["steps"] if s["name"] == "healthy"]
+        assert r.returncode == 1 and healthy["state"] == "failed", r.stdout + r.stderr
+        assert "not confirmed within" in healthy["evidence"] and "HTTP 302" in healthy["evidence"], healthy
+    finally:
+        cleanup_runs(runs)

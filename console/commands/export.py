@@ -59,6 +59,10 @@ REQUEST_DEADLINE_S = 5.0
 class BoundedServer(http.server.HTTPServer):
     """An HTTP server with a bounded pool instead of a thread per connection (see the module doc)."""
 
+    request_queue_size = 256
+    """The kernel's listen backlog: connections are accepted at once (and closed when too many wait), never left
+    in the kernel's queue where no deadline counts."""
+
     def __init__(self, addr: str, port: int, registry: CollectorRegistry) -> None:
         self.address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
         # StreamRequestHandler's timeout: the socket's, per read and write

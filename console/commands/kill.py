@@ -19,6 +19,7 @@ from console.core.redact import redact_argv
 from console.core.sessions import derive_views
 from console.core.text import no_gpus_text
 from console.errors import UnknownProcess, UserError
+from console.host.hostlib import SESSION_ID_RE
 from console.link.link import HostLink
 from console.model import HostSnapshot, KillTarget, SessionView
 from console.ops.lifecycle import kill
@@ -75,13 +76,23 @@ def on_gpu(snap: HostSnapshot, host: str, gpu: int, confirm: Confirm) -> KillTar
     return KillTarget(host=host, pid=v.launcher_pid, start_ticks=v.launcher_start_ticks)
 
 
+def check_session_id(session: str) -> str:
+    """``session`` when it can be a session id (the host's own rule), else the operator's one clear line (rc 2)."""
+    if not SESSION_ID_RE.match(session):
+        shown = term(session)[:80]
+        raise UserError(f"bad session id {shown!r}: expected a session id such as 20261129-201530-gpu0-7f3a "
+                        "(see `mtpconsole sessions`)" if session else "the SESSION id is empty: name a session "
+                        "(see `mtpconsole sessions`), or give --gpu N or --pid PID")
+    return session
+
+
 async def resolve_target(link: HostLink, session: str | None, gpu: int | None, pid: int | None,
                          confirm: Confirm = ask_on_terminal) -> KillTarget:
     """What ``kill`` stops: a session by id, a server process by pid, or the one server on a GPU."""
     if sum(x is not None for x in (session, gpu, pid)) != 1:
         raise UserError("give exactly one of SESSION, --gpu N or --pid PID")
-    if session:
-        await require_session(link, session)  # an unknown id is bad input (rc 2)
+    if session is not None:
+        await require_session(link, check_session_id(session))  # an unknown id is bad input (rc 2)
         return KillTarget(host=link.name, session_id=session)
     snap = await link.refresh()
     if pid is not None:
@@ -98,6 +109,8 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     single_host(ctx)
     if ctx.read_only:
         raise UserError("read-only: kill is disabled", kind="read_only")
+    if args.session is not None:
+        check_session_id(args.session)  # before any host is asked
     async with connect_hosts(ctx) as links:
         target = await resolve_target(links[0], args.session, args.gpu, args.pid)
         r = await kill(links[0], target, step_printer(ctx.json_output), grace=args.grace)

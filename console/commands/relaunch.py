@@ -6,6 +6,7 @@ import argparse
 
 from console.commands._ops import emit_result, require_ports, require_session, step_printer
 from console.commands.context import CliContext, open_hosts, single_host
+from console.commands.kill import check_session_id
 from console.commands.launch import parse_env, require_utf8
 from console.core.redact import redact_argv
 from console.errors import UnknownProcess, UserError
@@ -85,11 +86,13 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         raise UserError("read-only: relaunch is disabled", kind="read_only")
     if (args.session is None) == (args.pid is None):
         raise UserError("give exactly one of SESSION or --pid PID")
+    if args.session is not None:
+        check_session_id(args.session)
     async with open_hosts(ctx) as opened:
         link = opened.links[0]
         snap = await link.refresh()
         given = parse_env(args.env)
-        if args.session:
+        if args.session is not None:
             s = await require_session(link, args.session, snap)
             if s.spec is None:
                 raise UserError(f"session {args.session} on {link.name} has no launch spec (spec.json"

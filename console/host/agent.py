@@ -24,6 +24,7 @@ import queue
 import selectors
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -31,7 +32,7 @@ import time
 import traceback
 from typing import Any, Dict, Set
 
-from .foreign import foreign_output
+from .foreign import file_kind, foreign_output
 from .gpus import GpuSampler, open_gpu_source
 from .hostlib import (
     AGENT_VERSION,
@@ -52,7 +53,7 @@ from .hostlib import (
 )
 from .launch import Launcher
 from .logfollow import MAX_LOG_CHUNK, LogFollower, read_log
-from .metrics import MetricsFetcher, metrics_port
+from .metrics import HttpError, MetricsFetcher, http_get, metrics_port
 from .otherruns import OtherRuns, remember_runs_dir
 from .procscan import ProcScanner
 from .rundir import expand_runs_dir, real_session_dir
@@ -74,6 +75,11 @@ class Agent(object):
 
     SLOW_OPS = ("launch", "http_get", "run", "port_open", "port_owner", "read_file", "foreign_output", "prune")
     """Ops answered from a thread: they may block (network, subprocesses, the launch lock)."""
+    POOLED_OPS = ("http_get", "port_open", "port_owner", "read_file", "foreign_output")
+    """Of those, the short ones (each bounded: a whole-request deadline, a bounded read, never a FIFO): answered
+    by at most ``IO_WORKERS`` reused threads, however many are asked at once (a trickling /health, probed every
+    few seconds, never leaks a thread per probe)."""
+    IO_WORKERS = 8
 
     def __init__(self, cfg, stdin, stdout, sources=None):
         self.cfg = cfg
@@ -97,6 +103,7 @@ class Agent(object):
         remember_runs_dir(self.runs_dir)
         self.logs = LogFollower(self.runs_dir, self.send)
         self.metrics = MetricsFetcher()  # /metrics of servers started with --enable-metrics, off the loop
+        self.workers = Workers(self.IO_WORKERS, "io")
         self.ring = SampleRing(self.runs_dir)  # GPU history for later reports
         self.launcher = Launcher(self.runs_dir, cfg.get("launch_env"), sources, self, cfg.get("log_cap_mb"))
         # GPUs are sampled in a worker thread: a hung driver or nvidia-smi never blocks this loop
@@ -209,6 +216,8 @@ class Agent(object):
                                        time.perf_counter()))
             elif fn is None:
                 self.reply(rid, False, error="unknown op %r" % op, kind="unknown_op")
+            elif op in self.POOLED_OPS:
+                self.workers.submit(self.call, fn, rid, args)
             elif op in self.SLOW_OPS:
                 threading.Thread(target=self.call, args=(fn, rid, args), daemon=True).start()
             else:
@@ -370,24 +379,26 @@ class Agent(object):
         return {"pid": pid, "argv": proc_cmdline(pid) if pid else None}
 
     def op_http_get(self, port, path="/health", timeout=5.0):
-        import http.client
-        conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=float(timeout))
+        """GET on 127.0.0.1:port, the whole request within ``timeout`` s (at most 120): ``{status, body}``; status 0
+        when nothing answered in time (``body`` says why: refused, timed out, not HTTP)."""
+        if not isinstance(path, str) or not path.startswith("/") or any(c in path for c in "\r\n "):
+            raise OpError("bad path %r: an absolute path without spaces" % (path,), "bad_request")
         try:
-            conn.request("GET", path)
-            r = conn.getresponse()
-            return {"status": r.status, "body": r.read(64 * 1024).decode("utf-8", "replace")}
-        except (OSError, http.client.HTTPException) as e:
-            return {"status": 0, "body": "%s: %s" % (type(e).__name__, e)}
-        finally:
-            conn.close()
+            status, body, _ = http_get(int(port), path, min(max(float(timeout), 0.1), 120.0), HTTP_BODY_BYTES)
+        except HttpError as e:
+            return {"status": 0, "body": "%s" % e}
+        return {"status": status, "body": body.decode("utf-8", "replace")}
 
     def op_gpu_samples(self, since=None, until=None, max_points=2000):
         """The host's recent GPU samples (the ring in the runs directory), for reports."""
         return {"points": read_samples(self.runs_dir, since, until, max_points), "error": self.ring.error}
 
     def op_read_file(self, path, max_bytes=1 << 20):
-        with open(os.path.expanduser(path), "rb") as f:
-            return {"data": f.read(min(int(max_bytes), 16 << 20)).decode("utf-8", "replace")}
+        """The first ``max_bytes`` (at most 16 MiB) of a regular file (a symlink to one is followed: model
+        directories are full of them). Anything else (a FIFO planted as a model's config.json, a device, a
+        directory) is refused without reading: opened non-blocking, so a FIFO never holds an agent thread."""
+        return {"data": read_regular(os.path.expanduser(path), min(int(max_bytes), 16 << 20)).decode("utf-8",
+                                                                                                     "replace")}
 
     def op_run(self, argv, timeout=60, env=None):
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
@@ -510,6 +521,69 @@ class Agent(object):
     def op_prune(self, session_id):
         """Remove a broken run directory of ours (re-checked under the launch lock: see ``Launcher.prune``)."""
         return self.launcher.prune(session_id)
+
+
+HTTP_BODY_BYTES = 64 * 1024
+"""What ``http_get`` returns of a body at most."""
+
+
+def read_regular(path, limit):
+    """At most ``limit`` bytes of ``path`` when it is a regular file; OpError ``refused`` (nothing read) for a FIFO,
+    a device, a socket or a directory."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise OpError("no such file: %s" % path, "not_found")
+    except PermissionError:
+        raise OpError("%s is not readable by the agent's user" % path, "denied")
+    if not stat.S_ISREG(st.st_mode):  # never opened: a device's open may act, a FIFO's would wait for a writer
+        raise OpError("%s is a %s, not a regular file: not read" % (path, file_kind(st.st_mode)), "refused")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        now_st = os.fstat(fd)
+        if not stat.S_ISREG(now_st.st_mode):  # swapped between the look and the open
+            raise OpError("%s is a %s, not a regular file: not read" % (path, file_kind(now_st.st_mode)), "refused")
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(1 << 20, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class Workers(object):
+    """At most ``size`` threads running submitted calls in order, reused: one is started only when more calls
+    wait than threads do (and never more than ``size``); they wait for the next call, never end."""
+
+    def __init__(self, size, name):
+        self.size, self.name = size, name
+        self.jobs: "queue.Queue[Any]" = queue.Queue()
+        self.lock = threading.Lock()
+        self.threads = 0
+        self.waiting = 0
+
+    def submit(self, fn, *args):
+        with self.lock:
+            self.jobs.put((fn, args))
+            if self.jobs.qsize() > self.waiting and self.threads < self.size:
+                self.threads += 1
+                threading.Thread(target=self._work, name="%s-%d" % (self.name, self.threads), daemon=True).start()
+
+    def _work(self):
+        while True:
+            with self.lock:
+                self.waiting += 1
+            fn, args = self.jobs.get()
+            with self.lock:
+                self.waiting -= 1
+            try:
+                fn(*args)
+            except Exception:
+                pass
 
 
 def request_stop(run_dir, rec, sig):

@@ -19,7 +19,7 @@ _KINDS = ((stat.S_ISFIFO, "pipe"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "ch
           (stat.S_ISDIR, "directory"), (stat.S_ISBLK, "block special file"))
 
 
-def _kind(mode):
+def file_kind(mode):
     """What a non-regular file is, in words."""
     for test, name in _KINDS:
         if test(mode):
@@ -74,7 +74,7 @@ def foreign_output(pid, start_ticks=None, tail_bytes=256 * 1024):
     fd_path = "/proc/%d/fd/1" % pid
     target, path = _target(pid, fd_path)
     if not stat.S_ISREG(target.st_mode):
-        raise OpError("the stdout of pid %d is a %s, not a file: nothing to read" % (pid, _kind(target.st_mode)),
+        raise OpError("the stdout of pid %d is a %s, not a file: nothing to read" % (pid, file_kind(target.st_mode)),
                       "refused")
     try:
         fd = os.open(fd_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))

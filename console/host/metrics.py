@@ -1,17 +1,17 @@
 """Prometheus text from the servers that export it, fetched off the agent's loop, shipped raw.
 
 Stdlib only, Python >= 3.8; shipped with the agent. A launcher started with ``--enable-metrics``
-has its ``http://127.0.0.1:<port>/metrics`` fetched once per tick by a worker thread, bounded in
-time (``FETCH_TIMEOUT_S`` for the whole request) and size (``MAX_BYTES``). The host never parses
+has its ``http://127.0.0.1:<port>/metrics`` fetched once per tick by a worker thread, each server bounded in
+time (``FETCH_TIMEOUT_S`` for the whole request: a server trickling its answer is cut off there, and the others
+are still fetched) and size (``MAX_BYTES``). :func:`http_get` is also the agent's ``http_get`` op (``/health``). The host never parses
 the text: it ships it with its fetch time (``metrics_text``, ``metrics_at``, ``metrics_error`` on
 the launcher's entry in the sample) and the console reads it.
 """
 
-import http.client
 import socket
 import threading
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 FETCH_TIMEOUT_S = 0.5
 """The whole request (connect, headers, body) must finish within this; else an error value."""
@@ -38,39 +38,114 @@ def metrics_port(argv, framework):
     return DEFAULT_PORTS.get(framework)
 
 
-def fetch(port, timeout=FETCH_TIMEOUT_S, max_bytes=MAX_BYTES):
-    """GET /metrics on 127.0.0.1:port: {"metrics_text", "metrics_at", "metrics_error", "metrics_truncated"}."""
+class HttpError(Exception):
+    """A GET that did not finish: refused, reset, not HTTP, or past its deadline (the message says which)."""
+
+
+def http_get(port, path, timeout, max_bytes, accept="*/*"):
+    """GET ``path`` on 127.0.0.1:``port`` (then ::1) within ``timeout`` seconds for the WHOLE request: connect,
+    status line, headers and body. A server that trickles (a byte every 0.3 s keeps any per-read timeout from
+    firing) is cut off at the deadline. Returns ``(status, body, truncated)`` (the body cut at ``max_bytes``);
+    raises HttpError."""
+    timeout = max(0.05, float(timeout))
     deadline = time.monotonic() + timeout
+    sock = _connect(port, deadline)
+    try:
+        request = "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\nAccept: %s\r\nConnection: close\r\n\r\n" % (
+            path, int(port), accept)
+        sock.sendall(request.encode("ascii"))
+        data, truncated = _read(sock, deadline, timeout, max_bytes + 64 * 1024)  # headers on top of the body's cap
+    finally:
+        sock.close()
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        raise HttpError("the answer ended inside its headers" if not truncated else "headers larger than 64 KiB")
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        raise HttpError("not an HTTP answer: %r" % lines[0][:80])
+    headers = dict((k.strip().lower(), v.strip()) for k, _, v in (x.partition(b":") for x in lines[1:]))
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = _unchunk(body)
+    truncated = truncated or len(body) > max_bytes
+    return int(parts[1]), body[:max_bytes], truncated
+
+
+def _connect(port, deadline):
+    last = None
+    for family, addr in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        s = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            s.connect((addr, int(port)))
+            return s
+        except OSError as e:
+            s.close()
+            last = e
+            if time.monotonic() >= deadline:
+                break
+    raise HttpError("cannot connect: %s" % (_why(last) if last else "timed out"))
+
+
+def _read(sock, deadline, timeout, limit):
+    """Everything the server sends until it closes, at most ``limit`` bytes, before ``deadline``."""
+    chunks: List[bytes] = []
+    size = 0
+    while size <= limit:
+        left = deadline - time.monotonic()
+        late = HttpError("timed out: no whole answer within %g s (%d bytes came)" % (timeout, size))
+        if left <= 0:
+            raise late
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(min(65536, limit + 1 - size))
+        except socket.timeout:
+            raise late
+        except OSError as e:
+            raise HttpError(_why(e))
+        if not chunk:
+            return b"".join(chunks), False
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)[:limit], True
+
+
+def _unchunk(body):
+    out, i = [], 0
+    while i < len(body):
+        j = body.find(b"\r\n", i)
+        if j < 0:
+            break
+        try:
+            n = int(body[i:j].split(b";")[0], 16)
+        except ValueError:
+            raise HttpError("a bad chunk size in the answer")
+        if n == 0:
+            break
+        out.append(body[j + 2:j + 2 + n])
+        i = j + 2 + n + 2
+    return b"".join(out)
+
+
+def _why(e):
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
+def fetch(port, timeout=FETCH_TIMEOUT_S, max_bytes=MAX_BYTES):
+    """GET /metrics on 127.0.0.1:port: {"metrics_text", "metrics_at", "metrics_error", "metrics_truncated"};
+    the whole request within ``timeout`` (see :func:`http_get`)."""
     out: Dict[str, Any] = {"metrics_text": None, "metrics_at": time.time(), "metrics_error": None,
                            "metrics_truncated": False}
-    conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=timeout)
     try:
-        conn.request("GET", "/metrics", headers={"Accept": "text/plain"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            out["metrics_error"] = "GET /metrics answered HTTP %d" % resp.status
-            return out
-        chunks, size = [], 0
-        while size < max_bytes:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise socket.timeout("the body took longer than %g s" % timeout)
-            if conn.sock is not None:
-                conn.sock.settimeout(left)
-            chunk = resp.read1(min(65536, max_bytes - size)) if hasattr(resp, "read1") else resp.read(
-                min(65536, max_bytes - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        status, body, truncated = http_get(port, "/metrics", timeout, max_bytes, accept="text/plain")
+        if status != 200:
+            out["metrics_error"] = "GET /metrics answered HTTP %d" % status
         else:
-            out["metrics_truncated"] = bool(resp.read(1))
-        out["metrics_text"] = b"".join(chunks).decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException) as e:
-        out["metrics_error"] = "GET /metrics failed: %s" % (str(e) or type(e).__name__)
-    finally:
-        conn.close()
-        out["metrics_at"] = time.time()
+            out["metrics_text"] = body.decode("utf-8", "replace")
+            out["metrics_truncated"] = truncated
+    except HttpError as e:
+        out["metrics_error"] = "GET /metrics failed: %s" % e
+    out["metrics_at"] = time.time()
     return out
 
 

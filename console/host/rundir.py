@@ -15,6 +15,7 @@ written by hand, by an older console, by a crashed supervisor or by someone host
 """
 
 import json
+import math
 import os
 import re
 import stat
@@ -124,7 +125,8 @@ def _int(v):
 
 
 def _num(v):
-    return (isinstance(v, (int, float))) and not isinstance(v, bool)
+    """A JSON number, finite (``NaN``/``Infinity``, which Python's json reads, are no time or count)."""
+    return (isinstance(v, (int, float))) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _opt(check):
@@ -171,6 +173,8 @@ def check_fields(name, obj, fields, required):
             raise Broken("%s has no %r" % (name, key))
     for key, check in fields.items():
         if key in obj and not check(obj[key]):
+            if isinstance(obj[key], float) and not math.isfinite(obj[key]):
+                raise Broken("%s: %r is not a finite number (%r)" % (name, key, obj[key]))
             raise Broken("%s: %r has the wrong type (%s)" % (name, key, type(obj[key]).__name__))
     return obj
 

@@ -14,6 +14,7 @@ may write to) is another user's, *untrusted*: listed as such, never read, never 
 """
 
 import fcntl
+import math
 import os
 import stat
 
@@ -119,7 +120,7 @@ class SessionStore(object):
         except Broken:
             return None
         at = ack.get("at") if isinstance(ack, dict) else None
-        return at if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+        return at if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) else None
 
     def _foreign(self, d):
         """Why run directory ``d`` is another user's (not owned by this agent's user, or writable by others), or
@@ -299,7 +300,7 @@ def _exit_line_ok(e):
         return v is None or (isinstance(v, int) and not isinstance(v, bool))
 
     def opt_num(v):
-        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
 
     try:
         check_fields("exits.jsonl", e, {"pid": opt_int, "start_ticks": opt_int, "at": opt_num, "exit_code": opt_int,

@@ -131,6 +131,8 @@ class _Launch:
         self.port: int = spec.port if spec.port is not None else DEFAULT_PORT  # build_spec always sets one
         self.rec: SupervisorRecord | None = None
         self.start_error: str | None = None
+        self.health_said: str | None = None
+        """What the last ``GET /health`` answered when it was no 200 (``… HTTP 302``, ``…: timed out …``)."""
         self.more = more or MoreChecks()
 
     def table(self) -> list[Check]:
@@ -164,6 +166,8 @@ class _Launch:
                 await self.st.confirm(check, self.watch, deadline)
             return OperationResult(**self.res, ok=True, state="ready", steps=self.st.steps)
         except StepFailed as e:
+            if e.step == "healthy" and self.health_said:  # why it was not confirmed: the server's own answer
+                e = StepFailed(e.step, f"{e}: {self.health_said}")
             return with_plan(await self.failed(e), self.checked)
         except (LinkDown, RequestError, asyncio.TimeoutError) as e:
             return await self.failed(StepFailed(self.st.running() or "spawned", f"lost contact with the host: {e}"))
@@ -214,7 +218,10 @@ class _Launch:
         return f"127.0.0.1:{port} accepts connections" if await self.client.port_open(port) else None
 
     async def healthy(self) -> str | None:
-        return "GET /health → 200" if (await probe_health(self.client, self.port, 25)).status == 200 else None
+        r = await probe_health(self.client, self.port, 25)
+        self.health_said = None if r.status == 200 else f"GET /health answered HTTP {r.status}" if r.status else (
+            f"GET /health: {r.body or 'no answer'}")
+        return "GET /health → 200" if r.status == 200 else None
 
     async def ready(self) -> str | None:
         c = self.watch.log.result(None)
