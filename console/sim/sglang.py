@@ -14,6 +14,7 @@ Simulation knobs, environment only (never flags):
 ``MTPCONSOLE_SIM_SPEED``       time scale; default 5 (a full start takes ~3.5 s, an OOM fails after ~2 s)
 ``MTPCONSOLE_SIM_FAULT``       ``orphan`` (scheduler TP0 escapes with setsid and keeps its GPU memory after
                                the launcher dies) or ``ignore_sigterm``
+``MTPCONSOLE_SIM_LATENCY_S``   each request's least duration in seconds (default 0), see sglang_http
 ``MTPCONSOLE_SIM_WEIGHTS_GB``  size of the whole model's weights, instead of the config.json estimate (a GPU's
                                ``weights_mib`` in gpus.json wins over both)
 
@@ -732,6 +733,16 @@ class Launcher:
                 continue
             out.append(t)
         return out
+
+    def loads(self) -> dict:
+        """``GET /v1/loads`` (and ``/get_loads``): this server's load per DP rank, as SGLang 0.5.23 answers it."""
+        running, queued, tokens = self.engine.counts() if self.engine else (0, 0, 0)
+        total = max(1, self.internal.get("max_total_num_tokens") or 1)
+        load = {"dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": queued, "num_reqs": running + queued,
+                "num_total_tokens": tokens, "max_total_num_tokens": total, "token_usage": round(tokens / total, 4),
+                "gen_throughput": round(self.engine.last_gen_throughput, 2) if self.engine else 0.0}
+        return {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": VERSION,
+                "dp_rank_count": 1, "loads": [load]}
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.served_name, "object": "model", "created": int(time.time()),

@@ -8,6 +8,7 @@ without speculative decoding (the incident's figure) and ``27 × accept length``
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -15,6 +16,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 BASE_TOKENS_PER_S = 27.0
+LATENCY_S = max(0.0, float(os.environ.get("MTPCONSOLE_SIM_LATENCY_S", "0") or 0))
+"""Each request's least duration in seconds (``$MTPCONSOLE_SIM_LATENCY_S``, default 0): traffic through a gateway
+keeps requests in flight for a roll to drain."""
 DECODE_STEPS_PER_LOG = 40
 MAX_BODY = 4 * 1024 * 1024
 WORDS = (" the", " model", " thinks", " about", " memory", ",", " then", " it", " answers", " step",
@@ -35,6 +39,8 @@ class Req:
         self.done = False
         self.cancelled = False
         self.created = time.time()
+        self.due = time.monotonic() + LATENCY_S
+        """Not done before this (``$MTPCONSOLE_SIM_LATENCY_S``): the request counts as running until then."""
         self.first_token_at: float | None = None
         self.cond = threading.Condition()
 
@@ -126,12 +132,16 @@ class Engine:
                             r.produced += new
                             if r.first_token_at is None:
                                 r.first_token_at = time.time()
-                            if r.produced >= r.max_tokens:
+                            if r.produced >= r.max_tokens and now >= r.due:
                                 r.done = True
                             r.cond.notify_all()
                         window_tokens += new
                         recent.append((now, new))
                         self.generation_tokens_total += new
+                    if not r.done and r.produced >= r.max_tokens and now >= r.due:
+                        with r.cond:  # its tokens came before its latency was over
+                            r.done = True
+                            r.cond.notify_all()
                     if r.done:
                         finished.append(r)
                 self.running = [r for r in self.running if not r.done]
@@ -234,6 +244,8 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/get_server_info":
                 app.deprecated(path, "/server_info")
             self._send(200, app.server_info())
+        elif path in ("/v1/loads", "/get_loads"):  # what smg's load monitor and /get_loads ask (issue 29)
+            self._send(200, app.loads())
         elif path == "/v1/models":
             if not self._authorized():
                 return

@@ -7,7 +7,8 @@ retitled after ``retitle_s`` by overwriting the argv area like setproctitle (arg
 
 The launcher computes everything (memory plan, log lines) and hands each scheduler a *script*
 in ``$MTPCONSOLE_SIM_WORKER`` (JSON): steps ``{"delay": s, "log": str|None, "mem_mib": int|None}``
-played in order, then ``"outcome"``: ``"ready"`` (tell the launcher, then serve) or ``"fail"``
+played in order (a ``{"gate": true}`` step, for a ``--nnodes`` group member, blocks until the launcher
+sends ``{"go": true}``: every node joined), then ``"outcome"``: ``"ready"`` (tell the launcher, then serve) or ``"fail"``
 (print ``"failure"``, SIGQUIT the launcher, exit 1) — SGLang's "Scheduler hit an exception" path.
 
 While serving, the launcher sends JSON lines on ``cmd_fd``: ``{"busy": 0.7, "log": "..."}``
@@ -122,8 +123,11 @@ def run_scheduler(cfg: dict) -> int:
             simgpu.remove_alloc(sim_dir, pid)
         os._exit(code)
 
+    pending = b""  # commands read past a gate's "go"
     for step in cfg.get("steps", []):
         _sleep_watch(float(step.get("delay", 0.0)), parent, orphan)
+        if step.get("gate"):
+            pending = _gate(cmd_fd, parent)
         if step.get("mem_mib") is not None:
             alloc(int(step["mem_mib"]))
         if step.get("log"):
@@ -150,7 +154,7 @@ def run_scheduler(cfg: dict) -> int:
         pass
 
     # serve: follow the launcher's commands
-    buf = b""
+    buf = pending
     while True:
         if _parent_gone(parent):
             if orphan:
@@ -191,6 +195,31 @@ def run_scheduler(cfg: dict) -> int:
                 alloc(busy=float(msg["busy"]))
             if msg.get("log"):
                 _log("%s %s" % (_ts(prefix), msg["log"]))
+
+
+def _gate(cmd_fd: int, parent: int) -> bytes:
+    """A group member's rendezvous (``--nnodes``): block until the launcher says ``go`` (every node joined).
+
+    Returns what was read after the ``go`` line; ends the process when the launcher is gone.
+    """
+    buf = b""
+    while True:
+        if _parent_gone(parent):
+            os._exit(0)
+        try:
+            r, _, _ = select.select([cmd_fd], [], [], 0.2)
+        except InterruptedError:
+            continue
+        if not r:
+            continue
+        chunk = os.read(cmd_fd, 65536)
+        if not chunk:
+            os._exit(0)
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if b'"go"' in line:
+                return buf
 
 
 def _open_front(front: dict, events_fd: int) -> None:
