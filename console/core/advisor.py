@@ -26,7 +26,7 @@ from typing import Any
 
 from console.core.model_config import ModelShape
 from console.core.orphans import Orphan
-from console.core.planner import SPEC_ALGOS, plan
+from console.core.planner import SPEC_ALGOS, Verdict, best_value, plan
 from console.model import Advice, Figure, GpuSample, ServingFigures, Suggestion
 
 UNDERUSED_POWER_FRACTION = 0.75
@@ -297,25 +297,20 @@ def speculation_costs_more(ctx: ServerContext, chk: Checker) -> Advice | None:
 
 
 def _largest_that_fits(ctx: ServerContext, low: int, high: int) -> int:
-    """The largest --max-running-requests in (low, high] the planner accepts (``high`` if it cannot check)."""
+    """The largest --max-running-requests in (low, high] the planner accepts, fitting before tight (the planner's
+    own search, :func:`console.core.planner.best_value`); ``low`` when none is; ``high`` if it cannot check."""
     if ctx.shape is None or not ctx.gpu.mem_total_mib:
         return high
     shape, mem = ctx.shape, ctx.gpu.mem_total_mib << 20
 
-    def fits(n: int) -> bool:
+    def verdict_at(n: int) -> Verdict:
         try:
-            return plan(shape, dict(ctx.flags, **{"max-running-requests": n}), mem).verdict != "does_not_fit"
+            return plan(shape, dict(ctx.flags, **{"max-running-requests": n}), mem).verdict
         except ValueError:
-            return False
+            return "does_not_fit"
 
-    best = low
-    while low < high:  # bisection: at most log2(high - low) planner calls
-        mid = (low + high + 1) // 2
-        if fits(mid):
-            best, low = mid, mid
-        else:
-            high = mid - 1
-    return best
+    found = best_value(verdict_at, low + 1, high, or_tight=True)
+    return found[0] if found else low
 
 
 def running_at_limit(ctx: ServerContext, chk: Checker) -> Advice | None:
