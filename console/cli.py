@@ -118,6 +118,8 @@ COMMANDS: dict[str, Command] = {
     "export": Command("console.commands.export",
                       "serve the console's view as Prometheus metrics (for Prometheus/Grafana)",
                       HOST_OPTIONS | {"interval"}),
+    "deploy": Command("console.commands.deploy", "replicas behind SGLang's gateway (smg): up, status, roll, down",
+                      WRITE_OPTIONS, flag_valued=("--set", "--unset")),
     "demo": Command("console.commands.demo",
                     "the demo host --demo commands share: up, down, status (it idles out after 15 min)",
                     frozenset({"json"})),

@@ -21,6 +21,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=None, metavar="N", help="total requests (default 8)")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="stop issuing after S seconds")
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens per request (default 64)")
+    p.add_argument("--model", default="default", metavar="NAME",
+                   help="the request's model (default 'default'; a gateway routes by it: give the served model name)")
 
 
 def run(ctx: CliContext, args: argparse.Namespace) -> int:
@@ -28,7 +30,7 @@ def run(ctx: CliContext, args: argparse.Namespace) -> int:
 
     try:
         res = run_load(args.port, host=args.target, concurrency=args.concurrency, requests=args.requests,
-                       duration=args.duration, max_tokens=args.max_tokens)
+                       duration=args.duration, max_tokens=args.max_tokens, model=args.model)
     except ValueError as e:
         raise UserError(str(e)) from None
     if ctx.json_output:

@@ -81,7 +81,7 @@ def one_request(host: str, port: int, max_tokens: int, *, timeout: float = 60.0,
 
 def run_load(port: int, *, host: str = "127.0.0.1", concurrency: int = 4, requests: Optional[int] = None,
              duration: Optional[float] = None, max_tokens: int = 64, api_key: Optional[str] = None,
-             timeout: float = 60.0) -> LoadResult:
+             timeout: float = 60.0, model: str = "default") -> LoadResult:
     """Run ``concurrency`` workers until ``requests`` are done or ``duration`` seconds passed (default 8 requests)."""
     _check_host(host)
     if not 1 <= port <= 65535:
@@ -115,7 +115,7 @@ def run_load(port: int, *, host: str = "127.0.0.1", concurrency: int = 4, reques
     def worker() -> None:
         while take():
             try:
-                n, secs = one_request(host, port, max_tokens, timeout=timeout, api_key=api_key)
+                n, secs = one_request(host, port, max_tokens, timeout=timeout, api_key=api_key, model=model)
                 with lock:
                     state["ok"] += 1
                     state["tokens"] += n
