@@ -131,10 +131,10 @@ def test_cli_events_names_the_oom_the_orphan_and_the_ack_once(sim, tmp_path, run
     sid = res["session_id"]
     a = cli("ack", *base, sid, env=env)
     assert a.returncode == 0, a.stderr
-    broken = runs_dir / "20260101-000000-gpu0-0bad"  # one session's files with times no clock can show
-    broken.mkdir()
+    broken = runs_dir / "20260101-000000-gpu0-0bad"  # one session's files with finite times no clock can show
+    broken.mkdir()  # (NaN or Infinity make the agent read the run directory as broken: no times at all)
     (broken / "spec.json").write_text('{"session_id": "20260101-000000-gpu0-0bad", "argv": ["x", "--a"], '
-                                      '"gpus": [0], "port": 30001, "created_at": NaN}')
+                                      '"gpus": [0], "port": 30001, "created_at": -5e18}')
     (broken / "record.json").write_text('{"supervisor_pid": 4000001, "pid": 4000002, "pgid": 4000002, '
                                         '"start_ticks": 5, "started_at": 1e300, "boot_id": "x"}')
     (broken / "exit.json").write_text('{"ended_at": 1e308, "signal": 9}')
