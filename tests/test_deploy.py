@@ -1,0 +1,250 @@
+"""Issue 29 item 5: a deployment of 2 replicas on a simulated 4-GPU local host behind the REAL gateway (SGLang's
+``smg`` 1.13.0, the ``router`` extra; never a mock), driven through ``mtpconsole deploy`` as an operator runs it,
+with 8 concurrent clients sending requests through the gateway for the whole roll.
+
+- ``deploy roll --set --max-running-requests=24``: every request answered 2xx, both replicas replaced (on spare
+  GPUs), the gateway lists exactly the new workers, the old sessions STOPPED by the operator with running + queued
+  == 0 confirmed before their SIGTERM;
+- a new replica that dies at start (an unknown flag, ``--no-validate``): the roll stops at replica 0 naming it,
+  the old replicas still serve and stay registered, 0 failed requests.
+
+Under ``CI=true`` a missing smg fails these tests; elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from console.sim.loadgen import one_request
+from tests.conftest import IN_CI
+from tests.helpers.rel_util import cleanup_runs
+from tests.helpers.sim_files import REPO, make_sim, sim_env
+
+CLIENTS = 8
+LATENCY_S = "0.3"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def smg_installed() -> None:
+    if importlib.util.find_spec("smg") is None:
+        msg = "smg (SGLang's gateway, the 'router' extra: pip install '.[router]') is not installed"
+        if IN_CI:
+            pytest.fail(f"{msg}: under CI=true the deployment tests must run", pytrace=False)
+        pytest.skip(msg)
+
+
+def free_ports(n: int) -> int:
+    """A base port with ``n`` consecutive ports free on 127.0.0.1."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port range")
+
+
+class Dep:
+    """A configured deployment 'web' on the local host and the CLI run against it."""
+
+    def __init__(self, tmp: Path):
+        self.sim, self.model = make_sim(tmp, 4, tag="dep")
+        self.runs = tmp / "runs"
+        self.audit = tmp / "audit.jsonl"
+        base = free_ports(8)
+        self.gateway_port, self.base = base, base + 2
+        env = {**sim_env(self.sim), "MTPCONSOLE_SIM_LATENCY_S": LATENCY_S}
+        launch_env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+        self.config = tmp / "config.toml"
+        self.config.write_text(f"""
+[hosts.local]
+python = {json.dumps(sys.executable)}
+runs_dir = {json.dumps(str(self.runs))}
+gpu_source = "sim"
+sim_dir = {json.dumps(str(self.sim))}
+transport = "local"
+server_command = [{json.dumps(sys.executable)}, "-m", "console.sim.sglang"]
+launch_env = {{ {launch_env} }}
+
+[deployments.web]
+host = "local"
+gpus = [0, 1]
+model_path = {json.dumps(str(self.model))}
+ports = {self.base}
+router = {{ port = {self.gateway_port} }}
+""")
+
+    def cli(self, *args: str, timeout: float = 240) -> tuple[int, Any, str]:
+        """``mtpconsole --config C --audit-log A ARGS --json``: (rc, the JSON it printed, stderr)."""
+        p = subprocess.run([sys.executable, "-m", "console", "--config", str(self.config), "--audit-log",
+                            str(self.audit), *args, "--json"], capture_output=True, text=True, timeout=timeout,
+                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        try:
+            out = json.loads(p.stdout)
+        except ValueError:
+            out = None
+        return p.returncode, out, p.stderr
+
+    def status(self) -> dict[str, Any]:
+        rc, st, err = self.cli("deploy", "status", "web")
+        assert rc == 0 and st is not None, err
+        return st
+
+    def exit_record(self, sid: str) -> dict[str, Any] | None:
+        p = self.runs / sid / "exit.json"
+        return json.loads(p.read_text()) if p.exists() else None
+
+    def spec(self, sid: str) -> dict[str, Any]:
+        return json.loads((self.runs / sid / "spec.json").read_text())
+
+
+class Load:
+    """``CLIENTS`` clients sending the console's own load request (``console.sim.loadgen.one_request``: a
+    streamed chat completion) through the gateway, back to back, until stopped."""
+
+    def __init__(self, port: int, model: str):
+        self.port, self.model = port, model
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.ok = 0
+        self.failed: list[str] = []
+        self.done_at: list[float] = []
+        self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(CLIENTS)]
+
+    def client(self) -> None:
+        while not self.stop.is_set():
+            try:
+                one_request("127.0.0.1", self.port, 8, timeout=60.0, model=self.model)
+                with self.lock:
+                    self.ok += 1
+                    self.done_at.append(time.monotonic())
+            except Exception as e:  # noqa: BLE001 - every failure is counted and shown
+                with self.lock:
+                    self.failed.append(f"{type(e).__name__}: {e}")
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=90)
+        assert not any(t.is_alive() for t in self.threads), "a load client hung"
+
+    def wait_ok(self, n: int, timeout: float = 30.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                if self.ok >= n:
+                    return
+            time.sleep(0.1)
+        raise AssertionError(f"the load did not reach {n} answered requests: {self.ok} ok, {self.failed[:3]}")
+
+
+@pytest.fixture()
+def dep(tmp_path: Path) -> Iterator[Dep]:
+    d = Dep(tmp_path)
+    rc, up, err = d.cli("deploy", "up", "web", "--yes")
+    try:
+        assert rc == 0 and up is not None and up["ok"], (err, up and up.get("error"))
+        yield d
+    finally:
+        d.cli("deploy", "down", "web", "--yes", timeout=120)
+        cleanup_runs(d.runs)
+
+
+def worker_urls(st: dict[str, Any]) -> set[str]:
+    return {w["url"].rstrip("/") for w in st["workers"]}
+
+
+def replica_urls(st: dict[str, Any]) -> set[str]:
+    return {f"http://127.0.0.1:{r['port']}" for r in st["replicas"]}
+
+
+def test_roll_under_load_replaces_both_replicas_with_no_failed_request(dep: Dep) -> None:
+    before = dep.status()
+    assert before["gateway"]["health"] == 200 and "smg-1.13.0" in before["gateway"]["api"]
+    assert "worker API smg /workers" in before["gateway"]["api"]  # the API detected, and said
+    olds = {r["session_id"] for r in before["replicas"]}
+    assert len(olds) == 2 and {r["state"] for r in before["replicas"]} == {"ready"}
+    assert worker_urls(before) == replica_urls(before)
+    with Load(dep.gateway_port, str(dep.model)) as load:
+        load.wait_ok(CLIENTS)
+        t0 = time.monotonic()
+        rc, r, err = dep.cli("deploy", "roll", "web", "--set", "--max-running-requests=24", "--yes")
+        t1 = time.monotonic()
+        load.wait_ok(load.ok + CLIENTS)  # still answered after the roll
+    assert load.failed == [], load.failed[:5]
+    assert sum(1 for t in load.done_at if t0 <= t <= t1) >= 20, "the load did not run through the roll"
+    assert rc == 0 and r is not None and r["ok"], (err, r and r.get("error"))
+    assert set(r["replaced"]) == olds and len(set(r["replaced"].values())) == 2
+    news = set(r["replaced"].values())
+    names = [s["name"] for s in r["steps"]]
+    for i in (0, 1):
+        drained = names.index(f"replica {i} old: drained")
+        sigterm = names.index(f"replica {i} old kill: SIGTERM")
+        assert drained < sigterm and names.index(f"replica {i} old: deregistered") < drained
+        assert "running 0, queued 0" in (r["steps"][drained]["evidence"] or "")
+        assert names.index(f"replica {i} new: generate") < names.index(f"replica {i} new: registered")
+        assert "spare GPU" in (r["steps"][names.index(f"replica {i}: placement")]["evidence"] or "")
+    after = dep.status()
+    assert {x["session_id"] for x in after["replicas"]} == news
+    assert {x["role"] for x in after["replicas"]} == {"current"} and {x["state"] for x in after["replicas"]} == {"ready"}
+    assert worker_urls(after) == replica_urls(after)  # the gateway lists exactly the new workers
+    assert after["foreign_workers"] == [] and not after["roll_in_progress"]
+    for sid in olds:
+        ex = dep.exit_record(sid)
+        assert ex is not None and ex["stopped_by_operator"], (sid, ex)
+    for sid in news:
+        spec = dep.spec(sid)
+        argv = spec["argv"]
+        assert argv[argv.index("--max-running-requests") + 1] == "24"
+        assert spec["deployment"] == "web" and spec["deployment_role"] == "replica" and spec["replaces"] in olds
+    audit = dep.audit.read_text()
+    assert '"result:deploy-roll"' in audit and '"result:deploy-up"' in audit
+
+
+def test_a_new_replica_that_dies_at_start_stops_the_roll_and_the_old_ones_serve(dep: Dep) -> None:
+    before = dep.status()
+    olds = {r["session_id"] for r in before["replicas"]}
+    with Load(dep.gateway_port, str(dep.model)) as load:
+        load.wait_ok(CLIENTS)
+        rc, r, err = dep.cli("deploy", "roll", "web", "--set", "--no-such-flag=1", "--no-validate", "--yes")
+        load.wait_ok(load.ok + CLIENTS)
+    assert load.failed == [], load.failed[:5]
+    assert rc == 1 and r is not None and not r["ok"], err
+    assert r["rolled_back"] and "replica 0" in r["rolled_back"] and "still serves" in r["rolled_back"]
+    assert r["replaced"] == {}
+    assert not any(s["name"].startswith("replica 1") for s in r["steps"])  # the roll stopped at replica 0
+    failed = [s for s in r["steps"] if s["state"] == "failed"]
+    assert failed and failed[0]["name"].startswith("replica 0 new:")
+    after = dep.status()
+    assert {x["session_id"] for x in after["replicas"]} == olds
+    assert {x["state"] for x in after["replicas"]} == {"ready"}
+    assert worker_urls(after) == replica_urls(after) == replica_urls(before)
+    new = [p.name for p in dep.runs.iterdir() if (p / "spec.json").is_file() and p.name not in olds
+           and dep.spec(p.name).get("deployment_role") == "replica"]
+    assert len(new) == 1 and dep.exit_record(new[0]) is not None  # it died, and its end is recorded
