@@ -171,3 +171,17 @@ def test_foreign_appear_and_vanish_are_events():
     v = st.apply(_view([]))
     assert v.events[-1].kind == "foreign_vanished" and "not stopped by this console" in v.events[-1].text
     assert v.current_of(1).session is None
+
+
+def test_a_kill_that_signalled_nothing_stopped_nothing_here():
+    """A kill of a session that had already ended is a no-op (its SIGTERM step skipped): the session keeps its own
+    state and who stopped it, never 'stopped by this console'."""
+    from console.core.current import CurrentState
+    from console.model import Step
+
+    steps = [Step(name="target", state="ok"), Step(name="SIGTERM", state="skipped")]
+    for state, by in (("failed", None), ("stopped", "an operator")):
+        st = CurrentState("h", clock=lambda: 200.0)
+        st.kill_done("f", None, OperationResult(op="kill", host="h", ok=True, session_id="f", state=state, steps=steps))
+        s = st.apply(_view([sv("f", state, started=100, stopped_by=by)])).current_of(0).session
+        assert s is not None and (s.state, s.stopped_by) == (state, by)

@@ -149,8 +149,9 @@ class CurrentState:
 
     def kill_done(self, session_id: str | None, pid: int | None, result: OperationResult,
                   start_ticks: int | None = None) -> None:
-        """A kill this console ran was confirmed (or not)."""
-        if not result.ok:
+        """A kill this console ran was confirmed (or not). One that signalled nothing (the session had already
+        ended: its state is what it was, FAILED stays FAILED) stopped nothing here."""
+        if not result.ok or any(s.name == "SIGTERM" and s.state == "skipped" for s in result.steps):
             return
         now = self.clock()
         if session_id:
