@@ -336,7 +336,9 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
                     ok = ok and sev != "error"
                     worst += [msg] if sev == "error" else []
                     style = {"error": "$text-error", "warning": "$text-warning"}.get(sev, "$text-muted")
-                    lines.append(Content.from_markup(f"[{style}]$s[/] $m", s=f"{sev}:", m=short(clean(str(msg)), 1500)))
+                    m = short(clean(str(msg)), 1500)
+                    lines.append(Content.from_markup(f"[{style}]$s[/] $m", s=f"{sev}:", m=m) if sev in ("error", "warning")
+                                 else Content.from_markup(f"[{style}]$m[/]", m=m))  # a note names itself ("memory plan: fits")
             if not self.is_attached or self._key_now() != key:  # closed, or the fields changed while it ran
                 return None
             if not lines:
