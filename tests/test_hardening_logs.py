@@ -109,11 +109,12 @@ def test_symlinks_are_never_followed(common, env, runs_dir, tmp_path):
     (runs_dir / linked).symlink_to(elsewhere, target_is_directory=True)
     s = cli(*common, "sessions", "--host", "testhost", "--json", env=env)
     assert linked not in s.stdout
+    # a symlinked directory is no session: killing or reading it is an unknown session id (bad input, rc 2)
     k = cli(*common, "kill", linked, "--host", "testhost", "--grace", "1", "--json", env=env)
-    assert k.returncode == 1
+    assert k.returncode == 2 and json.loads(k.stdout)["error"]["kind"], k.stdout + k.stderr
     assert not (elsewhere / "stop-request.json").exists()
     lg = cli(*common, "logs", linked, "--host", "testhost", env=env)
-    assert lg.returncode == 1 and "Traceback" not in lg.stderr
+    assert lg.returncode == 2 and "Traceback" not in lg.stderr
 
 
 def test_follow_keeps_up_with_a_fast_log(tmp_path):
