@@ -176,6 +176,16 @@ def dep(tmp_path: Path) -> Iterator[Dep]:
         cleanup_runs(d.runs)
 
 
+def gateway_workers(d: Dep) -> list[dict[str, Any]]:
+    """The gateway's own worker list, asked as an operator on the host would (with the key from its file)."""
+    import http.client
+
+    key = (d.runs.parent / "runs.gateways" / "web.key").read_text().strip()
+    c = http.client.HTTPConnection("127.0.0.1", d.gateway_port, timeout=5)
+    c.request("GET", "/workers", headers={"Authorization": "Bearer " + key})
+    return list(json.loads(c.getresponse().read())["workers"])
+
+
 def worker_urls(st: dict[str, Any]) -> set[str]:
     return {w["url"].rstrip("/") for w in st["workers"]}
 
@@ -191,6 +201,21 @@ def test_roll_under_load_replaces_both_replicas_with_no_failed_request(dep: Dep)
     olds = {r["session_id"] for r in before["replicas"]}
     assert len(olds) == 2 and {r["state"] for r in before["replicas"]} == {"ready"}
     assert worker_urls(before) == replica_urls(before)
+    # the control-plane key: a private file on the host, on no command line, in no log, audit or spec
+    key_file = dep.runs.parent / "runs.gateways" / "web.key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key = key_file.read_text().strip()
+    gw = before["gateway"]["session_id"]
+    pid = json.loads((dep.runs / gw / "record.json").read_text())["pid"]
+    assert key not in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    for f in (dep.runs / gw / "output.log", dep.runs / gw / "spec.json", dep.audit):
+        assert key not in f.read_text(), f
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as unauth:  # the worker API is closed to a caller without it
+        urllib.request.urlopen(f"http://127.0.0.1:{dep.gateway_port}/workers", timeout=5)
+    assert unauth.value.code == 401
     with Load(dep.gateway_port, str(dep.model)) as load:
         load.wait_ok(CLIENTS)
         t0 = time.monotonic()
@@ -248,3 +273,35 @@ def test_a_new_replica_that_dies_at_start_stops_the_roll_and_the_old_ones_serve(
     new = [p.name for p in dep.runs.iterdir() if (p / "spec.json").is_file() and p.name not in olds
            and dep.spec(p.name).get("deployment_role") == "replica"]
     assert len(new) == 1 and dep.exit_record(new[0]) is not None  # it died, and its end is recorded
+
+
+def test_a_console_killed_mid_roll_shows_old_and_new_and_rolls_back_on_command(dep: Dep) -> None:
+    before = dep.status()
+    olds = {r["session_id"] for r in before["replicas"]}
+    with Load(dep.gateway_port, str(dep.model)) as load:
+        load.wait_ok(CLIENTS)
+        p = subprocess.Popen([sys.executable, "-m", "console", "--config", str(dep.config), "--audit-log",
+                              str(dep.audit), "deploy", "roll", "web", "--set", "--max-running-requests=24", "--yes",
+                              "--settle", "30", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        try:
+            end = time.monotonic() + 90
+            while len(gateway_workers(dep)) < 3:  # the new replica 0 is registered; its old one still is
+                assert time.monotonic() < end and p.poll() is None, "the roll never registered a new replica"
+                time.sleep(0.2)
+        finally:
+            p.kill()  # the console dies mid-roll (inside its settle window)
+            p.wait(timeout=10)
+        mid = dep.status()
+        roles = {x["session_id"]: x["role"] for x in mid["replicas"]}
+        assert mid["roll_in_progress"] and sorted(roles.values()) == ["current", "new", "old"], roles
+        new = next(sid for sid, role in roles.items() if role == "new")
+        rc, r, err = dep.cli("deploy", "roll", "web", "--rollback", "--yes")
+        load.wait_ok(load.ok + CLIENTS)
+    assert load.failed == [], load.failed[:5]
+    assert rc == 0 and r is not None and r["ok"] and "rolled back on command" in r["rolled_back"], (err, r)
+    after = dep.status()
+    assert {x["session_id"] for x in after["replicas"]} == olds and not after["roll_in_progress"]
+    assert worker_urls(after) == replica_urls(before)
+    ex = dep.exit_record(new)
+    assert ex is not None and ex["stopped_by_operator"]

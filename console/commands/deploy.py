@@ -30,6 +30,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unset", action="append", default=[], metavar="--FLAG", help="roll: remove a flag (repeatable)")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="roll: environment for the new servers (a secret the old ones were launched with)")
+    p.add_argument("--rollback", action="store_true",
+                   help="roll: roll back an interrupted roll (each old replica kept, its new one stopped)")
     p.add_argument("--no-validate", action="store_true",
                    help="roll: do not check the new flags against the host's server before launching")
     p.add_argument("--yes", action="store_true", help="do not ask (scripts): up, roll and down go ahead")
@@ -98,8 +100,10 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
                         f"[deployments.{args.name}] table")
     if args.action in WRITES and ctx.read_only:
         raise UserError(f"read-only: deploy {args.action} is disabled", kind="read_only")
-    if args.action != "roll" and (args.set or args.unset or args.env or args.no_validate):
-        raise UserError("--set, --unset, --env and --no-validate apply to 'deploy roll' only")
+    if args.action != "roll" and (args.set or args.unset or args.env or args.no_validate or args.rollback):
+        raise UserError("--set, --unset, --env, --no-validate and --rollback apply to 'deploy roll' only")
+    if args.rollback and (args.set or args.unset):
+        raise UserError("--rollback keeps the old replicas: it takes no --set or --unset")
     if not 0 <= args.settle <= 3600:
         raise UserError("--settle: seconds from 0 to 3600")
     dep = cfg.deployments[args.name]
@@ -118,9 +122,13 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         if not args.yes:
             st = await d.status()
             what = {"up": f"start deployment {args.name} on {dep.host} ({len(dep.replica_gpus())} replicas)",
-                    "roll": f"roll deployment {args.name} one replica at a time"
-                            + (f" with {' '.join(args.set + ['--unset ' + u for u in args.unset])}"
-                               if args.set or args.unset else " (same flags)"),
+                    "roll": (f"roll back the interrupted roll of {args.name}" if args.rollback else
+                             f"roll deployment {args.name} one replica at a time"
+                             + (f" with {' '.join(args.set + ['--unset ' + u for u in args.unset])}"
+                                if args.set or args.unset else " (same flags)")
+                             + ("" if d.spare_gpus(opened.links[0].snapshot(), 1, set()) is not None else
+                                "; no spare GPU: each old replica is drained first and the other replicas carry its "
+                                "traffic")),
                     "down": f"stop deployment {args.name}: its traffic stops"}[args.action]
             if not ask_on_terminal(f"{what}; now: {traffic_line(st)}. Go ahead?"):
                 raise UserError(f"deploy {args.action} {args.name}: not confirmed (answer y on a terminal, or give "
@@ -133,14 +141,17 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         else:
             from console.commands.relaunch import edit_flags, masked_secret_flags, unmask_from_live
 
-            def new_argv(s: SessionInfo, snap: HostSnapshot) -> list[str]:
-                argv = edit_flags(unmask_from_live(s, snap), args.set, args.unset)
+            def new_argv(s: SessionInfo, snap: HostSnapshot) -> list[str] | None:
+                base = unmask_from_live(s, snap)
+                argv = edit_flags(base, args.set, args.unset)
+                if (args.set or args.unset) and argv == base:
+                    return None  # runs the new flags already (a resumed roll)
                 hidden = masked_secret_flags(argv)
                 if hidden:
                     raise UserError(f"session {s.session_id} was launched with {', '.join(hidden)}, whose values are "
                                     "never stored: give them again with --set FLAG=VALUE")
                 return argv
-            r = await d.roll(new_argv, given, printer, check_flags=not args.no_validate)
+            r = await d.roll(new_argv, given, printer, check_flags=not args.no_validate, rollback=args.rollback)
     if ctx.json_output:
         print(json.dumps(redact_obj(r.model_dump(mode="json")), indent=2))
     else:

@@ -454,12 +454,44 @@ class Deploy:
         return self.audit(DeployResult(op="deploy-down", name=self.name, host=self.link.name, ok=True,
                                        steps=j.steps, stopped=stopped))
 
-    async def roll(self, new_argv: Callable[[SessionInfo, HostSnapshot], list[str]],
+    async def finish_pair(self, j: Journal, old: SessionInfo, new: SessionInfo, keep: str) -> None:
+        """An interrupted roll's replica (an old session and its live new one): ``keep="new"`` resumes it (the new
+        one registered, ready and settled, then the old one deregistered, drained, killed); ``keep="old"`` rolls it
+        back (the old one registered again, the new one deregistered, drained, killed)."""
+        assert old.spec is not None and new.spec is not None and old.spec.port and new.spec.port
+        label = f"replica {old.spec.replica or 0}"
+        st = j.stepper(label, ["interrupted roll"])
+        st.start("interrupted roll")
+        st.finish("interrupted roll", "ok", f"old session {old.session_id} (port {old.spec.port}) and its new one "
+                  f"{new.session_id} (port {new.spec.port}) both run: " + ("resumed" if keep == "new" else
+                                                                          "rolled back"))
+        workers = {w.url.rstrip("/"): w for w in await self.gateway.workers()}
+        keep_s, drop_s = (new, old) if keep == "new" else (old, new)
+        assert keep_s.spec is not None and drop_s.spec is not None and keep_s.spec.port and drop_s.spec.port
+        if not keep_s.server_alive:
+            raise DeployFailed(f"{label}: session {keep_s.session_id} no longer runs: it cannot be kept",
+                               rolled_back=keep == "new")
+        wid = await self.register(j, f"{label} {'new' if keep == 'new' else 'old'}", keep_s.spec.port)
+        if keep == "new":
+            await self.settle(j, f"{label} new", new.session_id, keep_s.spec.port, wid)
+        drop = "old" if keep == "new" else "new"
+        w = workers.get(worker_url(drop_s.spec.port))
+        if w is not None:
+            await self.deregister(j, f"{label} {drop}", w.id)
+        if drop_s.server_alive:
+            await self.drain(j, f"{label} {drop}", drop_s.spec.port)
+        if not await self.stop_session(j, drop_s.session_id, f"{label} {drop} kill"):
+            raise DeployFailed(f"{label}: session {drop_s.session_id} is not confirmed stopped")
+
+    async def roll(self, new_argv: Callable[[SessionInfo, HostSnapshot], list[str] | None],
                    given_env: dict[str, str] | None = None, on_steps: OnSteps | None = None,
                    on_replaced: Callable[[str, str], Awaitable[None] | None] | None = None, *,
-                   check_flags: bool = True) -> DeployResult:
+                   check_flags: bool = True, rollback: bool = False) -> DeployResult:
         """Replace every replica, one at a time (see the module doc); ``new_argv(session, snap)``: the argv its
-        replacement runs (the CLI applies ``--set``/``--unset`` to the old one's)."""
+        replacement runs (the CLI applies ``--set``/``--unset`` to the old one's), None: it runs it already (a
+        resumed roll leaves it). A roll that was interrupted (a console killed mid-roll) is resumed first, replica
+        by replica; with ``rollback`` it is rolled back instead (each old replica kept, its new one stopped) and
+        nothing else is rolled."""
         from console.ops.lifecycle import request_from_argv
 
         j = Journal(on_steps)
@@ -468,10 +500,21 @@ class Deploy:
         try:
             await self.ensure_gateway(j)
             snap = await fresh_snapshot(self.link)
-            olds = sorted((s for s in self.sessions(snap) if s.spec and not any(
-                o.spec and o.spec.replaces == s.session_id for o in self.sessions(snap))),
-                key=lambda s: s.spec.replica or 0 if s.spec else 0)
-            if not olds:
+            live = self.sessions(snap)
+            pairs = [(o, n) for n in live for o in live if n.spec and n.spec.replaces == o.session_id]
+            paired = {x.session_id for pair in pairs for x in pair}
+            for o, n in pairs:
+                await self.finish_pair(j, o, n, "old" if rollback else "new")
+                if not rollback:
+                    replaced[o.session_id] = n.session_id
+            if rollback:
+                if not pairs:
+                    raise DeployFailed(f"deployment {self.name}: no interrupted roll to roll back (see deploy status)")
+                return self.audit(DeployResult(**res, ok=True, steps=j.steps,
+                                               rolled_back=f"rolled back on command: {len(pairs)} replica(s)"))
+            olds = sorted((s for s in live if s.session_id not in paired),
+                          key=lambda s: s.spec.replica or 0 if s.spec else 0)
+            if not olds and not pairs:
                 raise DeployFailed(f"deployment {self.name} has no live replica on {self.link.name} (deploy up first)")
             for old in olds:
                 snap = await fresh_snapshot(self.link)
@@ -479,6 +522,12 @@ class Deploy:
                 i = old.spec.replica or 0
                 label = f"replica {i}"
                 argv = new_argv(old, snap)
+                if argv is None:
+                    st = j.stepper(label, ["up to date"])
+                    st.start("up to date")
+                    st.finish("up to date", "ok", f"session {old.session_id} runs these flags already: left serving")
+                    await self.register(j, label, old.spec.port)  # a drained-first roll may have left it unlisted
+                    continue
                 env, missing = relaunch_env(self.cfg, self.link.name, old.spec, given_env)
                 if missing:
                     raise DeployFailed(f"{label}: launched with the secret env {', '.join(missing)}, which no one "
