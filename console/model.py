@@ -189,6 +189,13 @@ class LaunchSpec(Frozen):
     deployment_role: Literal["replica", "gateway"] | None = None
     replica: int | None = None
     """The replica index within the deployment (a roll's new replica takes its old one's)."""
+    group: str | None = None
+    """The multi-node group this session is a member of (issue 30: ``console.core.group``), if any."""
+    node_rank: int | None = None
+    """This member's ``--node-rank`` within its group."""
+    nnodes: int | None = None
+    group_hosts: list[str] | None = None
+    """The group's hosts, in rank order, as the launching console named them."""
     log_cap_mb: float | None = None
     """output.log's cap in MiB (the host's ``log_cap_mb``, filled in by the agent); None: no cap."""
 
@@ -960,6 +967,11 @@ class LaunchRequest(Frozen):
     deployment: str | None = None
     deployment_role: Literal["replica", "gateway"] | None = None
     replica: int | None = None
+    group: str | None = None
+    """Group membership (issue 30), copied into the spec: see :class:`LaunchSpec`."""
+    node_rank: int | None = None
+    nnodes: int | None = None
+    group_hosts: list[str] | None = None
 
 
 class KillTarget(Frozen):

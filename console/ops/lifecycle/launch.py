@@ -72,7 +72,8 @@ def build_spec(req: LaunchRequest, session_id: str, now: float) -> tuple[LaunchS
         session_id=session_id, argv=argv, env_names=sorted(req.env), gpus=list(req.gpus), port=port,
         launched_by=f"{getpass.getuser()}@{socket.gethostname()}", console_version=__version__,
         created_at=now, profile=req.profile, replaces=req.replaces, deployment=req.deployment,
-        deployment_role=req.deployment_role, replica=req.replica)
+        deployment_role=req.deployment_role, replica=req.replica, group=req.group, node_rank=req.node_rank,
+        nnodes=req.nnodes, group_hosts=req.group_hosts)
     return spec, dict(req.env)
 
 

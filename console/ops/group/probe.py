@@ -1,0 +1,72 @@
+"""One small stdlib program run on a node (``HostClient.run``, argv as data, no shell) for the group's checks.
+
+Its one argument is a JSON object: ``{"env": [names], "paths": [paths], "resolve": host, "free_port": bool,
+"derived": [offsets], "generate": {"port": p, "timeout": s}}``; it prints one JSON object back: the named
+environment variables of the agent's environment, which paths exist, whether ``resolve`` resolves here, a
+free port whose ``+offsets`` are free too, and a one-token ``POST /generate`` on 127.0.0.1's answer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from console.link.client import HostClient
+from console.link.link import HostLink
+
+PROGRAM = r"""
+import json, os, socket, sys, urllib.request
+a = json.loads(sys.argv[1]); out = {}
+out["env"] = {k: os.environ.get(k) for k in a.get("env", [])}
+out["paths"] = {p: os.path.exists(os.path.expanduser(p)) for p in a.get("paths", [])}
+if a.get("resolve"):
+    try:
+        socket.getaddrinfo(a["resolve"], None); out["resolves"] = True
+    except OSError as e:
+        out["resolves"] = False; out["resolve_error"] = str(e)
+def free(p):
+    try:
+        with socket.socket() as s:
+            s.bind(("", p)); return True
+    except OSError:
+        return False
+if a.get("free_port"):
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("", 0)); p = s.getsockname()[1]
+        if p + 6 < 65536 and all(free(p + d) for d in a.get("derived", [])):
+            out["free_port"] = p; break
+g = a.get("generate")
+if g:
+    body = json.dumps({"text": "Hi", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}).encode()
+    hdr = {"Content-Type": "application/json"}
+    key = os.environ.get("MTPCONSOLE_GENERATE_KEY")
+    if key:
+        hdr["Authorization"] = "Bearer " + key
+    req = urllib.request.Request("http://127.0.0.1:%d/generate" % g["port"], data=body, headers=hdr)
+    try:
+        with urllib.request.urlopen(req, timeout=g.get("timeout", 30)) as r:
+            out["generate"] = {"status": r.status, "body": r.read(2000).decode("utf-8", "replace")}
+    except Exception as e:
+        out["generate"] = {"status": getattr(e, "code", 0) or 0, "body": str(e)[:300]}
+print(json.dumps(out))
+"""
+
+
+async def probe(link: HostLink, args: dict[str, Any], *, timeout: float = 40.0,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run the probe on ``link``'s host with ``args``; its JSON answer (``{"error": ...}`` when it gave none)."""
+    python = link.cfg.python or sys.executable
+    try:
+        r = await HostClient.of(link).run([python, "-c", PROGRAM, json.dumps(args)], timeout=timeout, env=env,
+                                          audit=True)
+    except Exception as e:  # a lost link, a timeout: the check could not be made, and says why
+        return {"error": f"the probe did not run: {e}"}
+    if r.rc != 0:
+        return {"error": f"the probe exited {r.rc}: {r.stderr.strip()[-300:]}"}
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": f"the probe printed no answer: {r.stdout[-200:]!r}"}
+    return out if isinstance(out, dict) else {"error": "the probe's answer is no object"}
