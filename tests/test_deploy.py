@@ -68,8 +68,8 @@ def free_ports(n: int) -> int:
 class Dep:
     """A configured deployment 'web' on the local host and the CLI run against it."""
 
-    def __init__(self, tmp: Path):
-        self.sim, self.model = make_sim(tmp, 4, tag="dep")
+    def __init__(self, tmp: Path, gpus: int = 4):
+        self.sim, self.model = make_sim(tmp, gpus, tag="dep")
         self.runs = tmp / "runs"
         self.audit = tmp / "audit.jsonl"
         base = free_ports(8)
@@ -164,9 +164,8 @@ class Load:
         raise AssertionError(f"the load did not reach {n} answered requests: {self.ok} ok, {self.failed[:3]}")
 
 
-@pytest.fixture()
-def dep(tmp_path: Path) -> Iterator[Dep]:
-    d = Dep(tmp_path)
+def deployed(tmp_path: Path, gpus: int) -> Iterator[Dep]:
+    d = Dep(tmp_path, gpus)
     rc, up, err = d.cli("deploy", "up", "web", "--yes")
     try:
         assert rc == 0 and up is not None and up["ok"], (err, up and up.get("error"))
@@ -174,6 +173,18 @@ def dep(tmp_path: Path) -> Iterator[Dep]:
     finally:
         d.cli("deploy", "down", "web", "--yes", timeout=120)
         cleanup_runs(d.runs)
+
+
+@pytest.fixture()
+def dep(tmp_path: Path) -> Iterator[Dep]:
+    """'web' up: 2 replicas (GPUs 0 and 1) on a simulated 4-GPU host: two spare GPUs."""
+    yield from deployed(tmp_path, 4)
+
+
+@pytest.fixture()
+def dep_full(tmp_path: Path) -> Iterator[Dep]:
+    """'web' up: 2 replicas on a simulated 2-GPU host: no spare GPU."""
+    yield from deployed(tmp_path, 2)
 
 
 def gateway_workers(d: Dep) -> list[dict[str, Any]]:
@@ -305,3 +316,26 @@ def test_a_console_killed_mid_roll_shows_old_and_new_and_rolls_back_on_command(d
     assert worker_urls(after) == replica_urls(before)
     ex = dep.exit_record(new)
     assert ex is not None and ex["stopped_by_operator"]
+
+
+def test_with_no_spare_gpu_each_old_replica_is_drained_first_and_the_other_carries_the_traffic(dep_full: Dep) -> None:
+    dep = dep_full
+    olds = {r["session_id"]: r for r in dep.status()["replicas"]}
+    with Load(dep.gateway_port, str(dep.model)) as load:
+        load.wait_ok(CLIENTS)
+        rc, r, err = dep.cli("deploy", "roll", "web", "--set", "--max-running-requests=24", "--yes")
+        load.wait_ok(load.ok + CLIENTS)
+    assert load.failed == [], load.failed[:5]
+    assert rc == 0 and r is not None and r["ok"], (err, r and r.get("error"))
+    names = [s["name"] for s in r["steps"]]
+    for i in (0, 1):
+        place = r["steps"][names.index(f"replica {i}: placement")]
+        assert place["state"] == "warning" and "drained first" in place["evidence"]
+        assert (names.index(f"replica {i} old: deregistered") < names.index(f"replica {i} old: drained")
+                < names.index(f"replica {i} old kill: SIGTERM") < names.index(f"replica {i} new: spawned"))
+    after = dep.status()
+    assert {x["session_id"] for x in after["replicas"]} == set(r["replaced"].values())
+    assert worker_urls(after) == replica_urls(after)
+    for x in after["replicas"]:  # each new one took its old one's GPU and port
+        old = olds[x["replaces"]]
+        assert (x["gpus"], x["port"], x["replica"]) == (old["gpus"], old["port"], old["replica"])
