@@ -106,6 +106,12 @@ async def resolve_target(link: HostLink, session: str | None, gpu: int | None, p
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from console.core.group import is_group_id
+
+    if is_group_id(args.session):  # a multi-node group: every member, on its own host (issue 30)
+        from console.commands import group
+
+        return await group.kill(ctx, args)
     single_host(ctx)
     if ctx.read_only:
         raise UserError("read-only: kill is disabled", kind="read_only")

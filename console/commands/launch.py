@@ -15,7 +15,17 @@ from console.ops.lifecycle import host_env, launch
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu", default=None, help="GPU index or list, e.g. 0 or 0,1 (default 0)")
+    p.add_argument("--gpu", default=None, action="append",
+                   help="GPU index, list or range, e.g. 0, 0,1 or 0-7 (default 0); for a group HOST:LIST gives one "
+                        "host its own GPUs (repeatable)")
+    p.add_argument("--nnodes", type=int, default=None,
+                   help="a multi-node group: one member per --host, in rank order (default: the number of hosts)")
+    p.add_argument("--dist-init-addr", default=None, metavar="HOST:PORT",
+                   help="a group's rendezvous address (default: the head's address with a free port)")
+    p.add_argument("--watch", action="store_true",
+                   help="a group with --wait: after READY keep guarding it until a member fails (then the policy)")
+    p.add_argument("--no-kill-on-failure", dest="kill_on_failure", action="store_false",
+                   help="a group: when a member fails, leave the others running (default: kill them, confirmed)")
     p.add_argument("--port", type=port_arg, default=None,
                    help="server port, 1-65535 (added as --port unless in the flags)")
     p.add_argument("--profile", default=None, help="a launch profile from the config")
@@ -32,16 +42,29 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("flags", nargs="*", help="server flags, after --")
 
 
-def parse_gpus(text: str | None) -> list[int] | None:
+def parse_gpus(text: str | list[str] | None) -> list[int] | None:
+    if isinstance(text, list):  # --gpu repeats (a group's HOST:LIST): a plain launch takes the last one
+        text = text[-1] if text else None
     if text is None:
         return None
     try:
-        gpus = [int(x) for x in text.split(",") if x.strip()]
+        gpus = [g for x in text.split(",") if x.strip() for g in _gpu_range(x)]
     except ValueError:
         raise UserError(f"--gpu {text!r}: expected an index or a comma-separated list like 0,1") from None
     if not gpus or any(g < 0 for g in gpus):
         raise UserError(f"--gpu {text!r}: expected non-negative indices")
     return gpus
+
+
+def _gpu_range(item: str) -> list[int]:
+    """``3`` -> [3]; ``0-3`` -> [0, 1, 2, 3] (ValueError for anything else)."""
+    a, sep, b = item.strip().partition("-")
+    if not sep:
+        return [int(a)]
+    lo, hi = int(a), int(b)
+    if hi < lo:
+        raise ValueError(item)
+    return list(range(lo, hi + 1))
 
 
 def require_utf8(values, what: str) -> None:
@@ -96,6 +119,10 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from console.commands import group
+
+    if group.is_group_launch(ctx, args):  # several hosts: one multi-node group (issue 30)
+        return await group.launch(ctx, args, build_request)
     host = single_host(ctx)
     if ctx.read_only:
         raise UserError("read-only: launch is disabled", kind="read_only")

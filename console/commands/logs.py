@@ -71,6 +71,12 @@ def _event_line(event: LogRotated | LogTruncated) -> tuple[str | None, dict]:
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from console.core.group import is_group_id
+
+    if is_group_id(args.session):  # a multi-node group: its members' logs interleaved by time (issue 30)
+        from console.commands import group
+
+        return await group.logs(ctx, args)
     single_host(ctx)
     async with connect_hosts(ctx) as links:
         link = links[0]

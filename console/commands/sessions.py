@@ -95,6 +95,10 @@ async def prune(ctx: CliContext, session_id: str) -> int:
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    if len(ctx.hosts) > 1 and args.prune is None:  # several hosts: the multi-node groups they hold (issue 30)
+        from console.commands import group
+
+        return await group.sessions(ctx, args)
     single_host(ctx)
     if args.prune is not None:
         if args.all or args.state:

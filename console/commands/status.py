@@ -25,6 +25,8 @@ from console.ops.advice_host import advise_link, schema_validator
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each host (default 15)")
+    p.add_argument("group", nargs="?", default=None,
+                   help="a multi-node group id: its state (the worst member's) and each member's, over the --host values")
 
 
 async def _one(link: HostLink, timeout: float) -> HostSnapshot:
@@ -105,6 +107,10 @@ async def current_sessions(link: HostLink, snap: HostSnapshot, now: float) -> li
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    if args.group:  # status GROUP: a multi-node group's state and its members' (issue 30)
+        from console.commands import group
+
+        return await group.status(ctx, args.group)
     async with connect_hosts(ctx, require=False) as links:
         snaps = await asyncio.gather(*(_one(lk, args.timeout) for lk in links))
         settle = DEMO_SETTLE_S if ctx.demo else 0.0

@@ -1,0 +1,178 @@
+"""The CLI of multi-node group sessions (issue 30): ``launch`` over several hosts, and ``sessions``, ``status``,
+``kill GROUP``, ``logs GROUP`` taking the group id. Every command opens the hosts given with ``--host`` (rank
+order for a launch); the group is found on them by each member's spec (``console.ops.group.members``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any, Callable
+
+from console.commands._ops import step_printer, term
+from console.commands.context import CliContext, open_hosts
+from console.config import Config
+from console.core.group import GroupMember, GroupResult, is_group_id
+from console.core.redact import redact_obj
+from console.errors import UserError
+from console.model import LaunchRequest
+from console.ops import group as grp
+
+
+def is_group_launch(ctx: CliContext, args: argparse.Namespace) -> bool:
+    """A launch is a group's when ``--nnodes`` is given or more than one ``--host``."""
+    return bool(args.nnodes) or len(ctx.hosts) > 1
+
+
+def gpus_for(values: list[str] | str | None, host: str) -> str | None:
+    """The ``--gpu`` text for ``host``: its own ``HOST:LIST`` when given, else the plain ``LIST`` (every host)."""
+    if values is None:
+        return None
+    items = [values] if isinstance(values, str) else list(values)
+    own = [v.split(":", 1)[1] for v in items if ":" in v and v.split(":", 1)[0] == host]
+    plain = [v for v in items if ":" not in v]
+    return own[-1] if own else plain[-1] if plain else None
+
+
+def _member_line(m: GroupMember) -> str:
+    extra = f" — {m.cause}" if m.cause else ""
+    return (f"  rank {m.rank} on {term(m.host)}: {m.state.upper()} session {m.session_id} GPU "
+            f"{','.join(map(str, m.gpus)) or '-'} port {m.port or '-'}{term(extra)}")
+
+
+def emit_group(json_output: bool, r: GroupResult) -> int:
+    """Print a group operation's result; 0 when it succeeded, else 1 (a refusal too: nothing was started)."""
+    if json_output:
+        print(json.dumps(redact_obj(r.model_dump(mode="json")), indent=2))
+        return 0 if r.ok else 1
+    hosts = ", ".join(m.host for m in r.members)
+    if r.refused is not None:
+        print(f"{r.op} of group {r.group} over {hosts}: REFUSED — nothing was started")
+        for x in r.refusals:
+            print(f"  refused: {term(x)}")
+    else:
+        print(f"{r.op} of group {r.group} over {hosts}: {'OK' if r.ok else 'FAILED'} [{r.state.upper()}]")
+        if r.failed:
+            print(f"  failed: {term(r.failed)}")
+        if r.head_health is not None:
+            print(f"  rank 0's GET /health answered {r.head_health} at the failure")
+        for m in r.members:
+            print(_member_line(m))
+        for k in r.killed:
+            print(f"  killed: {term(k)}")
+    if r.dist_init_addr:
+        print(f"  dist-init address: {r.dist_init_addr}")
+    for n in r.notes:
+        print(f"  note: {term(n)}")
+    print(f"  start order: {r.start_order}")
+    sys.stdout.flush()
+    return 0 if r.ok else 1
+
+
+async def launch(ctx: CliContext, args: argparse.Namespace,
+                 build_request: Callable[[argparse.Namespace, Config, str], LaunchRequest]) -> int:
+    """``launch`` over several hosts; ``build_request`` makes each host's request as a plain launch would."""
+    if ctx.read_only:
+        raise UserError("read-only: launch is disabled", kind="read_only")
+    hosts = list(ctx.hosts)
+    nnodes = args.nnodes or len(hosts)
+    if nnodes < 2:
+        raise UserError("a group needs --nnodes 2 or more, one --host each")
+    if len(hosts) != nnodes:
+        raise UserError(f"--nnodes {nnodes} needs {nnodes} --host values (one member per host), got {len(hosts)}")
+    async with open_hosts(ctx) as opened:
+        links = opened.links
+        reqs = []
+        for lk in links:
+            one = argparse.Namespace(**{**vars(args), "gpu": gpus_for(args.gpu, lk.name)})
+            reqs.append(build_request(one, opened.config, lk.name))
+        greq = grp.GroupRequest(requests=reqs, nnodes=nnodes, dist_init_addr=args.dist_init_addr,
+                                kill_on_failure=args.kill_on_failure)
+        keepers = [asyncio.create_task(lk.run()) for lk in links]  # dropped connections are re-made
+        try:
+            r = await grp.launch_group(links, greq, step_printer(ctx.json_output), timeout=args.timeout,
+                                       allow_busy=args.allow_busy, guard=args.watch and args.wait)
+        finally:
+            for k in keepers:
+                k.cancel()
+    return emit_group(ctx.json_output, r)
+
+
+async def _find(ctx: CliContext, gid: str, links: list) -> grp.GroupView:
+    views = await grp.find_groups(links, gid)
+    if not views:
+        raise UserError(f"no group {gid} on {', '.join(lk.name for lk in links)} (give every host of the group "
+                        "with --host)", kind="unknown_session")
+    return views[0]
+
+
+def _view_obj(v: grp.GroupView) -> dict[str, Any]:
+    return {"group": v.group, "session_id": v.group, "state": v.state, "nnodes": v.nnodes, "hosts": v.hosts,
+            "members": [m.model_dump(mode="json") for m in v.members]}
+
+
+async def kill(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``kill GROUP``: every member killed on its own host, concurrently, each confirmed there."""
+    if ctx.read_only:
+        raise UserError("read-only: kill is disabled", kind="read_only")
+    async with open_hosts(ctx, require=False) as opened:
+        v = await _find(ctx, args.session, opened.links)
+        lines = await grp.kill_members(opened.links, v.members, grace=args.grace)
+        after = await _find(ctx, args.session, opened.links)
+    ok = all("stopped, confirmed" in ln for ln in lines)
+    if ctx.json_output:
+        print(json.dumps(redact_obj({"op": "kill", "ok": ok, **_view_obj(after), "killed": lines}), indent=2))
+    else:
+        print(f"kill of group {v.group}: {'OK' if ok else 'NOT CONFIRMED'} [{after.state.upper()}]")
+        for ln in lines:
+            print(f"  {term(ln)}")
+    return 0 if ok else 1
+
+
+async def logs(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``logs GROUP``: every member's log, interleaved by time (host clocks corrected), each line marked node/rank."""
+    async with open_hosts(ctx, require=False) as opened:
+        v = await _find(ctx, args.session, opened.links)
+        lines, notes = await grp.group_logs(opened.links, v)
+    lines = lines[-args.lines:] if args.lines else []
+    if ctx.json_output:
+        print(json.dumps(redact_obj({"group": v.group, "lines": lines, "notes": notes}), indent=2))
+        return 0
+    for n in notes:
+        print(f"# {term(n)}", file=sys.stderr)
+    for ln in lines:
+        print(term(ln))
+    return 0
+
+
+async def sessions(ctx: CliContext, args: argparse.Namespace) -> int:
+    """``sessions`` over several hosts: each group once (its state, its members)."""
+    async with open_hosts(ctx, require=False) as opened:
+        views = await grp.find_groups(opened.links)
+    if ctx.json_output:
+        print(json.dumps(redact_obj([_view_obj(v) for v in views]), indent=2))
+        return 0
+    if not views:
+        print("no group sessions on " + ", ".join(ctx.hosts))
+    for v in views:
+        print(f"group {v.group}: {v.state.upper()} ({v.nnodes} nodes: {', '.join(v.hosts)})")
+        for m in v.members:
+            print(_member_line(m))
+    return 0
+
+
+async def status(ctx: CliContext, gid: str) -> int:
+    """``status GROUP``: the group's state (the worst member's) and each member's."""
+    if not is_group_id(gid):
+        raise UserError(f"{gid!r} is no group id (like 20261202-031500-nodes2-7f3a)")
+    async with open_hosts(ctx, require=False) as opened:
+        v = await _find(ctx, gid, opened.links)
+    if ctx.json_output:
+        print(json.dumps(redact_obj(_view_obj(v)), indent=2))
+    else:
+        print(f"group {v.group}: {v.state.upper()} ({v.nnodes} nodes)")
+        for m in v.members:
+            print(_member_line(m))
+    return 0 if v.state == "ready" else 1

@@ -1,0 +1,121 @@
+"""Issue 30 through the real CLI: ``launch --host local --host testhost --gpu 0-1 --nnodes 2`` (the local transport
+and the real sshd on 127.0.0.1, each host its own runs_dir and simulated GPUs), then ``sessions``, ``status GROUP``,
+``logs GROUP`` and ``kill GROUP`` taking the group id; a console SIGKILLed mid-launch of a group, and a restarted
+console showing the group's true state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import signal
+import sys
+import time
+
+import pytest
+
+from tests.helpers.rel_util import cleanup_runs, cli, popen_cli, write_config
+from tests.helpers.sim_files import make_sim, sim_env
+from tests.helpers.sshd import free_port
+from tests.helpers.wait import wait_until
+
+pytestmark = [pytest.mark.sshd, pytest.mark.slow]
+
+
+@pytest.fixture
+def world(sshd, tmp_path):
+    d0, model = make_sim(tmp_path / "n0", gpus=2, tag="c0")
+    d1, _ = make_sim(tmp_path / "n1", gpus=2, tag="c1", model=False)
+    runs = [tmp_path / "n0" / "runs", tmp_path / "n1" / "runs"]
+    for r in runs:
+        r.mkdir()
+    hosts = {}
+    for name, d, r in (("local", d0, runs[0]), ("testhost", d1, runs[1])):
+        hosts[name] = {"python": sys.executable, "runs_dir": str(r), "gpu_source": "sim", "sim_dir": str(d),
+                       "server_command": [sys.executable, "-m", "console.sim.sglang"], "launch_env": sim_env(d)}
+    conf = write_config(tmp_path / "config.toml", hosts)
+    base = ["--ssh-config", str(sshd.ssh_config), "--config", str(conf)]
+    env = {"MTPCONSOLE_AUDIT_LOG": str(tmp_path / "audit.jsonl"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    hosts_args = ["--host", "local", "--host", "testhost"]
+
+    def run(*args: str, timeout: float = 120.0):
+        return cli(*base, *args, env=env, timeout=timeout)
+
+    yield {"run": run, "base": base, "env": env, "hosts": hosts_args, "model": str(model), "runs": runs}
+    for r in runs:
+        cleanup_runs(r)
+
+
+def test_group_launch_sessions_status_logs_kill_by_group_id(world):
+    run, hosts = world["run"], world["hosts"]
+    port = free_port()
+    r = run("launch", *hosts, "--gpu", "0-1", "--nnodes", "2", "--port", str(port), "--wait", "--json", "--",
+            "--model-path", world["model"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout)
+    gid = res["session_id"]
+    assert re.match(r"^\d{8}-\d{6}-nodes2-[0-9a-f]{4}$", gid) and res["state"] == "ready"
+    assert [(m["host"], m["rank"], m["gpus"]) for m in res["members"]] == [("local", 0, [0, 1]), ("testhost", 1, [0, 1])]
+
+    s = run("sessions", *hosts, "--json")
+    groups = json.loads(s.stdout)
+    assert [(g["group"], g["state"]) for g in groups] == [(gid, "ready")], s.stdout
+
+    st = run("status", *hosts, gid)
+    assert st.returncode == 0 and f"group {gid}: READY" in st.stdout, st.stdout + st.stderr
+
+    lg = run("logs", *hosts, gid, "-n", "2000")
+    assert lg.returncode == 0, lg.stderr
+    lines = lg.stdout.splitlines()
+    assert any(ln.startswith("local/r0 | ") for ln in lines) and any(ln.startswith("testhost/r1 | ") for ln in lines)
+    stamps = []
+    for ln in lines:
+        m = re.search(r"\| \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", ln)
+        if m:
+            stamps.append(dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S"))
+    assert stamps == sorted(stamps)  # one machine: no skew to correct, the merge is by time
+    assert "clock offset" in lg.stderr
+
+    k = run("kill", *hosts, gid, "--grace", "3", "--json")
+    assert k.returncode == 0, k.stdout + k.stderr
+    out = json.loads(k.stdout)
+    assert out["ok"] and [ln.split(":")[0] for ln in out["killed"]] == ["local (rank 0)", "testhost (rank 1)"]
+    assert out["state"] == "stopped"
+
+
+def test_group_launch_refused_for_tp_not_fitting_and_member_flags(world):
+    run, hosts = world["run"], world["hosts"]
+    r = run("launch", *hosts, "--gpu", "0-1", "--port", str(free_port()), "--wait", "--", "--model-path",
+            world["model"], "--tp-size", "3")
+    assert r.returncode == 1 and "REFUSED" in r.stdout and "not divisible by --nnodes 2" in r.stdout, r.stdout
+    r = run("launch", *hosts, "--gpu", "0-1", "--port", str(free_port()), "--", "--model-path", world["model"],
+            "--node-rank", "1")
+    assert r.returncode == 1 and "--node-rank is set by the console" in r.stdout, r.stdout
+
+
+def test_console_sigkilled_mid_group_launch_restarted_console_shows_true_state(world):
+    hosts = world["hosts"]
+    p = popen_cli(*world["base"], "launch", *hosts, "--gpu", "0-1", "--port", str(free_port()), "--wait", "--",
+                  "--model-path", world["model"], env=world["env"])
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if "spawned" in line or not line:
+                break
+        assert "spawned" in line, (line, p.stderr.read() if p.poll() is not None else "")
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+    def groups():
+        return json.loads(world["run"]("sessions", *hosts, "--json").stdout)
+
+    g = wait_until(lambda: (lambda x: x if x and x[0]["state"] == "ready" else None)(groups()), 60, step=0.5)
+    assert len(g) == 1 and [m["state"] for m in g[0]["members"]] == ["ready", "ready"]
+    k = world["run"]("kill", *hosts, g[0]["group"], "--grace", "3")
+    assert k.returncode == 0 and "stopped, confirmed" in k.stdout, k.stdout + k.stderr
