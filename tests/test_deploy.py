@@ -68,8 +68,12 @@ def free_ports(n: int) -> int:
 class Dep:
     """A configured deployment 'web' on the local host and the CLI run against it."""
 
-    def __init__(self, tmp: Path, gpus: int = 4):
+    def __init__(self, tmp: Path, gpus: int = 4, flags: tuple[str, ...] = (), layers: int | None = None):
         self.sim, self.model = make_sim(tmp, gpus, tag="dep")
+        if layers is not None:  # a smaller model of the same shape (the planner and the stand-in read this file)
+            cfg = json.loads((self.model / "config.json").read_text())
+            cfg["text_config"]["num_hidden_layers"] = layers
+            (self.model / "config.json").write_text(json.dumps(cfg))
         self.runs = tmp / "runs"
         self.audit = tmp / "audit.jsonl"
         base = free_ports(8)
@@ -91,6 +95,7 @@ launch_env = {{ {launch_env} }}
 host = "local"
 gpus = [0, 1]
 model_path = {json.dumps(str(self.model))}
+flags = {json.dumps(list(flags))}
 ports = {self.base}
 router = {{ port = {self.gateway_port} }}
 """)
@@ -164,8 +169,8 @@ class Load:
         raise AssertionError(f"the load did not reach {n} answered requests: {self.ok} ok, {self.failed[:3]}")
 
 
-def deployed(tmp_path: Path, gpus: int) -> Iterator[Dep]:
-    d = Dep(tmp_path, gpus)
+def deployed(tmp_path: Path, gpus: int, flags: tuple[str, ...] = (), layers: int | None = None) -> Iterator[Dep]:
+    d = Dep(tmp_path, gpus, flags, layers)
     rc, up, err = d.cli("deploy", "up", "web", "--yes")
     try:
         assert rc == 0 and up is not None and up["ok"], (err, up and up.get("error"))
@@ -185,6 +190,13 @@ def dep(tmp_path: Path) -> Iterator[Dep]:
 def dep_full(tmp_path: Path) -> Iterator[Dep]:
     """'web' up: 2 replicas on a simulated 2-GPU host: no spare GPU."""
     yield from deployed(tmp_path, 2)
+
+
+@pytest.fixture()
+def dep_small(tmp_path: Path) -> Iterator[Dep]:
+    """'web' up: 2 replicas of an 8-layer model on a simulated 2-GPU host, each taking 40% of its GPU: two fit on
+    one GPU."""
+    yield from deployed(tmp_path, 2, ("--mem-fraction-static", "0.4"), layers=8)
 
 
 def gateway_workers(d: Dep) -> list[dict[str, Any]]:
@@ -339,3 +351,24 @@ def test_with_no_spare_gpu_each_old_replica_is_drained_first_and_the_other_carri
     for x in after["replicas"]:  # each new one took its old one's GPU and port
         old = olds[x["replaces"]]
         assert (x["gpus"], x["port"], x["replica"]) == (old["gpus"], old["port"], old["replica"])
+
+
+def test_with_no_spare_gpu_but_room_the_new_replica_starts_beside_the_old_one(dep_small: Dep) -> None:
+    dep = dep_small
+    olds = {r["session_id"]: r for r in dep.status()["replicas"]}
+    with Load(dep.gateway_port, str(dep.model)) as load:
+        load.wait_ok(CLIENTS)
+        rc, r, err = dep.cli("deploy", "roll", "web", "--yes")
+        load.wait_ok(load.ok + CLIENTS)
+    assert load.failed == [], load.failed[:5]
+    assert rc == 0 and r is not None and r["ok"], (err, r and r.get("error"))
+    names = [s["name"] for s in r["steps"]]
+    for i in (0, 1):
+        place = r["steps"][names.index(f"replica {i}: placement")]
+        assert place["state"] == "ok" and "fits beside the old one" in place["evidence"], place
+        assert names.index(f"replica {i} new: registered") < names.index(f"replica {i} old: deregistered")
+    after = dep.status()
+    for x in after["replicas"]:  # its old one's GPU, its own port
+        old = olds[x["replaces"]]
+        assert x["gpus"] == old["gpus"] and x["port"] != old["port"]
+    assert worker_urls(after) == replica_urls(after)

@@ -298,10 +298,13 @@ class Launcher(object):
         port = spec.get("port")
         checks = []
         holders = []
+        share = opts.get("share_gpus_with")  # a roll's new replica beside its old one: the planner says both fit
         for s in self.host.sessions.live():
             sp = s.get("spec") or {}
             shared = sorted(set(gpus) & set(int(g) for g in sp.get("gpus") or []))
             same_port = port is not None and sp.get("port") == port
+            if shared and not same_port and share is not None and s["session_id"] == share:
+                continue
             if shared or same_port:
                 rec = s.get("record") or {}
                 what = ("GPU %s" % ",".join(map(str, shared))) if shared else "port %s" % port

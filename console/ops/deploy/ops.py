@@ -10,9 +10,10 @@ each replica missing from its index is launched with the usual steps plus a one-
 server itself, registered (``POST /workers``) and polled until the gateway says ``ready``.
 
 **roll**, one replica at a time: the new server goes on a spare GPU (one no live session holds and no process
-uses) when there is one; else the old one is drained first (deregistered, its own running + queued requests
-waited to 0, killed) and the new one starts on its GPUs while the other replicas carry the traffic. (The host
-refuses two live sessions on one GPU, so "the same GPU when the planner says both fit" is not offered.) The new one
+uses) when there is one; else beside the old one on its GPUs when the memory planner says both fit in what is free
+there now (the host's launch is told which live session it may share them with); else the old one is drained
+first (deregistered, its own running + queued requests waited to 0, killed) and the new one starts on its GPUs
+while the other replicas carry the traffic. The new one
 is READY, registered and ready at the gateway, then watched for a settle window (alive, its /health 200, healthy at
 the gateway); only then is the old one deregistered (gone: ``GET /workers/{id}`` -> 404), drained (its own
 ``/server_info`` running + queued == 0, read twice) and killed with the confirmed kill. A new replica that fails
@@ -35,7 +36,17 @@ from console.model import HostSnapshot, KillTarget, LaunchRequest, SessionInfo, 
 from console.ops.deploy.gateway import Gateway, GatewayError, GatewayWorker, worker_url
 from console.ops.deploy.hostcall import GATEWAY_CODE, KEY_ENV, ensure_key, http_call, key_path
 from console.ops.deploy.models import DeploymentStatus, DeployResult, GatewayView, ReplicaView
-from console.ops.lifecycle import Check, MoreChecks, Stepper, fresh_snapshot, host_env, kill, launch, relaunch_env
+from console.ops.lifecycle import (
+    Check,
+    MoreChecks,
+    Stepper,
+    fresh_snapshot,
+    host_env,
+    kill,
+    launch,
+    memory_verdict,
+    relaunch_env,
+)
 from console.ops.lifecycle.steps import OnSteps, StepFailed
 
 GENERATE_STEP = "generate"
@@ -281,10 +292,13 @@ class Deploy:
         return MoreChecks(names=(GENERATE_STEP,), extra=extra)
 
     async def start_replica(self, j: Journal, req: LaunchRequest, label: str, *,
-                            on_session: Callable[[str], None] | None = None) -> tuple[str, str]:
+                            on_session: Callable[[str], None] | None = None,
+                            share_gpus_with: str | None = None) -> tuple[str, str]:
         """Launch ``req`` (READY with a one-token generate), register it, wait until the gateway says ready:
-        (session id, worker id). Raises DeployFailed (what it launched is stopped again)."""
-        r = await launch(self.link, req, j.part(label), timeout=self.timeout, more=self.generate_checks())
+        (session id, worker id). Raises DeployFailed (what it launched is stopped again). ``share_gpus_with``: the
+        old session whose GPUs the new one may share (its processes are on them: the GPUs are busy by design)."""
+        r = await launch(self.link, req, j.part(label), timeout=self.timeout, more=self.generate_checks(),
+                         share_gpus_with=share_gpus_with, allow_busy=share_gpus_with is not None)
         if r.session_id and on_session:
             on_session(r.session_id)
         if not r.ok:
@@ -537,13 +551,28 @@ class Deploy:
                 spare = self.spare_gpus(snap, len(old.spec.gpus), set())
                 st = j.stepper(label, ["placement"])
                 st.start("placement")
+                share: str | None = None
+                plan = ""
+                old_gpus = ",".join(map(str, old.spec.gpus))
+                if spare is None:  # beside the old one, when the planner says both fit in what is free now
+                    verdict, plan = await memory_verdict(
+                        self.link, request_from_argv(self.link.name, argv, list(old.spec.gpus), None, env), snap,
+                        count_use=True)
+                    share = old.session_id if verdict == "fits" else None
+                beside = spare is not None or share is not None
                 if spare is not None:
                     st.finish("placement", "ok", f"spare GPU {','.join(map(str, spare))} for the new server; the old "
-                              f"one (session {old.session_id}, GPU {','.join(map(str, old.spec.gpus))}) keeps serving")
+                              f"one (session {old.session_id}, GPU {old_gpus}) keeps serving")
                     gpus = spare
                     port = await self.free_port(snap, set())
+                elif share is not None:
+                    st.finish("placement", "ok", f"no spare GPU; the planner says the new server fits beside the old one "
+                              f"on GPU {old_gpus} ({plan}): the old one keeps serving")
+                    gpus = list(old.spec.gpus)
+                    port = await self.free_port(snap, set())
                 else:
-                    st.finish("placement", "warning", "no spare GPU: the old server is drained first, the other "
+                    st.finish("placement", "warning", "no spare GPU and the planner does not put both on GPU "
+                              f"{old_gpus} ({plan or 'not planned'}): the old server is drained first, the other "
                               "replicas carry its traffic")
                     gpus = list(old.spec.gpus)
                     if old_w is not None:
@@ -555,15 +584,15 @@ class Deploy:
                 req = request_from_argv(self.link.name, argv, gpus, port, env).model_copy(update={
                     "replaces": old.session_id, "deployment": self.name, "deployment_role": "replica", "replica": i,
                     "check_flags": check_flags})
-                if spare is not None:  # the port of the old argv is the old server's: the new one gets its own
+                if beside:  # the port of the old argv is the old server's: the new one gets its own
                     req = req.model_copy(update={"flags": _without_port(req.flags)})
                 try:
-                    new_sid, new_wid = await self.start_replica(j, req, f"{label} new")
+                    new_sid, new_wid = await self.start_replica(j, req, f"{label} new", share_gpus_with=share)
                 except DeployFailed as e:
-                    raise DeployFailed(str(e) + ("; the old replica still serves (rolled back)" if spare is not None
+                    raise DeployFailed(str(e) + ("; the old replica still serves (rolled back)" if beside
                                                  else "; the old replica was drained first and is gone"),
-                                       rolled_back=spare is not None) from None
-                if spare is not None:
+                                       rolled_back=beside) from None
+                if beside:
                     await self.settle(j, f"{label} new", new_sid, port, new_wid)
                     if old_w is not None:
                         await self.deregister(j, f"{label} old", old_w.id)

@@ -80,18 +80,20 @@ def build_spec(req: LaunchRequest, session_id: str, now: float) -> tuple[LaunchS
 async def launch(link: HostLink, req: LaunchRequest, on_steps: OnSteps | None = None, *, wait: bool = True,
                  timeout: float = 900.0, need_mib: int | None = None, allow_busy: bool = False,
                  session_id: str | None = None, checked: Checked | None = None,
-                 more: MoreChecks | None = None) -> OperationResult:
+                 more: MoreChecks | None = None, share_gpus_with: str | None = None) -> OperationResult:
     """Start a server in a fresh session and confirm it step by step (see module doc). ``checked``: the
     preflight's own checks already made for this request (a relaunch makes them before its kill). ``more``: checks
-    added to (or left out of) the table."""
+    added to (or left out of) the table. ``share_gpus_with``: the live session whose GPUs this launch may share (a
+    roll's new replica beside its old one, when the planner says both fit)."""
     return record_result(link, await _launch(link, req, on_steps, wait=wait, timeout=timeout, need_mib=need_mib,
                                              allow_busy=allow_busy, session_id=session_id, checked=checked,
-                                             more=more or MoreChecks()))
+                                             more=more or MoreChecks(), share_gpus_with=share_gpus_with))
 
 
 async def _launch(link: HostLink, req: LaunchRequest, on_steps: OnSteps | None, *, wait: bool, timeout: float,
                   need_mib: int | None, allow_busy: bool, session_id: str | None,
-                  checked: Checked | None, more: MoreChecks) -> OperationResult:
+                  checked: Checked | None, more: MoreChecks,
+                  share_gpus_with: str | None = None) -> OperationResult:
     now = time.time()
     sid = session_id or new_session_id(req.gpus, now)
     spec, env = build_spec(req, sid, now)
@@ -106,7 +108,9 @@ async def _launch(link: HostLink, req: LaunchRequest, on_steps: OnSteps | None, 
         req = req.model_copy(update={"flags": [*req.flags, *quiet]})
         spec, env = build_spec(req, sid, now)
     note = orphan_note(snap, req.gpus)
-    opts = {"need_mib": need_mib, "allow_busy": allow_busy}
+    opts: dict[str, Any] = {"need_mib": need_mib, "allow_busy": allow_busy}
+    if share_gpus_with is not None:
+        opts["share_gpus_with"] = share_gpus_with
     if checked.refusals:  # nothing is started: the host's own checks too, so that every failure is listed at once
         refusals = checked.refusals + await host_refusals(link, spec, env, opts)
         return refused(st, res, refusals, line=checked.line, hint="; ".join(checked.hints) or None, note=note)
