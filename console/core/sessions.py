@@ -120,6 +120,12 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
     ``health`` maps session id -> last /health verdict (a READY badge needs it True when
     given); ``launching`` maps session id -> steps confirmed so far by a launch in progress.
     """
+    return _age_rule(snap, now, interval, _session_views(snap, classes, health, launching))
+
+
+def _session_views(snap: HostSnapshot, classes: dict[str, Classification], health: dict[str, bool] | None,
+                   launching: dict[str, int] | None) -> list[SessionView]:
+    """:func:`derive_views` before the age of the sample and the connection are looked at."""
     if snap.sessions:  # the classifier is not imported before the first frame (tui.LATER_MODULES)
         from console.core.classify import apply_first_death
     health = health or {}
@@ -203,6 +209,11 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
             flags_summary=("orphaned worker" if orphan else "server worker")
             + (f" of session {p.session_id}" if p.session_id else ""),
             hint=(f"orphan: {why}; kill it by pid (o)" if orphan else f"not proven an orphan: {why}")))
+    return views
+
+
+def _age_rule(snap: HostSnapshot, now: float, interval: float, views: list[SessionView]) -> list[SessionView]:
+    """A disconnected host's views read UNREACHABLE, an old sample's STALE (ended ones keep their state)."""
     age = snap.age_s(now)
     if snap.connection.state not in ("connected", "stale"):
         views = [v.model_copy(update={"state": "unreachable"}) if v.state not in ("stopped", "failed") else v
@@ -211,6 +222,35 @@ def derive_views(snap: HostSnapshot, classes: dict[str, Classification], now: fl
         views = [v.model_copy(update={"state": "stale"}) if v.state not in ("stopped", "failed") else v
                  for v in views]
     return views
+
+
+class ViewMemo:
+    """:func:`derive_views` for one host, derived again only when what it reads changed: the snapshot's servers,
+    sessions, other sessions and relatives (the link keeps an unchanged item's model: one comparison), the GPUs'
+    process lists, and the classification, /health verdict and launch step of each session. A host nobody looks at
+    and whose processes did not change costs a comparison per tick; the age rule (STALE, UNREACHABLE) is applied
+    every time, so a view is never older than its snapshot says."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._views: list[SessionView] = []
+        self.derived = 0
+        """How many times the views were derived (not reused)."""
+
+    def views(self, snap: HostSnapshot, classes: dict[str, Classification], now: float, *, interval: float = 1.0,
+              health: dict[str, bool] | None = None, launching: dict[str, int] | None = None) -> list[SessionView]:
+        """What :func:`derive_views` returns for these arguments."""
+        health, launching = health or {}, launching or {}
+        sids = [x.session_id for x in snap.sessions]
+        # the items themselves (held, so never mistaken for another at the same address): the same object
+        # compares at once; a new one compares by value
+        key = (snap.name, tuple(snap.servers), tuple(snap.sessions), tuple(snap.other_sessions), tuple(snap.relatives),
+               tuple((g.index, tuple(g.procs)) for g in snap.gpus),
+               tuple((classes.get(sid), health.get(sid), launching.get(sid)) for sid in sids))
+        if key != self._key:
+            self._views, self._key = _session_views(snap, classes, health, launching), key
+            self.derived += 1
+        return _age_rule(snap, now, interval, self._views)
 
 
 def _worker_verdicts(snap: HostSnapshot, live_ids: set[str]) -> dict[int, tuple[bool, str]]:

@@ -32,6 +32,7 @@ import time
 import traceback
 from typing import Any, Dict, Set
 
+from .delta import DeltaSender
 from .foreign import file_kind, foreign_output
 from .gpus import GpuSampler, open_gpu_source
 from .hostlib import (
@@ -115,6 +116,9 @@ class Agent(object):
         self.stop = False
         self.next_tick = 0.0
         self.tick_ms = None
+        # Samples go out as deltas of the last one sent (a whole one on connect, every ``full_every`` ticks and
+        # as the reply to a ``snapshot`` request, which is how the console asks for one after a gap)
+        self.deltas = DeltaSender(int(cfg.get("full_every") or 0) or None) if cfg.get("deltas", True) else None
 
     # -- output
     def send(self, obj):
@@ -253,7 +257,7 @@ class Agent(object):
         self.ring.add(sample["gpus"])
         self.tick_ms = (time.perf_counter() - t0) * 1000.0
         sample["tick_ms"] = round(self.tick_ms, 3)
-        self.send({"type": "sample", "data": sample})
+        self.send(self.deltas.message(sample) if self.deltas is not None else {"type": "sample", "data": sample})
 
     def answer_snapshots(self):
         """Reply to ``snapshot`` requests whose GPU sample is in (or whose wait ran out)."""
@@ -266,8 +270,12 @@ class Agent(object):
         self.snapshots = [s for s in self.snapshots if s not in ready]
         sample = self.take_sample()
         for rid, _, _, t0 in ready:
-            sample["tick_ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
-            self.reply(rid, True, sample)
+            sample = dict(sample, tick_ms=round((time.perf_counter() - t0) * 1000.0, 3))
+            if self.deltas is None:
+                self.reply(rid, True, sample)
+                continue
+            # the reply is the base of the deltas that follow it on the wire (both go out from this loop)
+            self.reply(rid, True, dict(sample, seq=self.deltas.full(sample)["seq"]))
 
     def current_gpus(self):
         """A fresh GPU sample for a launch's preflight (called from the launch thread, never the loop)."""

@@ -33,6 +33,7 @@ from console.errors import HostError, HostKeyError
 from console.link import protocol
 from console.link.client import HostClient, LinkListener, pushed_event, pushed_log, sessions_each
 from console.link.errors import LinkDown, RequestError, request_error
+from console.link.samples import SampleBook
 from console.link.ssh import HostSpec
 from console.model import ConnectionInfo, HostSnapshot
 
@@ -119,9 +120,14 @@ class HostLink:
         self.since = clock()
         self.next_retry_at: float | None = None
         self.hello: dict | None = None
-        self.sample: dict | None = None
+        self.book = SampleBook()
+        """The latest sample, rebuilt from the agent's deltas (``console/link/samples.py``)."""
+        self._resync_task: asyncio.Task | None = None
         self.received_at: float | None = None
         self._snapshot: HostSnapshot | None = None
+        self._snapshot_error: str | None = None
+        self.resyncs = 0
+        """Whole samples asked for after a gap or a bad delta."""
         self._pending: dict[int, asyncio.Future] = {}
         self._ids = 0
         self._reader_task: asyncio.Task | None = None
@@ -300,7 +306,9 @@ class HostLink:
                 else:
                     fut.set_exception(request_error(msg.get("kind"), msg.get("error")))
         elif t == "sample":
-            self.take_sample(msg["data"])
+            self.take_sample(msg["data"], msg.get("seq"))
+        elif t == "sample_delta":
+            self._take_delta(msg)
         elif t == "log":
             sid = msg.get("session_id")
             if sid in self.follows and msg.get("offset") == self.follows[sid]:
@@ -504,17 +512,60 @@ class HostLink:
             await self.request("unfollow_log", {"session_id": session_id})
 
     # ------------------------------------------------------------ snapshots
-    def take_sample(self, data: dict) -> None:
-        """``data`` is the host's latest sample from now on (what the agent's ``sample`` message does): the
-        snapshot is rebuilt from it and the listeners hear of it."""
-        self.sample, self.received_at, self._snapshot = data, self.clock(), None
+    @property
+    def sample(self) -> dict | None:
+        """The host's latest sample as the agent holds it (a whole one, or rebuilt from its deltas)."""
+        return self.book.data
+
+    @sample.setter
+    def sample(self, data: dict | None) -> None:
+        self.book.data, self.book.seq, self._snapshot = data, None, None
+
+    def take_sample(self, data: dict, seq: int | None = None) -> None:
+        """``data`` is the host's latest sample from now on (what the agent's ``sample`` message does; ``seq``: its
+        number, the base of the deltas that follow): the snapshot is rebuilt from it and the listeners hear of it."""
+        self.book.full(data, seq)
+        self.received_at, self._snapshot = self.clock(), None
         if self._listeners:
             self._tell("on_sample", self.snapshot())
+
+    def _take_delta(self, msg: dict) -> None:
+        """A ``sample_delta``: applied to the sample held when it is that sample's and checks, and its changed items
+        valid; otherwise the sample held stays (older, never wrong) and a whole one is asked for."""
+        held, prev = self.book.data, self._snapshot
+        if self.book.delta(msg):
+            self.received_at, self._snapshot = self.clock(), None
+            snap = self.snapshot()
+            if self._snapshot_error is None:
+                if self._listeners:
+                    self._tell("on_sample", snap)
+                return
+            self.book.refused = (self.book.refused + [f"the delta's items are not valid: {self._snapshot_error}"])[-20:]
+            self.book.data, self._snapshot = held, prev  # held with seq None: deltas refused until a whole one
+        self.book.seq = None
+        self._resync()
+
+    def _resync(self) -> None:
+        """Ask for a whole sample (a ``snapshot`` request: the agent's deltas then build on its reply), one at a time."""
+        if self._resync_task is not None and not self._resync_task.done() or self.chan is None:
+            return
+
+        async def ask() -> None:
+            try:
+                snap = await self.refresh(timeout=max(10.0, 3 * self.interval))
+            except (LinkDown, RequestError, asyncio.TimeoutError):
+                return
+            if self._listeners:
+                self._tell("on_sample", snap)
+        self.resyncs += 1
+        self._resync_task = asyncio.get_running_loop().create_task(ask())
 
     async def refresh(self, timeout: float = 30.0) -> HostSnapshot:
         """Ask the agent for a sample now (not the next tick) and return the new snapshot."""
         t0 = time.perf_counter()
-        self.sample = await self.request("snapshot", timeout=timeout, audit=False)
+        data = await self.request("snapshot", timeout=timeout, audit=False)
+        seq = data.pop("seq", None) if isinstance(data, dict) else None
+        self.book.full(data, seq)
         self.rtt_ms = (time.perf_counter() - t0) * 1000.0
         self.received_at, self._snapshot = self.clock(), None
         return self.snapshot()
@@ -525,18 +576,13 @@ class HostLink:
             return self._snapshot
         conn = ConnectionInfo(state=self.state, error=self.error, rtt_ms=self.rtt_ms, since=self.since,
                               attempts=self.attempts, next_retry_at=self.next_retry_at)
-        s = self.sample or {}
+        self._snapshot_error = None
         try:
-            snap = HostSnapshot(
-                name=self.name, connection=conn, sampled_at=s.get("sampled_at"), received_at=self.received_at,
-                hostname=(self.hello or {}).get("hostname"), gpu_source=s.get("gpu_source", "none"),
-                gpu_error=s.get("gpu_error"), gpus=s.get("gpus", []), servers=s.get("servers", []),
-                sessions=sessions_each(s.get("sessions", [])), other_sessions=sessions_each(s.get("other_sessions", [])),
-                relatives=s.get("relatives", []), agent_uid=(self.hello or {}).get("uid"), agent_tick_ms=s.get("tick_ms"),
-                gpu_sampled_at=s.get("gpu_sampled_at"))
+            snap = self.book.snapshot(self.name, conn, self.received_at, self.hello)
         except ValidationError as e:
+            self._snapshot_error = e.errors()[0]['msg']
             snap = HostSnapshot(name=self.name, connection=conn.model_copy(
-                update={"error": f"agent sent an invalid sample: {e.errors()[0]['msg']}"}))
+                update={"error": f"agent sent an invalid sample: {self._snapshot_error}"}))
         self._snapshot = snap
         return snap
 

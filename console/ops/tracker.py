@@ -30,7 +30,7 @@ from console.core.current import CurrentState
 from console.core.flags import FlagSchema
 from console.core.flags.sources import bundled_schema
 from console.core.model_config import ModelShape
-from console.core.sessions import derive_views
+from console.core.sessions import ViewMemo
 from console.link.client import HostClient, LinkListener
 from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
@@ -116,6 +116,8 @@ class HostTracker:
         self.health_at: dict[str, float] = {}
         self.launching: dict[str, int] = {}
         self.current = CurrentState(link.name, clock)
+        self.memo = ViewMemo()
+        """The host's views, derived again only when what they read changed (issue 31: a fleet's quiet hosts)."""
         """Launches sent, results confirmed, acknowledgements: the current session of each GPU."""
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
@@ -200,7 +202,7 @@ class HostTracker:
         ``on_view`` (no I/O: :meth:`schedule` starts the reads). Returns it."""
         self.emitted_at = time.monotonic()
         snap = self.link.snapshot()
-        views = derive_views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
+        views = self.memo.views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
                              launching=self.launching)
         view = self.current.apply(HostView(snapshot=snap, sessions=views))
         if snap.connection.state == "connected":

@@ -1,0 +1,249 @@
+"""Issue 31 item 1: samples as deltas. The agent sends what changed since its last sample (a whole one on connect,
+every ``FULL_EVERY`` ticks and as a ``snapshot`` reply); the link rebuilds the sample from them and validates only
+what changed; a lost or garbled delta is refused and a whole sample asked for, and no snapshot is ever wrong."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from console.config import HostConfig
+from console.host.delta import FULL_EVERY, BadDelta, DeltaSender, apply, canonical, diff
+from console.link.link import HostLink
+from console.link.samples import SampleBook
+from console.link.ssh import parse_host_spec
+from console.model import ConnectionInfo, HostSnapshot
+from tests.helpers.sim_files import make_sim, sim_link
+from tests.helpers.wait import await_until
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
+                      st.floats(allow_nan=False, allow_infinity=False, width=32), st.text(max_size=5))
+json_value = st.recursive(json_leaf, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                            st.dictionaries(st.text(max_size=3), kids, max_size=4)),
+                          max_leaves=20)
+
+
+def wire(obj):
+    """What the other end reads: the message through JSON."""
+    return json.loads(json.dumps(obj, separators=(",", ":")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(json_value, min_size=2, max_size=6))
+def test_any_json_round_trips_and_the_base_is_left_alone(values):
+    for a, b in zip(values, values[1:]):
+        before = json.dumps(a, sort_keys=True)
+        p = diff(a, b)
+        got = a if p is None else apply(a, wire(p))
+        assert json.dumps(got, sort_keys=True) == json.dumps(b, sort_keys=True)
+        assert json.dumps(a, sort_keys=True) == before
+
+
+def test_a_type_change_is_a_change():
+    assert diff({"x": 1}, {"x": True}) == ["d", {"x": ["=", True]}, []]
+    assert diff([1, 2.0], [1, 2]) == ["l", 2, {"1": ["=", 2]}]
+    assert diff({"a": [1]}, {"a": [1]}) is None
+
+
+@pytest.mark.parametrize("base,patch", [
+    ({"a": 1}, ["d", {}, ["b"]]),              # removes a key that is not there
+    ({"a": 1}, ["d", {"b": ["d", {}, []]}, []]),  # patches a key that is not there
+    ([1, 2], ["l", 4, {"2": ["=", 0]}]),       # grows without its new items
+    ([1, 2], ["l", 2, {"5": ["=", 0]}]),       # an index outside
+    ([1, 2], ["d", {}, []]),                   # a dict patch on a list
+    ({"a": 1}, "garbage"),
+])
+def test_a_patch_that_does_not_fit_is_refused(base, patch):
+    with pytest.raises(BadDelta):
+        apply(base, patch)
+
+
+# ---------------------------------------------------------------- generated sample sequences, through models
+
+def _gpu(i, power, util, used, procs):
+    return {"index": i, "uuid": f"GPU-{i}", "name": "Sim", "power_w": power, "power_limit_w": 600.0,
+            "util_pct": util, "mem_used_mib": used, "mem_total_mib": 97887, "temp_c": 40.0 + i,
+            "procs": [{"pid": p, "used_mib": 1000} for p in procs]}
+
+
+def _server(pid, state):
+    return {"pid": pid, "ppid": 1, "pgid": pid, "start_ticks": pid * 10, "state": state,
+            "argv": ["python3", "-m", "sglang.launch_server", "--port", str(30000 + pid % 100)],
+            "role": "launcher", "framework": "sglang", "session_id": None}
+
+
+gpu_st = st.tuples(st.floats(0, 700, allow_nan=False), st.sampled_from([None, 0.0, 50.0, 100.0]),
+                   st.integers(0, 97887), st.lists(st.integers(100, 110), max_size=2, unique=True))
+sample_st = st.fixed_dictionaries({
+    "sampled_at": st.floats(1.7e9, 1.8e9), "tick_ms": st.floats(0, 50),
+    "gpu_source": st.sampled_from(["sim", "none"]), "gpu_error": st.sampled_from([None, "nvidia-smi timed out"]),
+    "gpus": st.lists(gpu_st, max_size=8).map(lambda gs: [_gpu(i, *g) for i, g in enumerate(gs)]),
+    "servers": st.lists(st.tuples(st.integers(100, 110), st.sampled_from("RSZ")), max_size=4,
+                        unique_by=lambda t: t[0]).map(lambda ss: [_server(p, s) for p, s in ss]),
+    "sessions": st.lists(st.sampled_from([
+        {"session_id": "s1", "run_dir": "/r/s1"},
+        {"session_id": "s2", "run_dir": "/r/s2", "broken": "no record.json"},
+        {"session_id": "s3", "run_dir": 7},  # malformed: listed as broken, never voids the sample
+    ]), max_size=3),
+    "other_sessions": st.just([]),
+    "relatives": st.lists(st.sampled_from([{"pid": 1, "argv": ["init"]}, {"pid": 99, "state": "S"}]), max_size=2),
+})
+CONN = ConnectionInfo(state="connected")
+
+
+def _full_snapshot(sample) -> HostSnapshot:
+    book = SampleBook()
+    book.full(wire(sample), 1)
+    return book.snapshot("h", CONN, 1.0, {"hostname": "h", "uid": 0})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(sample_st, min_size=1, max_size=12), st.integers(1, 5))
+def test_the_rebuilt_snapshot_equals_the_full_one(samples, full_every):
+    sender, book = DeltaSender(full_every), SampleBook()
+    for sample in samples:
+        msg = wire(sender.message(sample))
+        if msg["type"] == "sample":
+            book.full(msg["data"], msg["seq"])
+        else:
+            assert book.delta(msg), book.refused
+        assert book.data == canonical(sample)[0]
+        assert book.snapshot("h", CONN, 1.0, {"hostname": "h", "uid": 0}) == _full_snapshot(sample)
+    assert book.full_samples + book.deltas == len(samples)
+
+
+def test_unchanged_items_keep_their_models():
+    """Validated only where it changed: a GPU whose figures did not move is the very model of the last snapshot."""
+    a = {"sampled_at": 1.0, "gpus": [_gpu(0, 100.0, 0.0, 10, []), _gpu(1, 100.0, 0.0, 10, [])], "servers": [],
+         "sessions": [], "other_sessions": [], "relatives": []}
+    b = json.loads(json.dumps(a))
+    b["gpus"][1]["power_w"] = 250.0
+    sender, book = DeltaSender(), SampleBook()
+    first = wire(sender.message(a))
+    book.full(first["data"], first["seq"])
+    s1 = book.snapshot("h", CONN, 1.0, None)
+    assert book.delta(wire(sender.message(b)))
+    s2 = book.snapshot("h", CONN, 2.0, None)
+    assert s2.gpus[0] is s1.gpus[0] and s2.gpus[1] is not s1.gpus[1] and s2.gpus[1].power_w == 250.0
+
+
+def test_a_gap_a_wrong_base_and_a_garbled_delta_are_refused():
+    sender, book = DeltaSender(), SampleBook()
+    s = [{"sampled_at": float(i), "gpus": [_gpu(0, float(i), 0.0, 10, [])]} for i in range(5)]
+    m0 = wire(sender.message(s[0]))
+    book.full(m0["data"], m0["seq"])
+    sender.message(s[1])  # lost on the way
+    assert not book.delta(wire(sender.message(s[2])))
+    assert book.data == s[0] and "while holding 1" in book.refused[-1]
+    book.full(wire(sender.full(s[2]))["data"], sender.seq)
+    garbled = wire(sender.message(s[3]))
+    garbled["patch"][1]["gpus"] = ["l", 1, {"0": ["d", {"power_w": ["=", 999.0]}, []]}]
+    assert not book.delta(garbled)
+    assert book.data == s[2] and "digest" in book.refused[-1]
+
+
+# ---------------------------------------------------------------- a real agent
+
+async def test_a_local_agent_sends_deltas_and_a_whole_sample_every_n(tmp_path, runs_dir):
+    d, _ = make_sim(tmp_path, 2)
+    async with sim_link(runs_dir, d, interval=0.05) as lk:
+        lk.listen(_Count())
+        run = __import__("asyncio").create_task(lk.run())
+        assert await await_until(lambda: lk.book.deltas >= FULL_EVERY + 2, 20)
+        assert lk.book.full_samples >= 2 and lk.resyncs == 0 and not lk.book.refused
+        snap = lk.snapshot()
+        assert [g.index for g in snap.gpus] == [0, 1] and snap.connection.error is None
+        assert lk.book.data == canonical(lk.book.data)[0]
+        await lk.close()
+        await run
+
+
+class _Count:
+    def __init__(self):
+        self.samples = []
+
+    def on_sample(self, snap):
+        self.samples.append(snap)
+
+    def __getattr__(self, name):
+        return lambda *a: None
+
+
+@pytest.mark.parametrize("fault", ["lost", "garbled", "invalid"])
+async def test_a_lost_or_garbled_delta_asks_for_a_whole_sample(tmp_path, runs_dir, fault):
+    """The fault is injected between the agent's pipe and the link: one delta dropped, one changed in flight (its
+    digest no longer matches), one whose changed GPU is not a valid GPU. The link refuses it, keeps the sample it
+    had (no snapshot shows the bad value), asks for a whole sample and goes on with deltas."""
+    d, _ = make_sim(tmp_path, 2)
+    async with sim_link(runs_dir, d, interval=0.05) as lk:
+        seen = _Count()
+        lk.listen(seen)
+        real = lk._dispatch
+        hit = []
+
+        def dispatch(msg):
+            if msg.get("type") == "sample_delta" and not hit and lk.book.deltas >= 3:
+                hit.append(msg)
+                if fault == "lost":
+                    return
+                if fault == "garbled":
+                    msg = dict(msg, patch=["d", {"gpus": ["l", 2, {"0": ["d", {"power_w": ["=", 12345.0]}, []]}]}, []])
+                else:
+                    msg = dict(msg, patch=["d", {"gpus": ["l", 2, {"0": ["d", {"index": ["=", "zero"]}, []]}]}, []])
+                    msg["digest"] = __import__("console.host.delta", fromlist=["x"]).digest(
+                        apply(lk.book.data, msg["patch"]))
+            real(msg)
+        lk._dispatch = dispatch
+        run = __import__("asyncio").create_task(lk.run())
+        assert await await_until(lambda: hit and lk.resyncs >= 1 and lk.book.deltas >= 8, 20), lk.book.refused
+        assert lk.book.refused, "the fault was not noticed"
+        assert all(g.power_w != 12345.0 and isinstance(g.index, int) for s in seen.samples for g in s.gpus)
+        assert all(s.connection.error is None for s in seen.samples)
+        await lk.close()
+        await run
+
+
+@pytest.mark.sshd
+async def test_deltas_over_sshd(sshd, runs_dir, tmp_path):
+    """The agent-over-sshd path: the bootstrap ships delta.py, deltas arrive and rebuild the agent's sample."""
+    d, _ = make_sim(tmp_path, 4)
+    lk = HostLink(parse_host_spec(sshd.alias), HostConfig(runs_dir=str(runs_dir), python=sys.executable,
+                                                          gpu_source="sim", sim_dir=str(d)),
+                  ssh_config=str(sshd.ssh_config), interval=0.1)
+    run = __import__("asyncio").create_task(lk.run())
+    try:
+        assert await await_until(lambda: lk.book.deltas >= 5, 30), lk.snapshot().connection
+        snap = await lk.refresh()  # a snapshot reply is a whole sample, and the deltas build on it
+        assert [g.index for g in snap.gpus] == [0, 1, 2, 3]
+        n = lk.book.deltas
+        assert await await_until(lambda: lk.book.deltas >= n + 3, 10)
+        assert not lk.book.refused and lk.resyncs == 0
+    finally:
+        await lk.close()
+        await run
+
+
+# ---------------------------------------------------------------- views derived only when their inputs changed
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(sample_st, min_size=1, max_size=8), st.lists(st.floats(0, 10), min_size=8, max_size=8))
+def test_the_view_memo_is_derive_views(samples, ages):
+    """A tracker's ViewMemo returns what derive_views does for every snapshot of a delta-built sequence (the
+    age rule applied each time), and derives again only when an input changed."""
+    from console.core.sessions import ViewMemo, derive_views
+
+    sender, book, memo = DeltaSender(), SampleBook(), ViewMemo()
+    for sample, age in zip(samples, ages):
+        msg = wire(sender.message(sample))
+        book.full(msg["data"], msg["seq"]) if msg["type"] == "sample" else book.delta(msg)
+        snap = book.snapshot("h", CONN, 100.0, None)
+        assert memo.views(snap, {}, 100.0 + age) == derive_views(snap, {}, 100.0 + age)
+    snap = book.snapshot("h", CONN, 100.0, None)
+    n = memo.derived
+    memo.views(snap, {}, 101.0)
+    memo.views(book.snapshot("h", CONN, 101.0, None), {}, 102.0)
+    assert memo.derived == n
