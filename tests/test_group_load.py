@@ -296,3 +296,53 @@ def test_gpu_mode_without_torch_or_cuda_is_one_clear_line_and_status_3():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 3, p.stdout + p.stderr
     assert "GPU load cannot start: " in p.stderr and "Traceback" not in p.stdout + p.stderr
+
+
+# ------------------------------------------------------------------ the device-run script's own pieces (no GPU)
+
+def _validate_group():
+    spec = importlib.util.spec_from_file_location("validate_group_under_test", str(REPO / "tests" / "gpu" /
+                                                                                  "validate_group.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_validate_group_writes_two_local_hosts_the_console_loads(tmp_path):
+    import argparse
+
+    from console.config import load_config
+
+    vg = _validate_group()
+    args = argparse.Namespace(out=str(tmp_path / "out"), work=str(tmp_path / "work"), budget=10.0, gpu0=0, gpu1=1,
+                              port=30000, mem_gb=1.0, lifetime=10.0, no_gpu=True)
+    run = vg.GroupRun(args)
+    cfg = load_config(run.cfgs["group"])
+    h0, h1 = cfg.hosts["node0"], cfg.hosts["node1"]
+    assert h0.transport == h1.transport == "local" and h0.runs_dir != h1.runs_dir
+    assert h0.launch_env == h1.launch_env and h0.launch_env["NCCL_NVLS_ENABLE"] == "0"
+    assert h0.launch_env["NCCL_SOCKET_IFNAME"] == h0.launch_env["GLOO_SOCKET_IFNAME"] == "lo"
+    assert h0.server_command[-1].endswith("group_load.py")
+    argv = " ".join(vg.launch_argv(run, None))
+    assert "--host node0 --host node1 --gpu node0:0 --gpu node1:1 --nnodes 2 --port 30000 --wait --json" in argv
+    assert argv.endswith("--no-gpu")
+
+
+def test_the_fake_nvml_of_the_dry_run_puts_each_member_on_its_own_gpu(monkeypatch):
+    spec = importlib.util.spec_from_file_location("fake_pynvml_under_test",
+                                                  str(REPO / "tests" / "gpu" / "fake_nvml" / "pynvml.py"))
+    nv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nv)
+    p = subprocess.Popen([sys.executable, str(GROUP), "--no-gpu", "--port", str(free_port()), "--lifetime", "20"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": "1"})
+    try:
+        monkeypatch.setenv("FAKE_NVML_GPUS", "2")
+        assert nv.nvmlDeviceGetCount() == 2
+        assert wait_until(lambda: p.pid in [x.pid for x in nv.nvmlDeviceGetComputeRunningProcesses(1)], 10)
+        assert p.pid not in [x.pid for x in nv.nvmlDeviceGetComputeRunningProcesses(0)]
+        monkeypatch.setenv("FAKE_NVML_GPUS", "1")  # one fake GPU (validate.py, the agent's tests): everything on it
+        assert p.pid in [x.pid for x in nv.nvmlDeviceGetComputeRunningProcesses(0)]
+    finally:
+        p.kill()
+        p.wait(10)
