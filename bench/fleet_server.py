@@ -3,17 +3,23 @@
     python -m bench.fleet_server DIR N
 
 Writes ``DIR/client_key``, ``DIR/known_hosts``, ``DIR/ssh_config`` (aliases ``fleet-00``…) and
-finally ``DIR/ready``; runs until stdin closes or SIGTERM. A session may only run the console's
-fixed agent bootstrap (``python3 -u -c BOOTSTRAP``), which is started as a child process with
+finally ``DIR/ready`` (JSON: ``n`` and ``pidns``); runs until stdin closes or SIGTERM. A session may only run the
+console's fixed agent bootstrap (``python3 -u -c BOOTSTRAP``), which is started as a child process with
 its stdin/stdout/stderr redirected to the SSH channel; it ends when the channel closes.
+
+Where ``unshare -pf --mount-proc`` works (root, and ``MTPCONSOLE_BENCH_PIDNS`` is not ``0``), host ``i``'s agent runs
+in a PID namespace of its own with its serving stand-in (``bench/ns_host.py``, sim dir ``DIR/host-<i>/sim``, which
+the benchmark writes before connecting): ``pidns`` is true, and the benchmark starts no stand-ins itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,12 +30,37 @@ from console.link.protocol import BOOTSTRAP
 ALLOWED_PYTHONS = ("python3", sys.executable)
 
 
-async def _session(process: asyncssh.SSHServerProcess) -> None:
+def pidns_works() -> bool:
+    """A PID namespace with its own /proc can be made here (root, a kernel and container that allow it)."""
+    if os.environ.get("MTPCONSOLE_BENCH_PIDNS") == "0":
+        return False
+    try:
+        return subprocess.run(["unshare", "-pf", "--mount-proc", "true"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def host_title(i: int) -> str:
+    """Host ``i``'s serving stand-in's title (the benchmark's, wherever it is started)."""
+    return f"serving-stand-in-{i:02d} --tp-size 8"
+
+
+def session_factory(d: Path, i: int, pidns: bool):
+    """The SSH session handler of host ``i``."""
+    async def session(process: asyncssh.SSHServerProcess) -> None:
+        await _session(process, ["unshare", "-pf", "--mount-proc", sys.executable, "-m", "bench.ns_host",
+                                 str(d / f"host-{i:02d}" / "sim"), host_title(i), "--"] if pidns else [])
+    return session
+
+
+async def _session(process: asyncssh.SSHServerProcess, wrap: list[str]) -> None:
     argv = shlex.split(process.command or "")
     if len(argv) != 4 or argv[0] not in ALLOWED_PYTHONS or argv[1:3] != ["-u", "-c"] or argv[3] != BOOTSTRAP:
         process.stderr.write(b"fleet_server: only the agent bootstrap may run here\n")
         process.exit(126)
         return
+    argv = wrap + argv
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
@@ -52,9 +83,10 @@ async def main(d: Path, n: int) -> None:
     pub = host_key.export_public_key().decode().split()
     servers, known, cfg = [], [], []
     user = os.environ.get("USER") or __import__("getpass").getuser()
+    pidns = pidns_works()
     for i in range(n):
         srv = await asyncssh.create_server(None, "127.0.0.1", 0, server_host_keys=[host_key],
-                                           authorized_client_keys=authorized, process_factory=_session,
+                                           authorized_client_keys=authorized, process_factory=session_factory(d, i, pidns),
                                            encoding=None, allow_scp=False, agent_forwarding=False,
                                            x11_forwarding=False, keepalive_interval=0)
         port = srv.sockets[0].getsockname()[1]
@@ -64,7 +96,8 @@ async def main(d: Path, n: int) -> None:
                    f"  IdentityFile {d / 'client_key'}\n  UserKnownHostsFile {d / 'known_hosts'}\n")
     (d / "known_hosts").write_text("\n".join(known) + "\n")
     (d / "ssh_config").write_text("\n".join(cfg))
-    (d / "ready").write_text(str(n))
+    (d / "ready.tmp").write_text(json.dumps({"n": n, "pidns": pidns}))
+    os.replace(d / "ready.tmp", d / "ready")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
