@@ -212,3 +212,23 @@ async def test_group_logs_interleaved_by_time_marked_by_node(open_links, nodes):
         await grp.kill_members(links, res.members)
     finally:
         await close(links)
+
+
+async def test_member_killed_while_the_group_starts_fails_it_naming_the_node_and_kills_the_rest(open_links, nodes):
+    links = await open_links()
+    try:
+        task = asyncio.ensure_future(grp.launch_group(links, group_request(links, nodes[0].model, free_port()),
+                                                      timeout=60))
+
+        def node1_launcher() -> int | None:
+            snap = links[1].snapshot()
+            return next((x.record.pid for x in snap.sessions if x.spec and x.spec.group and x.record), None)
+
+        pid = await await_until(node1_launcher, 30)
+        os.kill(pid, signal.SIGKILL)
+        res = await asyncio.wait_for(task, 60)
+        assert not res.ok and res.state == "failed" and res.failed_host == "testhost" and res.failed_rank == 1, res
+        assert res.killed and res.killed[0].startswith("local (rank 0): stopped, confirmed"), res.killed
+        assert await gone_everywhere(links, nodes, [m.session_id for m in res.members])
+    finally:
+        await close(links)

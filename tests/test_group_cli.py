@@ -119,3 +119,38 @@ def test_console_sigkilled_mid_group_launch_restarted_console_shows_true_state(w
     assert len(g) == 1 and [m["state"] for m in g[0]["members"]] == ["ready", "ready"]
     k = world["run"]("kill", *hosts, g[0]["group"], "--grace", "3")
     assert k.returncode == 0 and "stopped, confirmed" in k.stdout, k.stdout + k.stderr
+
+
+def test_launch_watch_guards_the_group_node1_worker_killed_failed_and_rest_killed(world):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    hosts = world["hosts"]
+    p = popen_cli(*world["base"], "launch", *hosts, "--gpu", "0-1", "--port", str(free_port()), "--wait", "--watch",
+                  "--json", "--", "--model-path", world["model"], env=world["env"])
+    try:
+        def ready_group():
+            g = json.loads(world["run"]("sessions", *hosts, "--json").stdout)
+            return g[0] if g and g[0]["state"] == "ready" else None
+
+        g = wait_until(ready_group, 60, step=0.5)
+        assert g, (world["run"]("sessions", *hosts, "--json").stdout, p.communicate(timeout=5) if p.poll() is not None
+                   else "the launch still runs")
+        time.sleep(1.0)  # the launch's own READY checks (its one-token generate) are through
+        rec = json.loads((Path(world["runs"][1]) / g["members"][1]["session_id"] / "record.json").read_text())
+        pids = subprocess.run(["pgrep", "-g", str(rec["pgid"]), "-f", "sglang::scheduler"], capture_output=True,
+                              text=True, timeout=10).stdout.split()
+        assert pids
+        t = time.monotonic()
+        os.kill(int(pids[0]), signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+        assert time.monotonic() - t <= 30
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, out + err
+    res = json.loads(out)
+    assert res["state"] == "failed" and res["failed_host"] == "testhost" and res["failed_rank"] == 1
+    assert res["head_health"] == 200
+    assert res["killed"][0].startswith("local (rank 0): stopped, confirmed"), res["killed"]
