@@ -3,8 +3,9 @@
 Per node: the member's flags against that node's own server (the launch preflight's flags check and memory
 plan), the model path, its ``--port`` free, no stale member of an earlier group alive there (named, with the
 command that kills it), the interface variables. Across nodes: one server version and one flag-schema hash, the
-interface variables equal, the dist-init address resolving on every node, and its port and the ports SGLang
-derives from it (``+1 … +5``) free on the head.
+interface variables equal, the dist-init address resolving on every node and reached from every node (the head
+listens on its port for a moment while each other node connects: :func:`reachable`), and its port and the ports
+SGLang derives from it (``+1 … +5``) free on the head.
 """
 
 from __future__ import annotations
@@ -88,6 +89,32 @@ async def _node(link: HostLink, req: LaunchRequest, hosts: list[str], group: str
     return refusals, notes, checked, ans, key
 
 
+REACH_S = 8.0
+"""How long the head listens (and the others retry) for the dist-init reachability check."""
+
+
+async def reachable(links: list[HostLink], dist: tuple[str, int]) -> list[str]:
+    """The dist-init address reached from every other node: the head listens on its port (for a moment, before
+    anything starts) and each node connects to ``HOST:PORT`` as its rank will; a refusal per node that cannot."""
+    head, others = links[0], links[1:]
+    if not others:
+        return []
+    listening = asyncio.ensure_future(probe(head, {"listen": dist[1], "expect": len(others), "for": REACH_S},
+                                            timeout=REACH_S + 20))
+    tries = [probe(lk, {"connect": [dist[0], dist[1]], "say": lk.name, "for": REACH_S - 1}, timeout=REACH_S + 20)
+             for lk in others]
+    answers = await asyncio.gather(*tries)
+    heard = await listening
+    out = []
+    if heard.get("listened") is False:
+        return [f"{head.name} (rank 0): cannot listen on the dist-init port {dist[1]}: {heard.get('listen_error')}"]
+    for lk, a in zip(others, answers):
+        if not a.get("connected"):
+            out.append(f"{lk.name}: cannot reach the dist-init address {dist[0]}:{dist[1]}: "
+                       f"{a.get('connect_error') or a.get('error') or 'no connection'}")
+    return out
+
+
 def _ifname(link: HostLink, req: LaunchRequest, ans: dict, var: str) -> str | None:
     """The value a member's server will see: the request's env, the host's launch_env, else the agent's own."""
     if var in req.env:
@@ -114,6 +141,8 @@ async def preflight(links: list[HostLink], reqs: list[LaunchRequest], dist_init_
             f"{h}: {k}" for h, k in keys.items()))
     elif keys:
         out.notes.append(f"every node runs {next(iter(keys.values()))}")
+    if not out.refusals:  # only then: the head listens on the dist-init port while every other node connects
+        out.refusals += await reachable(links, dist)
     for var in IFNAME_VARS:
         vals = {lk.name: _ifname(lk, r, g[3], var) for lk, r, g in zip(links, reqs, got) if "error" not in g[3]}
         if len(set(vals.values())) > 1:

@@ -1,9 +1,12 @@
 """One small stdlib program run on a node (``HostClient.run``, argv as data, no shell) for the group's checks.
 
 Its one argument is a JSON object: ``{"env": [names], "paths": [paths], "resolve": host, "free_port": bool,
-"derived": [offsets], "generate": {"port": p, "timeout": s}}``; it prints one JSON object back: the named
-environment variables of the agent's environment, which paths exist, whether ``resolve`` resolves here, a
-free port whose ``+offsets`` are free too, and a one-token ``POST /generate`` on 127.0.0.1's answer.
+"derived": [offsets], "listen": port, "expect": n, "connect": [host, port], "say": text, "for": s,
+"generate": {"port": p, "timeout": s}}``; it prints one JSON object back: the named environment variables of
+the agent's environment, which paths exist, whether ``resolve`` resolves here, a free port whose ``+offsets``
+are free too, what a listener on ``listen`` heard from ``expect`` peers within ``for`` seconds (the head), whether
+``connect`` reached it (the others: the dist-init address reachable from every node), and a one-token
+``POST /generate`` on 127.0.0.1's answer.
 """
 
 from __future__ import annotations
@@ -37,6 +40,34 @@ if a.get("free_port"):
             s.bind(("", 0)); p = s.getsockname()[1]
         if p + 6 < 65536 and all(free(p + d) for d in a.get("derived", [])):
             out["free_port"] = p; break
+if a.get("listen"):
+    import time
+    port, until = a["listen"], time.monotonic() + float(a.get("for", 5))
+    try:
+        srv = socket.create_server(("", port)); srv.settimeout(0.2); out["listened"] = True; out["heard"] = []
+        while time.monotonic() < until and len(out["heard"]) < a.get("expect", 0):
+            try:
+                c, peer = srv.accept()
+            except OSError:
+                continue
+            try:
+                c.settimeout(2); out["heard"].append(c.recv(200).decode("utf-8", "replace").strip())
+            except OSError:
+                pass
+            c.close()
+        srv.close()
+    except OSError as e:
+        out["listened"] = False; out["listen_error"] = str(e)
+if a.get("connect"):
+    import time
+    host, port, until = a["connect"][0], a["connect"][1], time.monotonic() + float(a.get("for", 5))
+    out["connected"] = False
+    while time.monotonic() < until and not out["connected"]:
+        try:
+            with socket.create_connection((host, port), timeout=1) as c:
+                c.sendall(a.get("say", "").encode()); out["connected"] = True
+        except OSError as e:
+            out["connect_error"] = str(e); time.sleep(0.1)
 g = a.get("generate")
 if g:
     body = json.dumps({"text": "Hi", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}).encode()
