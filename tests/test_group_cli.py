@@ -154,3 +154,26 @@ def test_launch_watch_guards_the_group_node1_worker_killed_failed_and_rest_kille
     assert res["state"] == "failed" and res["failed_host"] == "testhost" and res["failed_rank"] == 1
     assert res["head_health"] == 200
     assert res["killed"][0].startswith("local (rank 0): stopped, confirmed"), res["killed"]
+
+
+def test_relaunch_group_with_an_edited_flag_kills_every_member_then_launches_the_group_again(world):
+    from pathlib import Path
+
+    run, hosts = world["run"], world["hosts"]
+    r = run("launch", *hosts, "--gpu", "0-1", "--port", str(free_port()), "--wait", "--json", "--", "--model-path",
+            world["model"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    old = json.loads(r.stdout)["session_id"]
+    rr = run("relaunch", *hosts, old, "--set", "--max-running-requests=24", "--grace", "3", "--wait", "--json")
+    assert rr.returncode == 0, rr.stdout + rr.stderr
+    new = json.loads(rr.stdout)
+    assert new["op"] == "relaunch" and new["state"] == "ready" and new["session_id"] != old
+    assert [ln.split(":")[0] for ln in new["killed"]] == ["local (rank 0)", "testhost (rank 1)"]
+    for runs, m in zip(world["runs"], new["members"]):
+        argv = json.loads((Path(runs) / m["session_id"] / "spec.json").read_text())["argv"]
+        assert argv[argv.index("--max-running-requests") + 1] == "24"
+        assert argv.count("--node-rank") == 1 and argv[argv.index("--node-rank") + 1] == str(m["rank"])
+    groups = {g["group"]: g["state"] for g in json.loads(run("sessions", *hosts, "--json").stdout)}
+    assert groups == {old: "stopped", new["session_id"]: "ready"}, groups
+    k = run("kill", *hosts, new["session_id"], "--grace", "3")
+    assert k.returncode == 0, k.stdout + k.stderr

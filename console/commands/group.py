@@ -176,3 +176,60 @@ async def status(ctx: CliContext, gid: str) -> int:
         for m in v.members:
             print(_member_line(m))
     return 0 if v.state == "ready" else 1
+
+
+async def relaunch(ctx: CliContext, args: argparse.Namespace, edit: Callable[[list[str], list[str], list[str]],
+                   list[str]], unmask: Callable[[Any, Any], list[str]],
+                   parse_env: Callable[[list[str]], dict[str, str]]) -> int:
+    """``relaunch GROUP``: every member killed (confirmed on its host), then the group launched again on the same
+    hosts and GPUs with each member's flags (``--set``/``--unset`` applied; the member flags and ports set anew).
+
+    The kill comes first: the old members hold the ports and GPUs the new group's preflight must find free (and
+    the preflight refuses a live member of another group). A refused preflight then leaves nothing running, and
+    says so. ``edit`` and ``unmask`` are the single-session relaunch's own flag edits and secret unmasking."""
+    from console.core.group import MEMBER_FLAGS
+    from console.ops.lifecycle import fresh_snapshot, relaunch_env, request_from_argv
+
+    if ctx.read_only:
+        raise UserError("read-only: relaunch is disabled", kind="read_only")
+    async with open_hosts(ctx) as opened:
+        v = await _find(ctx, args.session, opened.links)
+        by = {lk.name: lk for lk in opened.links}
+        missing = [h for h in v.hosts if h not in by]
+        if missing:
+            raise UserError(f"group {v.group} spans {', '.join(v.hosts)}: give every host with --host (missing: "
+                            f"{', '.join(missing)})")
+        links = [by[h] for h in v.hosts]
+        given = parse_env(args.env)
+        reqs: list[LaunchRequest] = []
+        for lk, m in zip(links, v.members):
+            snap = await fresh_snapshot(lk)
+            every = await lk.client.sessions()
+            s = next((x for x in every if x.session_id == m.session_id), None)
+            if s is None or s.spec is None:
+                raise UserError(f"{lk.name} (rank {m.rank}): no launch spec of {m.session_id}: nothing to relaunch",
+                                exit_code=1)
+            env, lacking = relaunch_env(opened.config, lk.name, s.spec, given)
+            if lacking:
+                raise UserError(f"{lk.name} (rank {m.rank}) was launched with the secret env {', '.join(lacking)}: "
+                                "give their values again with --env NAME=VALUE")
+            argv = edit(unmask(s, snap), [], [f for f in (*MEMBER_FLAGS, "--port")])
+            argv = edit(argv, args.set, args.unset)
+            reqs.append(request_from_argv(lk.name, argv, list(s.spec.gpus), s.spec.port if m.rank == 0 else
+                                          v.members[0].port, env).model_copy(update={"force": args.force}))
+        killed = await grp.kill_members(links, v.members, grace=args.grace)
+        if not all("stopped, confirmed" in k or "already ended" in k for k in killed):
+            r = GroupResult(op="relaunch", session_id=v.group, group=v.group, ok=False, state="failed", nnodes=v.nnodes,
+                            failed="the old group's kill was not confirmed: nothing was started", killed=killed,
+                            members=v.members)
+            return emit_group(ctx.json_output, r)
+        greq = grp.GroupRequest(requests=reqs, nnodes=v.nnodes, notes=[f"relaunch of group {v.group}"])
+        keepers = [asyncio.create_task(lk.run()) for lk in links]
+        try:
+            r = await grp.launch_group(links, greq, step_printer(ctx.json_output), timeout=args.timeout)
+        finally:
+            for k in keepers:
+                k.cancel()
+    r = r.model_copy(update={"op": "relaunch", "killed": killed + r.killed,
+                             "notes": [*r.notes, f"replaces group {v.group} (stopped, confirmed)"]})
+    return emit_group(ctx.json_output, r)

@@ -81,6 +81,12 @@ def masked_secret_flags(argv: list[str]) -> list[str]:
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from console.core.group import is_group_id
+
+    if is_group_id(args.session):  # a multi-node group: kill every member, then launch the group again (issue 30)
+        from console.commands import group
+
+        return await group.relaunch(ctx, args, edit_flags, unmask_from_live, parse_env)
     single_host(ctx)
     if ctx.read_only:
         raise UserError("read-only: relaunch is disabled", kind="read_only")
