@@ -147,7 +147,7 @@ def test_sigkill_of_rank1_leaves_rank0_hung_answering_health_200_until_it_is_kil
     assert wait_until(lambda: r0.decode_lines() >= 2, 10), r0.text()
     r1.p.send_signal(signal.SIGKILL)
     r1.p.wait(10)
-    time.sleep(0.5)  # the step in flight when the peer died is the last one
+    time.sleep(1.0)  # the step in flight when the peer died is the last one (a busy machine: 1 s)
     before = r0.decode_lines()
     assert holds_for(lambda: r0.alive() and health(r0.port) == 200, 2.5), r0.text()
     assert r0.decode_lines() == before, "rank 0 kept stepping after its peer died:\n" + r0.text()
