@@ -177,3 +177,36 @@ def test_relaunch_group_with_an_edited_flag_kills_every_member_then_launches_the
     assert groups == {old: "stopped", new["session_id"]: "ready"}, groups
     k = run("kill", *hosts, new["session_id"], "--grace", "3")
     assert k.returncode == 0, k.stdout + k.stderr
+
+
+def test_member_dies_unwatched_group_reads_failed_and_report_group_writes_every_member(world, tmp_path):
+    import os
+    from pathlib import Path
+
+    run, hosts = world["run"], world["hosts"]
+    r = run("launch", *hosts, "--gpu", "0-1", "--port", str(free_port()), "--wait", "--json", "--", "--model-path",
+            world["model"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout)
+    gid = res["session_id"]
+    rec = json.loads((Path(world["runs"][1]) / res["members"][1]["session_id"] / "record.json").read_text())
+    os.killpg(rec["pgid"], signal.SIGKILL)  # node1 dies; no console watches: the head hangs on, /health 200
+
+    def state():
+        g = json.loads(run("sessions", *hosts, "--json").stdout)
+        return g[0]["state"] if g else None
+
+    assert wait_until(lambda: state() == "failed", 30, step=0.5), state()
+    st = run("status", *hosts, gid)
+    assert st.returncode == 1 and f"group {gid}: FAILED" in st.stdout and "rank 0 on local: READY" in st.stdout, \
+        st.stdout
+    out = tmp_path / "group.md"
+    rp = run("report", *hosts, gid, "--out", str(out))
+    assert rp.returncode == 0, rp.stdout + rp.stderr
+    text = out.read_text()
+    assert f"# Group {gid}: FAILED" in text and "**First failed member**: testhost (rank 1)" in text
+    assert "group-r0.md" in text and "group-r1.md" in text
+    assert (tmp_path / "group-r0.md").is_file() and (tmp_path / "group-r1.md").is_file()
+    assert "local/r0 | " in text and "testhost/r1 | " in text
+    k = run("kill", *hosts, gid, "--grace", "3")
+    assert k.returncode == 0, k.stdout + k.stderr

@@ -233,3 +233,47 @@ async def relaunch(ctx: CliContext, args: argparse.Namespace, edit: Callable[[li
     r = r.model_copy(update={"op": "relaunch", "killed": killed + r.killed,
                              "notes": [*r.notes, f"replaces group {v.group} (stopped, confirmed)"]})
     return emit_group(ctx.json_output, r)
+
+
+async def report(ctx: CliContext, args: argparse.Namespace, since_s: float) -> int:
+    """``report GROUP``: each member's own incident report (``FILE-r<rank>.md`` + SVG) and an index ``FILE`` with
+    the group's state, its members and their logs interleaved by time."""
+    import time
+    from pathlib import Path
+
+    from console.core.group import group_report_md
+    from console.core.redact import redact_text
+    from console.ops.backend import safe_name
+    from console.ops.report_files import check_targets, write_files, write_report
+    from console.ops.report_gather import ReportError, gather
+
+    out = Path(args.out or f"report-{safe_name(args.session)}.md")
+    stem = out.with_suffix("")
+    check_targets(out, overwrite=args.overwrite)
+    async with open_hosts(ctx, require=False) as opened:
+        v = await _find(ctx, args.session, opened.links)
+        by = {lk.name: lk for lk in opened.links}
+        files: dict[int, str] = {}
+        written: list[str] = []
+        for m in v.members:
+            lk = by.get(m.host)
+            if lk is None or m.state == "unreachable":
+                continue
+            target = Path(f"{stem}-r{m.rank}.md")
+            check_targets(target, overwrite=args.overwrite)
+            try:
+                inp = await gather(lk, m.session_id, audit_path=ctx.audit_log, since_s=since_s, now=time.time())
+            except ReportError as e:
+                raise UserError(f"{m.host} (rank {m.rank}): {e}", exit_code=1) from None
+            md, svg = write_report(inp, target, overwrite=args.overwrite)
+            files[m.rank] = md.name
+            written += [str(md), str(svg)]
+        lines, notes = await grp.group_logs(opened.links, v)
+    text = group_report_md(v.group, v.state, v.hosts, v.members, files, [redact_text(x) for x in lines[-200:]],
+                           [redact_text(n) for n in notes])
+    write_files([(out, text)], overwrite=args.overwrite)
+    if ctx.json_output:
+        print(json.dumps({"report": str(out), "members": written, "session_id": v.group, "state": v.state}))
+    else:
+        print(f"wrote {out} and " + ", ".join(written))
+    return 0

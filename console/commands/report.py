@@ -43,6 +43,12 @@ def parse_age(text: str) -> float:
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
+    from console.core.group import is_group_id
+
+    if is_group_id(args.session):  # a multi-node group: each member's report and the group's index (issue 30)
+        from console.commands import group
+
+        return await group.report(ctx, args, parse_age(args.since))
     host = single_host(ctx)
     since = parse_age(args.since)
     default = f"report-{safe_name(args.session)}.md"

@@ -177,3 +177,23 @@ class GroupResult(BaseModel):
     """What the failure policy (or ``kill GROUP``) stopped, confirmed, one line a member."""
     notes: list[str] = Field(default_factory=list)
     start_order: str = START_ORDER
+
+
+def group_report_md(group: str, state: str, hosts: list[str], members: list[GroupMember], files: dict[int, str],
+                    lines: list[str], notes: list[str]) -> str:
+    """A group's incident report index (Markdown): its state, each member (with its own report's file), the
+    members' merged log tail. Text given here is already redacted by the caller."""
+    out = [f"# Group {group}: {state.upper()}", "",
+           f"{len(members)} nodes: {', '.join(hosts)}. The members started all at once; the group's state is the "
+           "worst member's.", "", "| rank | host | state | session | cause | report |", "|---|---|---|---|---|---|"]
+    for m in members:
+        cause = (m.cause or "").replace("|", "\\|")
+        out.append(f"| {m.rank} | {m.host} | {m.state.upper()} | `{m.session_id}` | {cause} | "
+                   f"{files.get(m.rank, '-')} |")
+    bad = [m for m in members if m.state == "failed"]
+    if bad:
+        out += ["", f"**First failed member**: {bad[0].host} (rank {bad[0].rank}): {bad[0].cause or 'failed'}"]
+    out += ["", "## The members' logs, interleaved by time", ""]
+    out += [f"- {n}" for n in notes]
+    out += ["", "```", *lines, "```", ""]
+    return "\n".join(out)
