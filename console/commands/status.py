@@ -25,6 +25,9 @@ from console.ops.advice_host import advise_link, schema_validator
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each host (default 15)")
+    p.add_argument("--brief", action="store_true",
+                   help="one line per host (connection, sample age, GPUs as glyphs, worst session state, power), "
+                        "trouble first: FAILED, UNREACHABLE, STALE, orphans, advice (issue 31)")
     p.add_argument("group", nargs="?", default=None,
                    help="a multi-node group id: its state (the worst member's) and each member's, over the --host values")
 
@@ -115,9 +118,12 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         snaps = await asyncio.gather(*(_one(lk, args.timeout) for lk in links))
         settle = DEMO_SETTLE_S if ctx.demo else 0.0
         extra = await asyncio.gather(*(_advice(lk, s, args.timeout, settle) for lk, s in zip(links, snaps)))
-        current = [] if ctx.json_output else await asyncio.gather(
+        current = [] if ctx.json_output and not args.brief else await asyncio.gather(
             *(current_sessions(lk, s, time.time()) for lk, (s, _, _) in zip(links, extra)))
     ok = all(s.connection.state == "connected" for s in snaps)
+    if args.brief:  # issue 31: the fleet overview's headless twin
+        print_brief(extra, current, ctx)
+        return 0 if ok else 1
     if ctx.json_output:
         hosts = [dict(snapshot_json(s), advice=redact_obj([a.model_dump(mode="json") for a in adv]),
                       figures=redact_obj(figs)) for s, adv, figs in extra]
@@ -128,6 +134,26 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             for a in adv:
                 print(render_advice(a))
     return 0 if ok else 1
+
+
+def print_brief(extra: list[Extra], current: list[list[GpuCurrent]], ctx: CliContext) -> None:
+    """``status --brief``: one line per host, trouble first (``console/core/fleet.py``), or its rows as JSON."""
+    from console.commands._ops import term
+    from console.core.fleet import brief_line, fleet_row, legend, sort_rows
+    from console.core.sessions import derive_views
+    from console.model import HostView
+
+    now = time.time()
+    rows = sort_rows(fleet_row(HostView(snapshot=s, sessions=derive_views(s, {}, now, interval=1e9), current=cur,
+                                        advice=adv), now, ctx.interval) for (s, adv, _), cur in zip(extra, current))
+    if ctx.json_output:
+        print(json.dumps({"hosts": [redact_obj(dict(r.model_dump(mode="json"), glyphs=r.glyphs)) for r in rows]},
+                         indent=2))
+        return
+    width = max((len(r.host) for r in rows), default=0)
+    for r in rows:
+        print(term(brief_line(r, width)))
+    print(f"({legend()})")
 
 
 def render_advice(a: Advice) -> str:
