@@ -90,8 +90,7 @@ async def test_launch_steps_to_ready():
     app = frozen_app(be)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
-        await pilot.press("tab")
-        await until(pilot, lambda: selected(app) is panel(app, "host-a", 0))
+        await until(pilot, lambda: selected(app) is panel(app, "host-a", 0))  # no session anywhere: the first GPU
         assert badge(app, "host-a", 0) == "IDLE"
         await pilot.press("l")
         await until(pilot, lambda: is_form(app))
@@ -253,7 +252,9 @@ async def test_read_only_refuses_destructive_keys():
             assert not isinstance(app.screen, (ConfirmScreen, FlagForm))
         assert notes(app) == ["read-only: kill disabled", "read-only: launch disabled",
                               "read-only: relaunch disabled", "read-only: edit and relaunch disabled"]
-        assert app.check_action("kill", ()) is None and app.sub_title == "READ-ONLY"
+        assert app.check_action("kill", ()) is False and app.sub_title == "READ-ONLY"
+        shown = {b.binding.key for b in app.screen.active_bindings.values()}  # the footer's and the key help's
+        assert not shown & set("klre") and {"s", "z", "question_mark"} <= shown
         assert not any(c[0] in ("kill", "launch", "relaunch") for c in be.calls)
     assert frozen_app(FakeBackend(read_only=True)).read_only
 
@@ -351,7 +352,7 @@ async def test_view_coalescing_and_theme_cycle():
         await pilot.press("t")
         assert app.theme == "mtp-high-contrast" and "theme-high-contrast" in app.classes
         await pilot.press("question_mark")
-        await until(pilot, lambda: app.screen.query("HelpPanel"))
+        await until(pilot, lambda: app.help_shown)
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Kill (k)" in titles and "Launch (l)" in titles
         await pilot.press("q")

@@ -29,7 +29,7 @@ from console.ui.log_follow import LogFollower
 from console.ui.main_screen import KEYS, MainScreen, allowed
 from console.ui.protocols import LogListener
 from console.ui.screens.workflow import Workflow
-from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, css_paths
+from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, ThemeStylesheet, css_paths
 from console.ui.views import ViewPipeline
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
@@ -76,6 +76,7 @@ class MtpConsoleApp(App):
         self.clock = clock
         self.interval = float(interval or backend.interval or 1.0)
         self.theme_name: ThemeName = theme
+        self.stylesheet = ThemeStylesheet(variables=self.get_css_variables())  # no CSS is read yet: none is lost
         self.register_theme(HIGH_CONTRAST)
         self.set_theme(theme)  # before the DOM exists: no restyle of every widget at mount
         self.main = MainScreen(self, id="_default")

@@ -218,7 +218,8 @@ class MainScreen(Screen):
             self.action_next_panel(1)
             return
         i = panels.index(self._selected) + step
-        if 0 <= i < len(panels):
+        if 0 <= i < len(panels):  # selected now, as tab does (not when the focus event comes round)
+            self.select(panels[i])
             self.focus_panel(panels[i])
 
     def action_select_panel(self) -> None:

@@ -281,7 +281,7 @@ class Operations:
                          severity="warning")
             return
         target, req = kill_target(s), relaunch_request(s)
-        lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
+        lines = [*self._who(s), f"flags:    {clean(' '.join(req.flags))}", "",
                  "kill checks: " + KILL_CHECKS, "then the same flags are launched and confirmed step by step"]
         self.console.push_screen(ConfirmScreen(f"Relaunch {clean(s.session_id or 'foreign server', 80)}?", lines,
                                            "Relaunch"), callback=on_ok(lambda: self._start_relaunch(target, req, s.gpus)))
@@ -295,7 +295,7 @@ class Operations:
         req = relaunch_request(s)
         sid = clean(s.session_id or "the ended session", 80)
         ended = f"{s.state.upper()}" + (f": {s.cause}" if s.state == "failed" and s.cause else "")
-        lines = [*self._who(s), f"flags:    {short(clean(' '.join(req.flags)), 300)}", "",
+        lines = [*self._who(s), f"flags:    {clean(' '.join(req.flags))}", "",
                  f"it ended ({ended}): nothing to kill; its flags are launched again and confirmed step by step"]
         self.console.push_screen(ConfirmScreen(f"Relaunch {sid}'s flags?", lines, "Relaunch"),
                              callback=on_ok(lambda: self._launch_op(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.css.stylesheet import Stylesheet
 from textual.theme import Theme
 
 from console.config import THEME_NAMES, ThemeName
@@ -45,3 +46,23 @@ def css_paths() -> list[Path]:
     """base.tcss, then one file per theme name, in load order."""
     d = themes_dir()
     return [d / "base.tcss", *(d / f"{n}.tcss" for n in NAMES)]
+
+
+class ThemeStylesheet(Stylesheet):
+    """Textual's stylesheet, keeping the rules parsed for each theme: ``t`` back to a theme already shown does not
+    parse every CSS source again (Textual parses them all on each theme change, some 15 ms of ``t`` on a 2-core
+    machine). One set of rules is kept per theme, used only while the CSS sources are the very ones it was parsed
+    from (a widget type mounted since adds its own: they are parsed again, once)."""
+
+    def __init__(self, *, variables: dict[str, str] | None = None) -> None:
+        super().__init__(variables=variables)
+        self._by_theme: dict[tuple, tuple[dict, list]] = {}
+
+    def reparse(self) -> None:
+        key = tuple(sorted(self._variables.items()))
+        kept = self._by_theme.get(key)
+        if kept is not None and kept[0] == self.source:
+            self._rules, self._rules_map, self._require_parse = kept[1], None, False
+            return
+        super().reparse()
+        self._by_theme[key] = (dict(self.source), self._rules)

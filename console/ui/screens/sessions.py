@@ -7,6 +7,7 @@ shows the whole command line, or as much as fits and that ``enter`` (the full lo
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Callable
 
@@ -55,18 +56,21 @@ def sort_value(s: SessionView, col: str, now: float) -> tuple:
 
 
 def command_lines(argv: list[str], width: int, room: int) -> list[str]:
-    """The command line ``$ argv`` cut into lines of ``width`` characters, at most ``room`` of them; when it needs
-    more, the last one ends with how much is left out and where all of it is (the full log's banner: ``enter``)."""
+    """The command line ``$ argv`` in lines of at most ``width`` characters (broken between arguments where it can),
+    at most ``room`` of them; when it needs more, the last one ends with how much is left out and where all of it is
+    (the full log's banner: ``enter``)."""
     text = "$ " + clean(" ".join(argv))
     width, room = max(20, width), max(1, room)
-    lines = [text[i:i + width] for i in range(0, len(text), width)]
+    lines = textwrap.wrap(text, width, break_on_hyphens=False, drop_whitespace=True) or [text]
     if len(lines) <= room:
         return lines
+
     def tail(left: int) -> str:
         return f"… (+{left:,} chars: enter shows it all)"
-    last = width - len(tail(len(text)))  # the characters the last line keeps (the count has at most this many digits)
-    left = len(text) - (room - 1) * width - max(0, last)
-    return [*lines[:room - 1], lines[room - 1][:max(0, last)] + tail(left)]
+    shown = " ".join(lines[:room - 1])
+    last = lines[room - 1][:max(0, width - len(tail(len(text))))].rstrip()  # the count has at most this many digits
+    left = len(text) - len(shown) - (1 if shown else 0) - len(last)
+    return [*lines[:room - 1], last + tail(left)]
 
 
 class SessionsScreen(TableScreen):
@@ -75,7 +79,7 @@ class SessionsScreen(TableScreen):
     TABLE_ID = "sessions"
     DETAIL_LINES = 6
     BINDINGS = [
-        Binding("enter", "open", "Log & steps", tooltip="open the session's log and its steps"),
+        Binding("enter", "open", "Log & steps", tooltip="open the session's log and its steps", priority=True),
         Binding("a", "ack", "Acknowledge", tooltip="acknowledge an ended session: its GPU no longer shows it"),
         Binding("f", "filter", "Filter", tooltip="filter by state: all → live → failed → ended"),
         *[Binding(str(i), f"sort({i - 1})", f"Sort by column {i}", show=False, tooltip="sort by column 1-9 (again: "
