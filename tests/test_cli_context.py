@@ -69,8 +69,11 @@ def test_every_option_has_help_and_applies(name):
         assert a.dest not in ("command", "subcommand"), (name, a.dest)  # --command is server_command
     opts = {o for a in p._actions for o in a.option_strings}
     if name in ("plan", "classify-log", "load"):
-        assert not opts & {"--host", "--ssh-config", "--config", "--demo", "--read-only", "--audit-log"}
-    if name in ("status", "sessions", "logs", "flags", "check", "plan", "classify-log", "load", "events"):
+        # plan --demo reads the demo's model and GPU (it opens no host)
+        assert not opts & {"--host", "--ssh-config", "--config", "--read-only", "--audit-log"}
+        assert "--demo" not in opts or name == "plan"
+    # sessions --prune removes a broken run directory: --read-only refuses it
+    if name in ("status", "logs", "flags", "check", "plan", "classify-log", "load", "events"):
         assert "--read-only" not in opts
     assert "--theme" not in opts  # the TUI's only
     assert "--interval" not in opts or name == "export"  # a sampling interval matters to the TUI and the exporter
@@ -165,7 +168,7 @@ def test_kill_gpu_names_a_managed_session_without_asking():
 
 
 def test_kill_gpu_without_gpu_information_is_refused():
-    with pytest.raises(UserError, match="no GPU information .*nvidia-smi: not found"):
+    with pytest.raises(UserError, match="no GPU information: nvidia-smi: not found"):
         on_gpu(_snap(None, gpus=False), "host-a", 0, lambda q: True)
     with pytest.raises(UserError, match="has no GPU 7"):
         on_gpu(_snap(None), "host-a", 7, lambda q: True)
