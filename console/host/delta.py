@@ -16,8 +16,11 @@ is a change). ``apply(a, patch)`` returns a new value and never changes ``a``; t
 ``a``'s own objects (the console reuses what it validated of them). A patch that does not fit ``a`` raises
 ``BadDelta``: the caller asks for a whole sample instead.
 
-``digest(value)``: a CRC-32 of the value's canonical JSON (sorted keys), which a delta carries so that the
-console can check that what it rebuilt is what the agent holds, byte for byte.
+``digest(value)``: a CRC-32 of the value's canonical JSON (sorted keys). A delta carries ``changed_digest``: the
+digest of the new values of the top-level keys its patch changes, so that the console can check that what it
+rebuilt there is what the agent holds, byte for byte (the keys a patch leaves alone are the very objects of the
+sample before, which was checked in its turn; a gap is caught by the sequence numbers, not by the digest). Only
+the changed keys are encoded: a whole sample's JSON costs more to encode than the rest of a delta's work.
 """
 
 import json
@@ -137,11 +140,19 @@ FULL_EVERY = 30
 a ``snapshot`` request); the ticks between carry deltas."""
 
 
+def changed_digest(value, patch):
+    """The digest of what ``patch`` changed in ``value`` (the sample after it): the values of the top-level keys a
+    ``d`` patch names (sorted), or the whole value for any other patch."""
+    if isinstance(patch, list) and len(patch) == 3 and patch[0] == "d" and isinstance(patch[1], dict) \
+            and isinstance(value, dict):
+        return digest([[k, value.get(k)] for k in sorted(patch[1])])
+    return digest(value)
+
+
 def canonical(value):
-    """(``value`` as the console will read it back from JSON, its ``digest``): the agent diffs against the former,
-    never against objects of its own that a later scan may change in place."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return json.loads(text), zlib.crc32(text.encode("utf-8"))
+    """``value`` as the console will read it back from JSON: the agent diffs against it, never against objects of
+    its own that a later scan may change in place."""
+    return json.loads(json.dumps(value, separators=(",", ":")))
 
 
 class DeltaSender(object):
@@ -158,16 +169,17 @@ class DeltaSender(object):
         self.seq += 1
         if self.last is None or self.since_full + 1 >= self.full_every:
             return self.full(sample, self.seq)
-        now, crc = canonical(sample)
+        now = canonical(sample)
         patch = diff(self.last, now)
         self.last = now
         self.since_full += 1
-        return {"type": "sample_delta", "seq": self.seq, "base": self.seq - 1, "patch": patch, "digest": crc}
+        return {"type": "sample_delta", "seq": self.seq, "base": self.seq - 1, "patch": patch,
+                "digest": changed_digest(now, patch)}
 
     def full(self, sample, seq=None):
         """``sample`` whole, as the base of the next delta (``seq``: already counted, e.g. by ``message``)."""
         if seq is None:
             self.seq += 1
-        self.last = canonical(sample)[0]
+        self.last = canonical(sample)
         self.since_full = 0
         return {"type": "sample", "seq": self.seq, "data": sample}

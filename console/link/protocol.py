@@ -72,11 +72,12 @@ Agent -> console (pushed)
   ``other_sessions``: sessions of other runs directories that a live process carries (with ``owner_uid``);
   ``relatives``: the parents, ancestors and live group leaders of ``servers`` that are not in it (ProcRef).
   Every sample carries ``seq`` (its number). Between whole samples the agent pushes what changed:
-``{"type": "sample_delta", "seq", "base", "patch", "digest"}``: ``patch`` (``console/host/delta.py``'s format) turns
-  sample ``base`` into sample ``seq``; ``digest`` is the CRC-32 of the result's canonical JSON. A whole sample goes
-  out on connect, every ``delta.FULL_EVERY`` (30) ticks, and as the reply to ``snapshot`` (with its ``seq``: the
-  deltas after it build on it). The console applies a delta only to sample ``base`` and only when the digest
-  matches; otherwise it keeps the sample it has and asks for a whole one with ``snapshot`` (``link/samples.py``).
+``{"type": "sample_delta", "seq", "base", "patch", "digest"}``: ``patch`` (``console/host/delta.py``'s format)
+  turns sample ``base`` into sample ``seq``; ``digest`` is the CRC-32 of the canonical JSON of the top-level values
+  it changed (``delta.changed_digest``). A whole sample goes out on connect, every ``delta.FULL_EVERY`` (30) ticks,
+  and as the reply to ``snapshot`` (with its ``seq``: the deltas after it build on it). The console applies a delta
+  only to sample ``base`` and only when the digest matches; otherwise it keeps the sample it has and asks for a
+  whole one with ``snapshot`` (``link/samples.py``).
 ``{"type": "event", "kind": "exit", "pid", "start_ticks", "at", "exit_code", "signal", "session_id"?}``
   (code/signal None when unknown: the process was not ours and its parent reaped it first)
 ``{"type": "event", "kind": "session_ended", "session_id", "exit": {...}}``

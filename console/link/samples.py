@@ -3,7 +3,7 @@
 The agent pushes a whole ``sample`` on connect, every ``FULL_EVERY`` ticks and as the reply to a ``snapshot``
 request; between them ``sample_delta`` messages (``console/host/delta.py``). :class:`SampleBook` applies a delta
 only to the sample it was made from (its ``base`` is the ``seq`` held) and only when the result's digest is the
-agent's: a gap (a delta lost, or one of another base) or a delta that does not apply or check is refused, the
+agent's (the digest of the values it changed): a gap (a delta lost, or one of another base) or a delta that does not apply or check is refused, the
 sample held stays as it was, and the link asks for a whole one. A wrong snapshot is never built.
 
 Each GPU, server, session and relative is validated once, when it arrives or changes: the items a delta left
@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from console.host.delta import BadDelta, apply, digest
+from console.host.delta import BadDelta, apply, changed_digest
 from console.link.client import sessions_each
 from console.model import ConnectionInfo, GpuSample, HostSnapshot, ProcRef, ServerProc, SessionInfo
 
@@ -56,7 +56,7 @@ class SampleBook:
         if not isinstance(new, dict):
             return self._refuse("the delta makes the sample no dict")
         try:
-            if digest(new) != msg.get("digest"):
+            if changed_digest(new, msg.get("patch")) != msg.get("digest"):
                 return self._refuse("the rebuilt sample's digest is not the agent's")
         except (TypeError, ValueError) as e:
             return self._refuse(f"the rebuilt sample is no JSON: {e}")
