@@ -17,7 +17,8 @@ The rooms, bottom up (``docs/architecture.md`` draws the flow):
 - ``console.backend``: the seam the UI talks to: ground only;
 - ``console.ui``: backend, ground, core, itself, textual — never link, ops, host or the CLI;
 - ``console.commands`` + ``console.cli``: anything below; imported only by ``console.__main__``;
-- ``console.sim``: stand-ins: ground, core.flags, itself; imported by the CLI (the demo) and tests only.
+- ``console.sim``: stand-ins: ground, core.flags, the host's stdlib readers, itself; imported by the CLI (the demo)
+  and tests only.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ ROOMS: dict[str, tuple[str, ...]] = {
                     *GROUND),
     "console.backend": ("console.backend", *GROUND),
     "console.ui": ("console.ui", "console.backend", "console.core", *GROUND),
-    "console.sim": ("console.sim", "console.core.flags", *GROUND),
+    "console.sim": ("console.sim", "console.core.flags", "console.host", *GROUND),  # host: its /proc readers
 }
 """Room -> the console modules it may import (every import counted). The CLI may import anything."""
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from console.sim import persistent
-from console.sim.demo import free_port, proc_stat, same_process
+from console.sim.demo import free_port, process_state, same_process
 from tests.helpers.wait import holds_for, wait_until
 
 IDLE_S = 120
@@ -57,7 +57,7 @@ def _own_live(d: Path) -> list[int]:
             env = Path(f"/proc/{name}/environ").read_bytes()
         except OSError:
             continue
-        st = proc_stat(int(name))
+        st = process_state(int(name))
         if mark in env and st is not None and st[0] not in ("Z", "X"):
             out.append(int(name))
     return out
@@ -192,7 +192,7 @@ def test_a_stale_state_naming_other_processes_is_restaged_without_killing_them(d
     d = persistent.private_dir(tmp_path / "demo")
     sleepers = [subprocess.Popen(["sleep", "120"], start_new_session=True) for _ in range(3)]
     try:
-        ticks = [proc_stat(p.pid)[2] for p in sleepers]
+        ticks = [process_state(p.pid)[2] for p in sleepers]
         old = d / "mtpconsole-demo-old"
         (old / "runs" / "20260101-000000-gpu0-dead").mkdir(parents=True)
         (old / "sim" / "alloc").mkdir(parents=True)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 from console.config import Config, HostConfig, Profile
+from console.host import hostlib
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 GPU_MEM_MIB = 97887
@@ -120,20 +121,15 @@ def python_path() -> str:
     return os.pathsep.join(filter(None, [src_root, os.environ.get("PYTHONPATH")]))
 
 
-def proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, process group, start ticks) of ``pid`` from /proc/<pid>/stat, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("utf-8", "replace")
-        fields = stat[stat.rindex(")") + 2:].split()
-        return fields[0], int(fields[2]), int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
+def process_state(pid: int) -> tuple[str, int, int] | None:
+    """(state, process group, start ticks) of ``pid``, read by the agent's own /proc reader, or None when gone."""
+    st = hostlib.proc_stat(pid)
+    return None if st is None else (st["state"], st["pgid"], st["start_ticks"])
 
 
 def same_process(pid: int, start_ticks: int | None) -> bool:
     """``pid`` is alive (not a zombie) and is the process that started at ``start_ticks`` (not a reused pid)."""
-    st = proc_stat(pid)
+    st = process_state(pid)
     return st is not None and st[0] not in ("Z", "X") and start_ticks is not None and st[2] == start_ticks
 
 
@@ -169,11 +165,11 @@ def own_processes(root: Path, foreign: subprocess.Popen | None = None) -> dict[i
     own: dict[int, int] = {}
     candidates = [(pid, ticks) for pid, ticks in _recorded(root) if same_process(pid, ticks)]
     if foreign is not None and foreign.poll() is None:  # our unreaped child: its pid cannot have been reused
-        st = proc_stat(foreign.pid)
+        st = process_state(foreign.pid)
         if st is not None:
             candidates.append((foreign.pid, st[2]))
     for pid, _ in candidates:
-        st = proc_stat(pid)
+        st = process_state(pid)
         if st is not None and pid != me:
             own[pid] = st[1]
     for name in os.listdir("/proc"):
@@ -185,7 +181,7 @@ def own_processes(root: Path, foreign: subprocess.Popen | None = None) -> dict[i
                     continue
         except OSError:
             continue
-        st = proc_stat(int(name))
+        st = process_state(int(name))
         if st is not None and st[0] not in ("Z", "X"):
             own[int(name)] = st[1]
     return own

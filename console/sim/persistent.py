@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from console import paths
 from console.config import Config
 from console.errors import UserError
+from console.host import hostlib
 from console.sim import demo
 
 IDLE_ENV = "MTPCONSOLE_DEMO_IDLE_S"
@@ -77,7 +78,7 @@ class Proc(BaseModel):
     @classmethod
     def of(cls, pid: int) -> Proc | None:
         """The process ``pid`` as it is now (None when it is gone)."""
-        st = demo.proc_stat(pid)
+        st = demo.process_state(pid)
         return None if st is None else cls(pid=pid, start_ticks=st[2])
 
     def alive(self) -> bool:
@@ -140,12 +141,9 @@ def check_idle(value: float, what: str = "--idle") -> float:
     return value
 
 
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
+def _boot() -> str:
+    """This boot's id ('' when unknown), by the agent's own reader (:func:`console.host.hostlib.boot_id`)."""
+    return hostlib.boot_id() or ""
 
 
 def private_dir(d: Path) -> Path:
@@ -247,7 +245,7 @@ def _remove_state(d: Path, keeper: Proc | None = None) -> None:
 
 def live(st: DemoState) -> bool:
     """The recorded keeper runs (same pid, start time and boot) and the demo's files exist."""
-    return st.boot_id == boot_id() and st.keeper.alive() and (Path(st.root) / "sim" / "gpus.json").is_file()
+    return st.boot_id == _boot() and st.keeper.alive() and (Path(st.root) / "sim" / "gpus.json").is_file()
 
 
 def _roots(d: Path) -> list[Path]:
@@ -258,7 +256,7 @@ def _clean(d: Path, st: DemoState | None) -> list[int]:
     """Remove a stale (or stopped) demo: its recorded keeper if it still runs, every demo directory's own
     processes, the files and the state; the pids signalled. Called with the lock held and no live demo."""
     signalled = []
-    if st is not None and st.boot_id == boot_id() and st.keeper.alive():
+    if st is not None and st.boot_id == _boot() and st.keeper.alive():
         with contextlib.suppress(OSError):
             os.kill(st.keeper.pid, signal.SIGKILL)
             signalled.append(st.keeper.pid)
@@ -454,7 +452,7 @@ class Keeper:
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, self._stop)
-        st = DemoState(root=str(self.root), boot_id=boot_id(), keeper=self.me, idle_s=self.idle_s,
+        st = DemoState(root=str(self.root), boot_id=_boot(), keeper=self.me, idle_s=self.idle_s,
                        created_at=time.time(), load=self.load)
         write_state(self.dir, st)
         try:
