@@ -24,6 +24,8 @@ traceback; a memory failure prints the scheduler's traceback ending in
 launcher logs ``Received sigquit from a child process. It usually means the child failed.`` and
 kills its tree and itself with SIGKILL (exit status -9 / 137), like SGLang's kill_process_tree.
 SIGTERM while loading: the default action (immediate death). SIGTERM once serving: drain, exit 0.
+Multi-node (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``): see :mod:`console.sim.sglang_group`
+(the rendezvous, rank >= 1's dummy health server and ignored SIGTERM, survivors that hang on a dead peer).
 
 Longer than ~400 lines on purpose: the stand-in is one program mirroring one real one (argparse from
 the recorded schema, the start-up log in order, memory sizing, serving, teardown); it runs as
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from console.model import SPECULATIVE_ALGORITHMS
-from console.sim import sglang_args, sglang_memory, simgpu
+from console.sim import sglang_args, sglang_group, sglang_memory, simgpu
 
 if TYPE_CHECKING:
     from console.sim.sglang_http import Engine, SimServer
@@ -201,6 +203,10 @@ class Launcher:
         self.rust = os.environ.get("SGLANG_RUST_SERVER", "").strip().lower() in ("1", "true", "yes", "on")
         """SGLang's Rust front end (``SGLANG_RUST_SERVER=1``): HTTP, tokenizer and detokenizer live in the rank-0
         scheduler process - no detokenizer process, and the listening socket is that scheduler's."""
+        self.group: sglang_group.Rendezvous | None = None
+        """``--nnodes`` > 1: this node's rendezvous with the others (see sglang_group)."""
+        self.n_local = 1
+        """Schedulers on this node (tp_size / nnodes; the first ``n_local`` of self.children)."""
 
     # ------------------------------------------------------------ helpers
     def sleep(self, sim_s: float) -> None:
@@ -253,14 +259,86 @@ class Launcher:
         self.served_name = a.served_model_name or a.model_path
         self.context_len = a.context_length or self.shape.max_position_embeddings or 32768
         log("server_args=%r" % dict(self.args_items()))  # a dict, as sglang 0.5.23 logs it (secrets included)
+        self.n_local = self.setup_group()
         plans = self.plan_ranks()
         self.install_signals()
         self.spawn(plans)
+        if self.group is not None:
+            self.group.start()
         ok = self.wait_schedulers()
         if not ok:
             return 1
+        if self.group is not None and a.node_rank >= 1:
+            self.follow()
         self.serve()
         return 0
+
+    def setup_group(self) -> int:
+        """``--nnodes`` > 1: SGLang's checks, then bind (rank 0) the rendezvous; the number of local schedulers."""
+        a = self.args
+        if a.nnodes <= 1:
+            return a.tp_size
+        if (a.tp_size * a.pp_size) % a.nnodes:
+            fail("AssertionError: tp_size must be divisible by number of nodes",
+                 [("srt/server_args.py", 1080, "__post_init__", "self._handle_arg_groups()"),
+                  ("srt/arg_groups/validation_hook.py", 179, "check_server_args",
+                   "assert (cfg.tp_size * cfg.pp_size) % cfg.nnodes == 0, (")])
+        if not 0 <= a.node_rank < a.nnodes:  # the stand-in's own check (real SGLang fails later, in torch)
+            fail("ValueError: --node-rank %d is outside 0..%d (--nnodes %d)" % (a.node_rank, a.nnodes - 1, a.nnodes))
+        addr = None
+        if a.dist_init_addr:
+            try:
+                addr = sglang_group.split_addr(a.dist_init_addr)
+            except ValueError as e:
+                fail("ValueError: %s" % e)
+        self.group = sglang_group.Rendezvous(a.nnodes, a.node_rank, addr, log,
+                                             on_joined=lambda: self.send_all({"go": True}))
+        try:
+            self.group.bind()
+        except OSError as e:
+            assert addr is not None  # only rank 0 with an address binds
+            raw("%s Scheduler hit an exception: %s" % (ts(" TP0"), traceback_text([
+                ("srt/managers/scheduler.py", 3412, "run_scheduler_process", "scheduler = Scheduler("),
+                ("srt/distributed/bootstrap.py", 152, "init_parallel_runtime", "_init_parallel_groups("),
+            ], "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+               "address. port: %d, useIpv6: false, code: -%d, name: EADDRINUSE, message: %s"
+               % (addr[1], e.errno or 98, (e.strerror or "address already in use").lower()))))
+            log("Received sigquit from a child process. It usually means the child failed.")
+            self.kill_tree_and_die()
+        return a.tp_size // a.nnodes
+
+    def follow(self) -> None:
+        """Node rank >= 1 once its schedulers are ready: the dummy health server, then block until they exit."""
+        a = self.args
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            log("SIGTERM received on node_rank %d; waiting for the rank-0 ShutdownReq broadcast to stop the "
+                "schedulers." % a.node_rank)
+
+        if self.fault != "ignore_sigterm":
+            signal.signal(signal.SIGTERM, on_sigterm)
+        self.phase = "serving"
+        sglang_group.dummy_health_server(a.host, a.port, log)
+        group = self.group
+        assert group is not None
+        deadline = time.monotonic() + sglang_group.HANG_MAX_S
+        while time.monotonic() < deadline:
+            if group.shutdown.is_set():
+                self.exit(0)
+            dead = next((c for c in self.children[: self.n_local] if c.poll() is not None), None)
+            if dead is not None:
+                log("Subprocess scheduler (pid=%d) crashed with exit code %s. Triggering SIGQUIT for cleanup..."
+                    % (dead.pid, dead.returncode))
+                self.kill_tree_and_die()
+            time.sleep(0.2)
+        self.exit(0)
+
+    def hang(self) -> None:
+        """A peer died: NCCL's survivors neither exit nor log; only a signal ends this (bounded)."""
+        deadline = time.monotonic() + sglang_group.HANG_MAX_S
+        while time.monotonic() < deadline and not self.shutdown.is_set():
+            time.sleep(0.5)
+        self.exit(0)
 
     def resolve_spec(self) -> None:
         a = self.args
@@ -369,10 +447,11 @@ class Launcher:
                 weights = None
         out = []
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        for rank in range(a.tp_size):
+        ranks = sglang_group.local_ranks(a.tp_size, a.nnodes, a.node_rank) if self.group else range(a.tp_size)
+        for rank in ranks:
             run = self.launch_numbers()  # after rank 0 the automatic --mem-fraction-static is the flag's value
             try:
-                phys = simgpu.physical_gpu(rank, visible, gpus, a.base_gpu_id)
+                phys = simgpu.physical_gpu(rank - ranks.start, visible, gpus, a.base_gpu_id)  # the node's own GPUs
             except ValueError as e:
                 fail("RuntimeError: CUDA error: invalid device ordinal (%s)" % e)
             g = next((x for x in gpus if x.get("index") == phys), None)
@@ -381,7 +460,7 @@ class Launcher:
             g = g or dict(DEFAULT_GPU, index=phys)
             others = simgpu.used_by_others_mib(self.sim_dir, phys) * MIB if self.sim_dir else 0
             m = sglang_memory.rank_memory(self.shape, run, g, others, weights)
-            if rank == 0 and a.mem_fraction_static is None:
+            if rank == ranks.start and a.mem_fraction_static is None:
                 a.mem_fraction_static = m.mem_fraction_static
             out.append({"rank": rank, "gpu": phys if self.sim_dir else None, "mem": m})
         return out
@@ -508,6 +587,8 @@ class Launcher:
                    "gpu": r["gpu"], "spec": self.spec, "fault": self.fault, "events_fd": ev_w, "cmd_fd": cmd_r,
                    "title": scheduler_title(r["rank"], self.args.tp_size, self.args.dp_size), "retitle_s": retitle,
                    **sc}
+            if self.group is not None:  # torch.distributed's rendezvous: every node's ranks, or nobody goes on
+                cfg["steps"].insert(1, {"delay": 0.0, "gate": True})
             env["MTPCONSOLE_SIM_WORKER"] = json.dumps(cfg)
             # scale the script's delays here so the worker stays dumb
             for st in cfg["steps"]:
@@ -517,7 +598,7 @@ class Launcher:
                                                   stdin=subprocess.DEVNULL, close_fds=True))
             os.close(cmd_r)
             self.cmd_fds.append(cmd_w)
-        if not self.rust:
+        if not self.rust and self.args.node_rank == 0:  # node ranks >= 1 run no detokenizer (group members)
             env["MTPCONSOLE_SIM_WORKER"] = json.dumps({"role": "detokenizer", "parent_pid": os.getpid(),
                                                        "fault": self.fault, "title": "sglang::detokenizer",
                                                        "retitle_s": retitle})
@@ -531,7 +612,7 @@ class Launcher:
 
     def wait_schedulers(self) -> bool:
         """Wait for every scheduler's ready event (a failing one SIGQUITs us instead)."""
-        n = self.args.tp_size
+        n = self.n_local  # this node's schedulers (a group member's share of tp_size)
         ready = 0
         buf = b""
         deadline = time.monotonic() + 600.0
@@ -598,6 +679,8 @@ class Launcher:
     def serve(self) -> None:
         from console.sim.sglang_http import Engine, SimServer
         a = self.args
+        if self.group is not None and self.group.lost.is_set():
+            self.hang()  # a group member died while loading: the rest never comes up, nor exits
         info = self.internal
         engine = self.engine = Engine(max_running=info.get("max_running_requests", 48), accept_len=self.accept_len,
                              spec=self.spec, hybrid=self.shape.hybrid,
@@ -637,9 +720,13 @@ class Launcher:
         self.ready = True
         self.phase = "serving"
         log("The server is fired up and ready to roll!")
-        while not self.shutdown.wait(0.5):
-            if any(c.poll() is not None for c in self.children[: a.tp_size]) and not self.draining:
-                dead = next(c for c in self.children[: a.tp_size] if c.poll() is not None)
+        stalled = False
+        while not self.shutdown.wait(0.5 if self.group is None else 0.1):
+            if self.group is not None and self.group.lost.is_set() and not stalled:
+                sglang_group.stall(engine)  # a group member died: requests hang, /health still answers 200
+                stalled = True
+            if any(c.poll() is not None for c in self.children[: self.n_local]) and not self.draining:
+                dead = next(c for c in self.children[: self.n_local] if c.poll() is not None)
                 log("Subprocess scheduler (pid=%d) crashed with exit code %s. Triggering SIGQUIT for cleanup..."
                     % (dead.pid, dead.returncode))
                 log("SIGQUIT received. signum=3, frame=None. It usually means one child failed.")
@@ -673,7 +760,9 @@ class Launcher:
         if self.engine is not None:
             self.engine.stop.set()
         self.send_all({"exit": True})
-        for c in self.children[self.args.tp_size:]:
+        if self.group is not None and self.args.node_rank == 0:
+            self.group.stop_peers()
+        for c in self.children[self.n_local:]:
             c.kill()  # the detokenizer: killed with the tree, as kill_process_tree does
         deadline = time.monotonic() + 2.0
         for c in self.children:
