@@ -22,6 +22,9 @@ from console.ops.lifecycle import SessionWatch, kill
 from console.ops.session_log import probe_health
 
 POLL_S = 0.1
+SPAWN_RACE_S = 5.0
+"""A member whose launch was cancelled while its request was in flight may appear a moment later: its kill looks
+again for this long before it says the session is unknown."""
 OWN_END_WAIT_S = 1.0
 """How long the failed member is given to end by itself before it is killed with the rest (its own end keeps its
 cause: FAILED, not STOPPED)."""
@@ -44,11 +47,19 @@ async def kill_members(links: list[HostLink], members: list[GroupMember], *, gra
         lk = by_name.get(m.host)
         if lk is None:
             return f"{m.host} (rank {m.rank}): not opened by this console: kill it there"
-        try:
-            r = await kill(lk, KillTarget(host=m.host, session_id=m.session_id),
-                           grace=GROUP_KILL_GRACE_S if grace is None else grace)
-        except Exception as e:  # a lost link: said, never assumed gone
-            return f"{m.host} (rank {m.rank}): kill not confirmed: {e}"
+        deadline = time.monotonic() + SPAWN_RACE_S
+        while True:
+            try:
+                r = await kill(lk, KillTarget(host=m.host, session_id=m.session_id),
+                               grace=GROUP_KILL_GRACE_S if grace is None else grace)
+            except Exception as e:  # a lost link: said, never assumed gone
+                return f"{m.host} (rank {m.rank}): kill not confirmed: {e}"
+            unknown = not r.ok and f"no session {m.session_id}" in (r.error or r.refused or "")
+            if not unknown or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.5)  # a launch cancelled mid-request may still be spawning it: look again
+        if unknown:
+            return f"{m.host} (rank {m.rank}): no run directory of {m.session_id} there: nothing of it was started"
         done = "; ".join(s.evidence or s.name for s in r.steps if s.state == "ok" and s.evidence)[:400]
         if r.ok:
             return f"{m.host} (rank {m.rank}): stopped, confirmed: {done}"
