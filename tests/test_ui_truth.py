@@ -292,7 +292,6 @@ async def test_host_header_keeps_its_fields_apart():
 
 async def test_planner_text_is_not_doubled(monkeypatch):
     """'not planned: not planned' (the form's plan line) and 'fits (fits)' (the preflight evidence)."""
-    import inspect
 
     from console.config import Config
     from console.ops import backend, lifecycle
@@ -304,4 +303,9 @@ async def test_planner_text_is_not_doubled(monkeypatch):
         return None, "not planned: no GPU memory information"
     monkeypatch.setattr(lifecycle, "memory_verdict", verdict)
     assert await be.planner(["--model-path", "/m"], [0], host="h") == "not planned: no GPU memory information"
-    assert "plan_text != verdict" in inspect.getsource(lifecycle.preflight)  # no "(fits)" after "fits"
+    from console.ops.lifecycle.preflight import Checked, passed_evidence
+    said = passed_evidence(Checked(refusals=[], hints=[], line="", flags_note="", verdict="fits", plan_text="fits"), [], "")
+    assert said == "memory plan: fits"  # no "(fits)" after "fits"
+    said = passed_evidence(Checked(refusals=[], hints=[], line="", flags_note="", verdict="does_not_fit",
+                                   plan_text="does not fit", forced=True), [], "")
+    assert "does_not_fit" not in said and "(does not fit)" not in said
