@@ -236,7 +236,8 @@ def test_two_cli_consoles_same_gpu_and_port_exactly_one_wins(sshd, tmp_path, run
         results = [json.loads(o) for o, _ in outs]
         winner = next(r for r in results if r["ok"])
         loser = next(r for r in results if not r["ok"])
-        assert f"is held by session {winner['session_id']}" in loser["error"], loser
+        assert loser["error"]["kind"] == "refused", loser  # the CLI contract: a refusal is an error object
+        assert f"is held by session {winner['session_id']}" in loser["error"]["message"], loser
         assert loser["session_id"] is None
         dirs = [p.name for p in runs_dir.iterdir() if not p.name.startswith(".")]
         assert dirs == [winner["session_id"]]  # the loser left nothing behind
