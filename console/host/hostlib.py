@@ -331,6 +331,11 @@ def atomic_write_json(path, obj):
         except OSError:
             pass
         raise
+    fsync_dir(directory)
+
+
+def fsync_dir(directory):
+    """Make a rename or a new name in ``directory`` durable (best effort: never raises)."""
     try:
         dfd = os.open(directory, os.O_RDONLY)
         try:

@@ -61,6 +61,7 @@ from .hostlib import (
     boot_id,
     decode_wait_status,
     disk_full,
+    fsync_dir,
     proc_stat,
     read_oom_kill,
     start_ticks_of,
@@ -609,14 +610,7 @@ class ExitReserve(object):
         os.close(self.fd)
         self.fd = -1
         os.rename(self.path, os.path.join(run_dir, RUN_EXIT))
-        try:
-            dfd = os.open(run_dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+        fsync_dir(run_dir)
 
     def drop(self):
         """Give the space back (never raises)."""
