@@ -298,23 +298,29 @@ def test_a_new_replica_that_dies_at_start_stops_the_roll_and_the_old_ones_serve(
     assert len(new) == 1 and dep.exit_record(new[0]) is not None  # it died, and its end is recorded
 
 
+def kill_mid_roll(dep: Dep) -> None:
+    """Start ``deploy roll --set --max-running-requests=24`` and SIGKILL the console once the new replica 0 is
+    registered while its old one still is (inside its settle window)."""
+    p = subprocess.Popen([sys.executable, "-m", "console", "--config", str(dep.config), "--audit-log",
+                          str(dep.audit), "deploy", "roll", "web", "--set", "--max-running-requests=24", "--yes",
+                          "--settle", "30", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        end = time.monotonic() + 90
+        while len(gateway_workers(dep)) < 3:
+            assert time.monotonic() < end and p.poll() is None, "the roll never registered a new replica"
+            time.sleep(0.2)
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+
+
 def test_a_console_killed_mid_roll_shows_old_and_new_and_rolls_back_on_command(dep: Dep) -> None:
     before = dep.status()
     olds = {r["session_id"] for r in before["replicas"]}
     with Load(dep.gateway_port, str(dep.model)) as load:
         load.wait_ok(CLIENTS)
-        p = subprocess.Popen([sys.executable, "-m", "console", "--config", str(dep.config), "--audit-log",
-                              str(dep.audit), "deploy", "roll", "web", "--set", "--max-running-requests=24", "--yes",
-                              "--settle", "30", "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-        try:
-            end = time.monotonic() + 90
-            while len(gateway_workers(dep)) < 3:  # the new replica 0 is registered; its old one still is
-                assert time.monotonic() < end and p.poll() is None, "the roll never registered a new replica"
-                time.sleep(0.2)
-        finally:
-            p.kill()  # the console dies mid-roll (inside its settle window)
-            p.wait(timeout=10)
+        kill_mid_roll(dep)
         mid = dep.status()
         roles = {x["session_id"]: x["role"] for x in mid["replicas"]}
         assert mid["roll_in_progress"] and sorted(roles.values()) == ["current", "new", "old"], roles
@@ -372,3 +378,25 @@ def test_with_no_spare_gpu_but_room_the_new_replica_starts_beside_the_old_one(de
         old = olds[x["replaces"]]
         assert x["gpus"] == old["gpus"] and x["port"] != old["port"]
     assert worker_urls(after) == replica_urls(after)
+
+
+def test_the_next_roll_resumes_an_interrupted_one_and_rolls_each_replica_once(dep: Dep) -> None:
+    olds = {r["session_id"] for r in dep.status()["replicas"]}
+    with Load(dep.gateway_port, str(dep.model)) as load:
+        load.wait_ok(CLIENTS)
+        kill_mid_roll(dep)
+        mid = {x["role"]: x["session_id"] for x in dep.status()["replicas"]}
+        rc, r, err = dep.cli("deploy", "roll", "web", "--set", "--max-running-requests=24", "--yes")
+        load.wait_ok(load.ok + CLIENTS)
+    assert load.failed == [], load.failed[:5]
+    assert rc == 0 and r is not None and r["ok"], (err, r and r.get("error"))
+    resumed = next(s for s in r["steps"] if s["name"] == "replica 0: interrupted roll")
+    assert "resumed" in resumed["evidence"]
+    assert r["replaced"][mid["old"]] == mid["new"]  # the new replica 0 of the killed roll was kept, not rolled again
+    assert set(r["replaced"]) == olds
+    after = dep.status()
+    assert {x["session_id"] for x in after["replicas"]} == set(r["replaced"].values())
+    assert worker_urls(after) == replica_urls(after) and not after["roll_in_progress"]
+    for sid in olds:
+        ex = dep.exit_record(sid)
+        assert ex is not None and ex["stopped_by_operator"]

@@ -414,13 +414,16 @@ class Deploy:
         try:
             await self.ensure_gateway(j)
             snap = await fresh_snapshot(self.link)
-            have = {s.spec.replica for s in self.sessions(snap) if s.spec}
+            have = {s.spec.replica: s for s in self.sessions(snap) if s.spec}
             taken: set[int] = set()
             for i, gpus in enumerate(self.dep.replica_gpus()):
                 if i in have:
+                    s = have[i]
                     st = j.stepper(f"replica {i}", ["present"])
                     st.start("present")
-                    st.finish("present", "ok", "a live session of this replica runs already: left as it is")
+                    st.finish("present", "ok", f"session {s.session_id} of this replica runs already: left as it is")
+                    if s.spec and s.spec.port and s.server_alive:  # a gateway started anew lists no worker yet
+                        await self.register(j, f"replica {i}", s.spec.port)
                     continue
                 port = self.dep.ports + i
                 if port in taken or await self.client.port_open(port):
@@ -431,6 +434,9 @@ class Deploy:
         except DeployFailed as e:
             return self.audit(DeployResult(op="deploy-up", name=self.name, host=self.link.name, ok=False,
                                            steps=j.steps, error=str(e), started=started))
+        except (GatewayError, LinkDown, RequestError, asyncio.TimeoutError) as e:
+            return self.audit(DeployResult(op="deploy-up", name=self.name, host=self.link.name, ok=False,
+                                           steps=j.steps, error=f"{type(e).__name__}: {e}", started=started))
         return self.audit(DeployResult(op="deploy-up", name=self.name, host=self.link.name, ok=True, steps=j.steps,
                                        started=started))
 
@@ -465,6 +471,9 @@ class Deploy:
         except DeployFailed as e:
             return self.audit(DeployResult(op="deploy-down", name=self.name, host=self.link.name, ok=False,
                                            steps=j.steps, error=str(e), stopped=stopped))
+        except (GatewayError, LinkDown, RequestError, asyncio.TimeoutError) as e:
+            return self.audit(DeployResult(op="deploy-down", name=self.name, host=self.link.name, ok=False,
+                                           steps=j.steps, error=f"{type(e).__name__}: {e}", stopped=stopped))
         return self.audit(DeployResult(op="deploy-down", name=self.name, host=self.link.name, ok=True,
                                        steps=j.steps, stopped=stopped))
 
