@@ -1,9 +1,11 @@
 """Many SSH hosts in one process: N ``asyncssh`` servers on 127.0.0.1, each running the real agent.
 
-    python -m bench.fleet_server DIR N
+    python -m bench.fleet_server DIR N [FIRST]
 
 Writes ``DIR/client_key``, ``DIR/known_hosts``, ``DIR/ssh_config`` (aliases ``fleet-00``…) and
-finally ``DIR/ready`` (JSON: ``n`` and ``pidns``); runs until stdin closes or SIGTERM. A session may only run the
+finally ``DIR/ready`` (JSON: ``n`` and ``pidns``); with ``FIRST`` (a shard: hosts ``FIRST`` … ``FIRST+N-1``, the
+benchmark runs one server process per 64 hosts so that their SSH work spreads over the cores as N machines' would)
+each file name ends in ``.FIRST``. It runs until stdin closes or SIGTERM. A session may only run the
 console's fixed agent bootstrap (``python3 -u -c BOOTSTRAP``), which is started as a child process with
 its stdin/stdout/stderr redirected to the SSH channel; it ends when the channel closes.
 
@@ -74,17 +76,18 @@ async def _session(process: asyncssh.SSHServerProcess, wrap: list[str]) -> None:
         raise
 
 
-async def main(d: Path, n: int) -> None:
+async def main(d: Path, n: int, first: int | None = None) -> None:
+    sfx = "" if first is None else f".{first}"
     host_key = asyncssh.generate_private_key("ssh-ed25519")
     client_key = asyncssh.generate_private_key("ssh-ed25519")
-    client_key.write_private_key(str(d / "client_key"))
-    os.chmod(d / "client_key", 0o600)
+    client_key.write_private_key(str(d / f"client_key{sfx}"))
+    os.chmod(d / f"client_key{sfx}", 0o600)
     authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode())
     pub = host_key.export_public_key().decode().split()
     servers, known, cfg = [], [], []
     user = os.environ.get("USER") or __import__("getpass").getuser()
     pidns = pidns_works()
-    for i in range(n):
+    for i in range(first or 0, (first or 0) + n):
         srv = await asyncssh.create_server(None, "127.0.0.1", 0, server_host_keys=[host_key],
                                            authorized_client_keys=authorized, process_factory=session_factory(d, i, pidns),
                                            encoding=None, allow_scp=False, agent_forwarding=False,
@@ -93,11 +96,11 @@ async def main(d: Path, n: int) -> None:
         servers.append(srv)
         known.append(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}")
         cfg.append(f"Host fleet-{i:02d}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n"
-                   f"  IdentityFile {d / 'client_key'}\n  UserKnownHostsFile {d / 'known_hosts'}\n")
-    (d / "known_hosts").write_text("\n".join(known) + "\n")
-    (d / "ssh_config").write_text("\n".join(cfg))
-    (d / "ready.tmp").write_text(json.dumps({"n": n, "pidns": pidns}))
-    os.replace(d / "ready.tmp", d / "ready")
+                   f"  IdentityFile {d / f'client_key{sfx}'}\n  UserKnownHostsFile {d / f'known_hosts{sfx}'}\n")
+    (d / f"known_hosts{sfx}").write_text("\n".join(known) + "\n")
+    (d / f"ssh_config{sfx}").write_text("\n".join(cfg) + "\n")
+    (d / f"ready{sfx}.tmp").write_text(json.dumps({"n": n, "pidns": pidns}))
+    os.replace(d / f"ready{sfx}.tmp", d / f"ready{sfx}")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -108,4 +111,4 @@ async def main(d: Path, n: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None))

@@ -41,7 +41,7 @@ def descendants(root: int, cmap: dict[int, list[int]] | None = None) -> list[int
     return out
 
 
-def tree_cpu(root: int, include_root: bool = True) -> float:
+def tree_cpu(root: int, include_root: bool = True, cmap: dict[int, list[int]] | None = None) -> float:
     """CPU seconds of a process tree: every live member's own time plus what each reaped.
 
     Reaped children are folded into their parent's cutime/cstime, so the total only grows:
@@ -49,7 +49,7 @@ def tree_cpu(root: int, include_root: bool = True) -> float:
     that started and ended in between (as long as their parent in the tree waited for them).
     """
     total = 0.0
-    members = ([root] if include_root else []) + descendants(root)
+    members = ([root] if include_root else []) + descendants(root, cmap)
     for p in members:
         s = stat(p)
         if s is not None:
