@@ -232,3 +232,29 @@ async def test_member_killed_while_the_group_starts_fails_it_naming_the_node_and
         assert await gone_everywhere(links, nodes, [m.session_id for m in res.members])
     finally:
         await close(links)
+
+
+async def test_member_never_started_reads_launching_then_failed_with_the_kill_command(open_links, nodes, monkeypatch):
+    from console.core.group import member_session_id, new_group_id
+    from console.ops import lifecycle
+    from console.ops.group import members as group_members
+
+    links = await open_links()
+    try:
+        gid = new_group_id(2, time.time())
+        req = LaunchRequest(host="local", command=list(STANDIN), flags=["--model-path", str(nodes[0].model), "--tp-size",
+                            "4", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", f"127.0.0.1:{free_port()}"],
+                            gpus=[0, 1], port=free_port(), group=gid, node_rank=0, nnodes=2,
+                            group_hosts=["local", "testhost"])
+        r = await lifecycle.launch(links[0], req, wait=False, session_id=member_session_id(gid, 0))
+        assert r.ok, r  # a console that died before it launched rank 1: only rank 0 exists
+        v = (await grp.find_groups(links, gid))[0]
+        assert v.members[1].state == "launching" and "never started" in (v.members[1].cause or "")
+        monkeypatch.setattr(group_members, "MISSING_GRACE_S", 0.0)
+        v = (await grp.find_groups(links, gid))[0]
+        assert v.state == "failed" and v.members[1].state == "failed"
+        assert f"mtpconsole kill --host local --host testhost {gid}" in (v.members[1].cause or "")
+        lines = await grp.kill_members(links, v.members)
+        assert "stopped, confirmed" in lines[0] and "nothing of it was started" in lines[1], lines
+    finally:
+        await close(links)

@@ -100,12 +100,14 @@ def test_console_sigkilled_mid_group_launch_restarted_console_shows_true_state(w
                   "--model-path", world["model"], env=world["env"])
     try:
         deadline = time.monotonic() + 60
-        line = ""
-        while time.monotonic() < deadline:
+        spawned: set[str] = set()
+        while time.monotonic() < deadline and len(spawned) < 2:  # both members started, then the console dies
             line = p.stdout.readline()
-            if "spawned" in line or not line:
+            if not line:
                 break
-        assert "spawned" in line, (line, p.stderr.read() if p.poll() is not None else "")
+            if "spawned" in line:
+                spawned.add(line.split(":")[0])
+        assert len(spawned) == 2, (spawned, p.stderr.read() if p.poll() is not None else "")
         p.send_signal(signal.SIGKILL)
         p.wait(10)
     finally:

@@ -23,6 +23,9 @@ from console.model import HostSnapshot
 from console.ops.lifecycle import fresh_snapshot
 from console.ops.session_log import probe_health
 
+MISSING_GRACE_S = 60.0
+"""A member the host does not hold reads LAUNCHING this long after its group's newest member was created (another
+console may be starting it), then FAILED: positive evidence that the group cannot come up."""
 TS_RE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
@@ -54,9 +57,11 @@ async def _classes(link: HostLink, snap: HostSnapshot, sids: set[str]) -> dict:
 async def find_groups(links: list[HostLink], only: str | None = None, *, fresh: bool = True) -> list[GroupView]:
     """Every group (or only ``only``) whose members the opened hosts hold, each member's state derived like any
     session's; a rank >= 1 (no ready line: SGLang's dummy health server) reads READY when its server runs and its
-    port answers ``/health`` 200. A member of a host not opened, or not found there, reads UNREACHABLE."""
+    port answers ``/health`` 200. A member of a host not opened reads UNREACHABLE; one its (answering) host holds no
+run directory of reads LAUNCHING for MISSING_GRACE_S, then FAILED."""
     found: dict[str, dict[int, GroupMember]] = {}
     meta: dict[str, tuple[int, list[str]]] = {}
+    created: dict[str, float] = {}
 
     async def host(link: HostLink) -> None:
         try:
@@ -85,6 +90,7 @@ async def find_groups(links: list[HostLink], only: str | None = None, *, fresh: 
                 except Exception:  # no answer: it stays loading
                     pass
             meta.setdefault(sp.group, (sp.nnodes or 1, list(sp.group_hosts or [])))
+            created[sp.group] = max(created.get(sp.group, 0.0), sp.created_at or 0.0)
             found.setdefault(sp.group, {})[rank] = GroupMember(
                 host=link.name, rank=rank, session_id=sid, state=state, port=sp.port, gpus=list(sp.gpus),
                 cause=(f"{v.cause}" + (f": {v.line}" if v.line else "")) if v is not None and v.cause else None)
@@ -98,9 +104,16 @@ async def find_groups(links: list[HostLink], only: str | None = None, *, fresh: 
             m = ranks.get(r)
             if m is None:
                 h = hosts[r] if r < len(hosts) else "?"
-                m = GroupMember(host=h, rank=r, session_id=member_session_id(gid, r), state="unreachable",
-                                cause="not among the opened hosts" if h not in {lk.name for lk in links}
-                                else f"no run directory of it on {h}")
+                if h not in {lk.name for lk in links}:
+                    m = GroupMember(host=h, rank=r, session_id=member_session_id(gid, r), state="unreachable",
+                                    cause="not among the opened hosts")
+                else:  # the host answered and holds no run directory of it: never started (a console died mid-launch)
+                    young = time.time() - created.get(gid, 0.0) < MISSING_GRACE_S
+                    m = GroupMember(host=h, rank=r, session_id=member_session_id(gid, r),
+                                    state="launching" if young else "failed",
+                                    cause=f"no run directory of it on {h}: never started" + (
+                                        "" if young else "; the group cannot come up (mtpconsole kill "
+                                        + " ".join(f"--host {x}" for x in hosts) + f" {gid})"))
             members.append(m)
         out.append(GroupView(group=gid, state=group_state(m.state for m in members), nnodes=nnodes,
                              hosts=hosts, members=members))
