@@ -867,6 +867,10 @@ class SessionView(Frozen):
     log_path: str | None = None
     replaces: str | None = None
     """The session this one relaunches (from its launch spec), if any."""
+    group: str | None = None
+    """The multi-node group this session is a member of (issue 30; from its launch spec), if any."""
+    node_rank: int | None = None
+    nnodes: int | None = None
     stopped_by: str | None = None
     """For a STOPPED session: who stopped it ("this console", "an operator"), when known."""
     acknowledged: bool = False

@@ -62,6 +62,9 @@ def test_group_launch_sessions_status_logs_kill_by_group_id(world):
     groups = json.loads(s.stdout)
     assert [(g["group"], g["state"]) for g in groups] == [(gid, "ready")], s.stdout
 
+    one = json.loads(run("sessions", "--host", "testhost", "--json").stdout)  # one host: its member, marked
+    assert [(v["group"], v["node_rank"], v["nnodes"]) for v in one if v["session_id"]] == [(gid, 1, 2)], one
+
     st = run("status", *hosts, gid)
     assert st.returncode == 0 and f"group {gid}: READY" in st.stdout, st.stdout + st.stderr
 

@@ -179,6 +179,8 @@ def _session_views(snap: HostSnapshot, classes: dict[str, Classification], healt
             ended_at=s.exit.ended_at if s.exit else None,
             log_path=os.path.join(s.run_dir, "output.log"),
             replaces=spec.replaces if spec else None,
+            group=spec.group if spec else None, node_rank=spec.node_rank if spec else None,
+            nnodes=spec.nnodes if spec else None,
             acknowledged=s.acknowledged_at is not None and state in ("failed", "stopped"),
             acknowledged_at=s.acknowledged_at, broken=s.broken,
             stopped_by="an operator" if state == "stopped" and s.exit and s.exit.stopped_by_operator else None))
