@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel, ConfigDict, Field
 
 from console.core.sessions import flag_value, has_flag
-from console.model import Step
+from console.model import SessionView, Step
 
 GROUP_ID_RE = re.compile(r"^\d{8}-\d{6}-nodes\d{1,3}-[0-9a-f]{4}\Z")
 """A group id: ``20261202-031500-nodes2-7f3a`` (a member's session id adds ``-r<rank>``)."""
@@ -197,3 +197,26 @@ def group_report_md(group: str, state: str, hosts: list[str], members: list[Grou
     out += [f"- {n}" for n in notes]
     out += ["", "```", *lines, "```", ""]
     return "\n".join(out)
+
+
+def group_lines(views: Iterable[SessionView]) -> list[str]:
+    """One line per multi-node group among the sessions of every host (the TUI shows a group once, over its host
+    sections): its state (the worst member's) and each member by rank, host and state; a rank not among the views
+    reads ``not seen``. Ended groups (every member stopped or acknowledged) are left out."""
+    by: dict[str, dict[int, SessionView]] = {}
+    nn: dict[str, int] = {}
+    for v in views:
+        if v.group and v.session_id:
+            by.setdefault(v.group, {})[v.node_rank or 0] = v
+            nn[v.group] = max(nn.get(v.group, 0), v.nnodes or 0)
+    out = []
+    for gid in sorted(by):
+        ranks = by[gid]
+        if all(v.state == "stopped" or v.acknowledged for v in ranks.values()):
+            continue
+        n = max(nn[gid], max(ranks) + 1)
+        states = [ranks[r].state if r in ranks else "unreachable" for r in range(n)]
+        parts = [f"rank {r} {ranks[r].host} {ranks[r].state.upper()}" if r in ranks else f"rank {r} not seen"
+                 for r in range(n)]
+        out.append(f"GROUP {gid}: {group_state(states).upper()} — " + " · ".join(parts))
+    return out

@@ -143,6 +143,8 @@ def _session_views(snap: HostSnapshot, classes: dict[str, Classification], healt
         state = session_state(s, cls)
         if state == "ready" and health.get(s.session_id) is False:
             state = "loading"
+        if state == "loading" and spec and spec.group and spec.node_rank and health.get(s.session_id) is True:
+            state = "ready"  # a group's rank >= 1 prints no ready line: SGLang's dummy health server answers instead
         step = None
         if s.session_id in launching and s.exit is None:
             state, step = "launching", launching[s.session_id]

@@ -225,7 +225,8 @@ class HostTracker:
             elif s.exit is not None and sid not in self.classes:
                 self._spawn(f"classify:{sid}", self._classify_ended(sid, s.exit))
             c = self.classes.get(sid)
-            if (s.exit is None and c is not None and c.state == "ready"
+            member = bool(s.spec and s.spec.group and s.spec.node_rank)  # a group's rank >= 1: no ready line
+            if (s.exit is None and c is not None and (c.state == "ready" or (member and c.state == "loading"))
                     and now - self.health_at.get(sid, 0) > HEALTH_EVERY_S and s.spec and s.spec.port):
                 self.health_at[sid] = now
                 self._spawn(f"health:{sid}", self.probe(sid, s.spec.port))

@@ -17,10 +17,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header
 
+from console.model import HostView
 from console.ui.protocols import Console
 from console.ui.widgets.audit import AuditPane
 from console.ui.widgets.footer import QuietFooter
 from console.ui.widgets.gpu_panel import GpuPanel
+from console.ui.widgets.groups_bar import GroupsBar
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.key_help import help_keys, quit_key
 from console.ui.widgets.log_pane import LogPane
@@ -125,6 +127,7 @@ class MainScreen(Screen):
         yield Header()
         with Horizontal(id="body"):
             with HostsPane(id="hosts"):
+                yield GroupsBar(id="groups")  # a multi-node group once, over the host sections (issue 30)
                 for h in self.console.backend.hosts:
                     self.sections[h] = HostSection(h)
                     yield self.sections[h]
@@ -153,6 +156,10 @@ class MainScreen(Screen):
     @property
     def audit_pane(self) -> AuditPane:
         return self.query_one(AuditPane)
+
+    def show_groups(self, views: list[HostView]) -> None:
+        """Each multi-node group once, over the host sections (issue 30: :class:`GroupsBar`)."""
+        self.query_one(GroupsBar).show(views)
 
     def section(self, host: str) -> HostSection:
         """The section of ``host``; a host the backend did not list at start gets one now."""

@@ -57,6 +57,9 @@ class Panels(Protocol):
     def panels(self) -> list[GpuPanel]:
         """Every GPU panel, in screen order."""
 
+    def show_groups(self, views: list[HostView]) -> None:
+        """Show each multi-node group once, over the host sections (issue 30), from every host's view."""
+
     def select(self, panel: GpuPanel) -> None:
         """Make ``panel`` the selected one (the log pane follows its session)."""
 

@@ -59,6 +59,7 @@ class ViewPipeline:
                 self.views[host] = view
                 mounted |= sec.apply(view, now, console.interval)
                 self.announce(view)
+            main.show_groups(list(self.views.values()))  # issue 30: each multi-node group once, over the hosts
             self.first_selection()
             console.log_follower.sync(main.selected)
         if mounted:
