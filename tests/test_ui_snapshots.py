@@ -25,6 +25,7 @@ from ui_fakes import (
     session,
     snapshot,
     started,
+    toasts,
     view_a,
     view_b,
     with_current,
@@ -224,6 +225,7 @@ def test_whole_app_compact_light(snap_compare):
         app = pilot.app
         await until(pilot, lambda: "theme-light" in app.classes and "-shown" in app.query_one("#audit").classes
                     and app.query_one(".gpus").styles.layout.name == "grid")
+        await until(pilot, lambda: any(t.startswith("theme: light") for t in toasts(app)))
         app.clear_notifications()  # the theme's toast goes after 3 s: not in the picture, whenever it is taken
     assert snap_compare(_whole_app(), terminal_size=(160, 40), run_before=run_before)
 

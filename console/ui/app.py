@@ -234,7 +234,9 @@ class MtpConsoleApp(App):
         """``t``: the next theme, named in a toast (with the one after it)."""
         name = NAMES[(NAMES.index(self.theme_name) + 1) % len(NAMES)]
         self.set_theme(name)
-        self.say(f"theme: {name} (t: {NAMES[(NAMES.index(name) + 1) % len(NAMES)]})", timeout=3)
+        # after the frame that shows the theme: the toast does not delay it
+        self.call_after_refresh(self.say, f"theme: {name} (t: {NAMES[(NAMES.index(name) + 1) % len(NAMES)]})",
+                                timeout=3)
 
     def action_help(self) -> None:
         """``?`` / F1: show or hide the key help of the screen on top (``console/ui/widgets/key_help.py``)."""

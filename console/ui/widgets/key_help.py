@@ -49,7 +49,7 @@ def help_table(rows: list[tuple[str, str]]) -> Table:
     grid.add_column(max_width=10, style="bold")  # a row of many keys wraps (tab ⇧tab / ← → ↑ ↓)
     grid.add_column(ratio=1)
     for keys, what in rows:
-        grid.add_row(keys, what)
+        grid.add_row(Text(keys), Text(what))  # Text: never parsed as markup
     return grid
 
 
