@@ -36,6 +36,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "startup": ("bench.b_startup", "Start-up"),
     "biglog": ("bench.b_biglog", "Opening the tail of a 1 GB log"),
     "truth": ("bench.b_truth", "UI truth: the log pane follows a new session, the panel reads READY/STOPPED"),
+    "deploy": ("bench.b_deploy", "Rolling relaunch behind the gateway vs a plain relaunch, under load (issue 29)"),
     "keys": ("bench.b_keys", "Key latency: every binding of the GPU panels' screen, key to the frame showing it"),
 }
 

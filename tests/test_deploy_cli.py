@@ -70,3 +70,18 @@ def test_without_a_terminal_or_yes_nothing_starts(config: Path) -> None:
     p = cli(config, "deploy", "up", "web")
     assert p.returncode == 1 and "not confirmed" in p.stderr and "--yes" in p.stderr
     assert not any((config.parent / "runs").glob("*/spec.json"))
+
+
+def test_a_busy_gateway_metrics_port_refuses_up_before_anything_starts(config: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        metrics = busy.getsockname()[1]
+        text = config.read_text().replace("router = { port = 9 }", f"router = {{ port = 9, metrics_port = {metrics} }}")
+        config.write_text(text)
+        p = cli(config, "deploy", "up", "web", "--yes", "--json")
+    r = json.loads(p.stdout)
+    assert p.returncode == 1 and not r["ok"] and f"metrics port 127.0.0.1:{metrics} is in use" in r["error"]
+    assert not any((config.parent / "runs").glob("*/spec.json"))

@@ -225,7 +225,14 @@ class Deploy:
         snap = await fresh_snapshot(self.link)
         g = self.gateway_session(snap) if self.owned else None
         if self.owned and g is None:
-            st = j.stepper("gateway", ["key"])
+            st = j.stepper("gateway", ["metrics port", "key"])
+            metrics = self.dep.router.metrics_port or self.gateway.port + 1
+            st.start("metrics port")
+            if await self.client.port_open(metrics):  # the launch's preflight checks the gateway's own port
+                st.finish("metrics port", "failed", f"127.0.0.1:{metrics} is in use (router.metrics_port)")
+                st.skip_pending()
+                raise DeployFailed(f"gateway: its metrics port 127.0.0.1:{metrics} is in use: nothing was started")
+            st.finish("metrics port", "ok", f"127.0.0.1:{metrics} is free")
             st.start("key")
             key = self.gateway.key_file
             assert key is not None
