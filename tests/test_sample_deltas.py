@@ -10,6 +10,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from console.config import HostConfig
 from console.host.delta import FULL_EVERY, BadDelta, DeltaSender, apply, canonical, changed_digest, diff
@@ -246,3 +247,25 @@ def test_the_view_memo_is_derive_views(samples, ages):
     memo.views(snap, {}, 101.0)
     memo.views(book.snapshot("h", CONN, 101.0, None), {}, 102.0)
     assert memo.derived == n
+
+
+def test_a_number_change_is_checked_as_a_number_and_anything_else_validated_whole():
+    """The fast path: a GPU whose delta changes number fields only is its model with those replaced (an int power
+    becomes the float pydantic would make of it); a string there is validated whole, and refused."""
+    a = {"sampled_at": 1.0, "gpus": [_gpu(0, 100.0, 0.0, 10, []), _gpu(1, 100.0, 0.0, 10, [])], "servers": [],
+         "sessions": [], "other_sessions": [], "relatives": []}
+    sender, book = DeltaSender(), SampleBook()
+    first = wire(sender.message(a))
+    book.full(first["data"], first["seq"])
+    book.snapshot("h", CONN, 1.0, None)
+    b = json.loads(json.dumps(a))
+    b["gpus"][0]["power_w"], b["gpus"][0]["mem_used_mib"] = 250, 2048
+    assert book.delta(wire(sender.message(b)))
+    s2 = book.snapshot("h", CONN, 2.0, None)
+    assert s2.gpus[0].power_w == 250.0 and isinstance(s2.gpus[0].power_w, float) and s2.gpus[0].mem_used_mib == 2048
+    assert s2.gpus == _full_snapshot(b).gpus
+    c = json.loads(json.dumps(b))
+    c["gpus"][1]["mem_used_mib"] = "lots"
+    assert book.delta(wire(sender.message(c)))
+    with pytest.raises(ValidationError):
+        book.snapshot("h", CONN, 3.0, None)

@@ -80,8 +80,6 @@ def diff(a, b):
                     changed[str(i)] = p
         if not changed and len(a) == len(b):
             return None
-        if len(changed) == len(b) and b:  # every item changed: the list whole is no longer than its patch
-            return ["=", b]
         return ["l", len(b), changed]
     return None if same(a, b) else ["=", b]
 
