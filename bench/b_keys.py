@@ -58,6 +58,8 @@ class Frames:
     times: list[float] = field(default_factory=list)
     check: Callable[[], bool] | None = None
     hit: float | None = None
+    hit_cpu: float | None = None
+    """The app's thread CPU time at that frame (``time.thread_time``)."""
 
 
 class KeyBench:
@@ -218,26 +220,29 @@ class KeyBench:
             "ctrl+p": Case("the command palette", self.top(CommandPalette), at("host-a", 0), back()),
         }
 
-    async def measure(self, key: str, case: Case, n: int) -> list[float]:
+    async def measure(self, key: str, case: Case, n: int) -> tuple[list[float], list[float]]:
+        """``n`` presses of ``key``: their latencies and the app's thread CPU time each took (ms)."""
         out: list[float] = []
+        cpu: list[float] = []
         for _ in range(n):
             if case.prepare is not None:
                 await case.prepare()
             await self.settle()
-            self.frames.hit, self.frames.check = None, case.changed
-            t0 = time.perf_counter()
+            self.frames.hit, self.frames.hit_cpu, self.frames.check = None, None, case.changed
+            c0, t0 = time.thread_time(), time.perf_counter()
             await self.pilot.press(key)
             end = time.perf_counter() + TIMEOUT_S
             while self.frames.hit is None and time.perf_counter() < end:
                 await asyncio.sleep(0.002)
             self.frames.check = None
-            if self.frames.hit is not None:
+            if self.frames.hit is not None and self.frames.hit_cpu is not None:
                 out.append((self.frames.hit - t0) * 1000)
+                cpu.append((self.frames.hit_cpu - c0) * 1000)
             await self.settle()
             if case.undo is not None:
                 await case.undo()
                 await self.settle()
-        return out
+        return out, cpu
 
 
 def generic() -> Case:
@@ -245,8 +250,12 @@ def generic() -> Case:
     return Case("its first frame (no check of its own)", lambda: True)
 
 
-async def one_size(f, size: tuple[int, int], n: int) -> tuple[list[tuple[str, str, str, Summary | None]], int]:
-    """Every binding at ``size``: (key, what it does, what is checked, its latencies)."""
+Row = tuple[str, str, str, "Summary | None", "Summary | None"]
+"""(key, what it does, what is checked, its latencies, the CPU time they took)."""
+
+
+async def one_size(f, size: tuple[int, int], n: int) -> tuple[list[Row], int]:
+    """Every binding at ``size``."""
     from console.ui.main_screen import MainScreen
 
     backend = f.FakeBackend([f.view_a(), f.view_b()])
@@ -262,12 +271,12 @@ async def one_size(f, size: tuple[int, int], n: int) -> tuple[list[tuple[str, st
             if check is not None and frames.hit is None:
                 try:
                     if check():
-                        frames.hit = now
+                        frames.hit, frames.hit_cpu = now, time.thread_time()
                 except Exception:  # a half-built screen: not shown yet
                     pass
         return real(screen, renderable)
     app._display = display
-    rows: list[tuple[str, str, str, Summary | None]] = []
+    rows: list[Row] = []
     async with app.run_test(size=size, notifications=True) as pilot:  # toasts drawn, as in a terminal
         await f.started(pilot)
         panels = len(app.panels())
@@ -286,8 +295,8 @@ async def one_size(f, size: tuple[int, int], n: int) -> tuple[list[tuple[str, st
                 continue
             seen.add(key)
             case = cases.get(key) or generic()
-            lat = await bench.measure(key, case, n)
-            rows.append((key, what, case.check, summarize(lat)))
+            lat, cpu = await bench.measure(key, case, n)
+            rows.append((key, what, case.check, summarize(lat), summarize(cpu)))
         await bench.to_main()
     return rows, panels
 
@@ -345,7 +354,7 @@ def _report(sec, results, q, n, panels, load0, busy) -> None:
     worst: tuple[float, str] | None = None
     missing = []
     for size, rows in results.items():
-        for key, _what, _check, s in rows:
+        for key, _what, _check, s, _cpu in rows:
             if s is None:
                 missing.append(f"{key} at {size[0]}×{size[1]}")
             elif worst is None or s.p95 > worst[0]:
@@ -359,17 +368,25 @@ def _report(sec, results, q, n, panels, load0, busy) -> None:
              f"hosts ({panels} GPU panels) headless at " + " and ".join(f"{w}×{h}" for w, h in sizes) + ". "
              "Key → the first frame showing the key's effect (the check column), in the app's own process with "
              "Textual's Pilot; the state each key needs is set up, and undone, outside the measured time.")
-    header = ["key", "does", "checked in the frame"] + [f"{w}×{h}" for w, h in sizes]
+    header = ["key", "does", "checked in the frame"]
+    for w, h in sizes:
+        header += [f"{w}×{h}: key → frame", "CPU (median)"]
     rows = []
     for key in keys:
         first = by[sizes[0]][key]
-        rows.append([f"`{key}`", first[1], first[2], *[cell(by[size][key][3]) for size in sizes]])
-    rows.append(["`q`", "Quit", "the app's exit (fresh apps, 200×50)", cell(q), *["" for _ in sizes[1:]]])
+        cells = []
+        for size in sizes:
+            cpu = by[size][key][4]
+            cells += [cell(by[size][key][3]), f"{num(cpu.median)} ms" if cpu else "–"]
+        rows.append([f"`{key}`", first[1], first[2], *cells])
+    rows.append(["`q`", "Quit", "the app's exit (fresh apps, 200×50)", cell(q), "", *["" for _ in sizes[1:] for _c in "ab"]])
     sec.table(header, rows)
     sec.notes += [
         f"Load average at the start {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}; the whole machine was "
         + (f"{busy * 100:.0f} % busy" if busy is not None else "of unknown load")
         + " during the run (other work shares these cores: a p95 is a tail, read a bad one against it).",
+        "CPU is the app's thread's CPU time (`time.thread_time`) from the press to that frame: what the key costs "
+        "the console itself, less sensitive to other work on the machine than the latency.",
         "A frame is a call of `App._display` with an update; headless Textual lays out and renders every frame "
         "(`Compositor.render_update`) and only skips writing escape codes to a terminal.",
         "`?`/F1 open the key help in a layer of its own over the screen (nothing under it is laid out or drawn "
