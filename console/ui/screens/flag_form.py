@@ -337,8 +337,10 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
                     worst += [msg] if sev == "error" else []
                     style = {"error": "$text-error", "warning": "$text-warning"}.get(sev, "$text-muted")
                     m = short(clean(str(msg)), 1500)
+                    if sev not in ("error", "warning") and default == "plan" and not m.startswith("memory plan"):
+                        m = f"memory plan: {m}"  # the planner's note, named once ("memory plan: fits")
                     lines.append(Content.from_markup(f"[{style}]$s[/] $m", s=f"{sev}:", m=m) if sev in ("error", "warning")
-                                 else Content.from_markup(f"[{style}]$m[/]", m=m))  # a note names itself ("memory plan: fits")
+                                 else Content.from_markup(f"[{style}]$m[/]", m=m))
             if not self.is_attached or self._key_now() != key:  # closed, or the fields changed while it ran
                 return None
             if not lines:
