@@ -36,6 +36,8 @@ from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.key_help import help_keys, help_open, quit_key, toggle_help
 
 if TYPE_CHECKING:
+    from textual.timer import Timer
+
     from console.ui.operations import Operations
     from console.ui.screens.advice import AdviceActions
 
@@ -168,6 +170,24 @@ class MtpConsoleApp(App):
         self.set_interval(1.0, self.pipeline.refresh_ages)
         self.set_interval(0.25, self.spin)
         self.run_worker(self.start_backend(), group="backend", exit_on_error=False)
+        self.call_after_refresh(self._start_on_fleet)  # issue 31: a large fleet starts on its overview
+
+    def _start_on_fleet(self) -> None:
+        """After the first frame (its module is no part of it): the fleet overview's start-screen rule."""
+        from console.ui.screens.fleet import start_rule
+
+        decided = start_rule(self)
+
+        def check() -> None:
+            if decided():
+                timer.stop()
+        timer: Timer = self.set_interval(0.2, check)
+
+    def action_fleet(self) -> None:
+        """``f``: the fleet overview (``console/ui/screens/fleet.py``)."""
+        from console.ui.screens.fleet import show_fleet
+
+        show_fleet(self)
 
     async def start_backend(self) -> None:
         try:

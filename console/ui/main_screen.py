@@ -55,6 +55,8 @@ KEYS = [
     Binding("z", "full_log", "Full log", tooltip="the log full screen: search, decisive line", id="full_log"),
     Binding("o", "orphans", "Orphans", tooltip="processes of no live server holding GPU memory", id="orphans"),
     Binding("v", "events", "Events", tooltip="exits, OOM kills, READY, actions, with times", id="events"),
+    Binding("f", "app.fleet", "Fleet", show=False, tooltip="the fleet overview: one line per host, trouble first",
+            id="fleet"),
     Binding("i", "advice", "Advice", tooltip="the advisor on the selected GPU: evidence, checked change; e edits",
             id="advice"),
     Binding("p", "report", "Report", tooltip="write the incident report of the selected GPU's session",

@@ -1,0 +1,175 @@
+"""The fleet overview (``f``): one line per host, trouble first, for a fleet too large for GPU panels.
+
+Each row is ``console.core.fleet``'s (the same as ``mtpconsole status --brief``): the link, the age of the last
+sample, the GPUs as glyphs of their badge state, the worst session state, the power, and what is wrong (FAILED,
+UNREACHABLE, STALE, orphans, advice: the sort order). ``/`` filters the rows (host, link, state or trouble holding
+the text), Enter opens the host's GPU panels (the first of its GPUs selected). It is the start screen when the
+fleet has at least :data:`FLEET_START_GPUS` GPUs (decided once, when the hosts' first views are in).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual.binding import Binding
+from textual.content import Content
+from textual.widgets import DataTable, Input
+
+from console.core.fleet import FleetRow, age_text, fleet_row, legend, matches, power_text, sort_rows
+from console.model import HostView
+from console.ui.format import clean, short
+from console.ui.protocols import Console
+from console.ui.screens.table import TableScreen, closing
+
+FLEET_START_GPUS = 64
+"""At this many GPUs (8 hosts of 8) or more the console starts on the fleet overview, not the GPU panels: past
+that the panels no longer fit a screen and the trouble is what an operator looks for first."""
+
+COLUMNS = ["HOST", "LINK", "AGE", "GPUS", "WORST", "POWER", "TROUBLE"]
+
+OnOpen = Callable[[str], None]
+
+
+class FleetScreen(TableScreen):
+    """Every host, one row each, trouble first; refreshed from the app's views once a second."""
+
+    TABLE_ID = "fleet"
+    HEADING = "Fleet: one line per host, trouble first"
+    DETAIL_LINES = 4
+    DEFAULT_CSS = """
+    FleetScreen #fleet-filter { height: 1; border: none; padding: 0 1; display: none; }
+    FleetScreen #fleet-filter.shown { display: block; }
+    """
+    BINDINGS = [
+        Binding("enter", "open", "Open", tooltip="the selected host's GPU panels"),
+        Binding("slash", "filter", "Filter", tooltip="show only the hosts whose line holds a text"),
+        *closing("escape,f"),
+    ]
+
+    def __init__(self, views: Callable[[], dict[str, HostView]], on_open: OnOpen, *,
+                 clock: Callable[[], float], interval: float) -> None:
+        super().__init__()
+        self.views, self.on_open, self.clock, self.interval = views, on_open, clock, interval
+        self.rows: list[FleetRow] = []
+        self.filter_text = ""
+        self._drawn: list[tuple] = []
+
+    def compose(self):
+        yield from super().compose()
+        yield Input(placeholder="filter: host, link, state or trouble (Enter applies, Escape clears)",
+                    id="fleet-filter")
+
+    def add_columns(self, table: DataTable) -> None:
+        table.add_columns(*COLUMNS)
+
+    def find(self) -> list[FleetRow]:
+        now = self.clock()
+        rows = sort_rows(fleet_row(v, now, self.interval) for v in self.views().values())
+        return [r for r in rows if matches(r, self.filter_text)]
+
+    def refresh_rows(self) -> None:
+        rows = self.find()
+        cells = [(clean(r.host, 40), r.connection, age_text(r.age_s), r.glyphs or "-", short(clean(r.worst_label), 40),
+                  power_text(r), " ".join(x for x in (r.trouble or "",
+                                                        f"orphans {r.orphans}" if r.orphans else "",
+                                                        f"advice {r.advice}" if r.advice else "") if x))
+                 for r in rows]
+        trouble = sum(1 for r in rows if r.trouble)
+        self.title_box.update(f"Fleet: {len(rows)} host(s)" + (f" matching {self.filter_text!r}" if self.filter_text
+                                                               else "") + f", {trouble} with trouble (first)")
+        if cells == self._drawn:
+            return
+        keep = self.selected()
+        self.rows, self._drawn = rows, cells
+        t = self.table
+        t.clear()
+        for r, c in zip(rows, cells):
+            t.add_row(*c, key=r.host)
+        if keep is not None:
+            idx = next((i for i, r in enumerate(rows) if r.host == keep.host), None)
+            if idx is not None:
+                t.move_cursor(row=idx)
+        self.show_detail()
+
+    def selected(self) -> FleetRow | None:
+        i = self.cursor(len(self.rows))
+        return None if i is None else self.rows[i]
+
+    def show_detail(self) -> None:
+        r = self.selected()
+        if r is None:
+            self.detail_box.update("no host matches the filter" if self.filter_text else "no hosts")
+            return
+        gpus = "  ".join(f"{g.index}:{g.glyph} {short(clean(g.label), 30)}" for g in r.gpus) or "no GPUs"
+        lines = [f"{clean(r.host)}: {r.connection}" + (f" — {short(clean(r.error), 160)}" if r.error else ""), gpus,
+                 legend()]
+        self.detail_box.update(Content("\n".join(lines)))
+
+    def action_open(self) -> None:
+        r = self.selected()
+        if r is None:
+            return
+        app = self.app
+        self.dismiss()
+        app.call_after_refresh(self.on_open, r.host)  # once the GPU panels are the screen again
+
+    def on_data_table_row_selected(self) -> None:
+        """Enter on a row (the table takes the key and says so): open that host."""
+        self.action_open()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        box.add_class("shown")
+        box.value = self.filter_text
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value.strip()
+        event.input.remove_class("shown")
+        self._drawn = []
+        self.refresh_rows()
+        self.table.focus()
+
+    def action_close(self) -> None:
+        """Escape (or ``f``): first clears a filter being typed or applied, then goes back to the GPU panels."""
+        box = self.query_one("#fleet-filter", Input)
+        if box.has_focus or self.filter_text:
+            self.filter_text = ""
+            box.remove_class("shown")
+            self._drawn = []
+            self.refresh_rows()
+            self.table.focus()
+        else:
+            self.dismiss()
+
+
+def open_host(app: Console, host: str) -> None:
+    """Enter on a fleet row: the GPU panels, with the first GPU of ``host`` selected and in view."""
+    panels = [p for p in app.main.panels() if p.host == host]
+    if panels:
+        app.main.select(panels[0])
+        panels[0].focus()
+        panels[0].scroll_visible()
+
+
+def show_fleet(app: Console) -> None:
+    """Push the fleet overview over the GPU panels (only from them: never over a form or another table)."""
+    if app.main.is_current:
+        app.push_screen(FleetScreen(lambda: app.views, lambda host: open_host(app, host), clock=app.clock,
+                                    interval=app.interval))
+
+
+def start_rule(app: Console) -> Callable[[], bool]:
+    """The start-screen rule, as a check the app calls until it returns True: once every host has sent its first
+    view (or 10 s passed), show the fleet overview when the fleet has :data:`FLEET_START_GPUS` GPUs or more."""
+    t0 = time.monotonic()
+
+    def check() -> bool:
+        views = app.views
+        if len(views) < len(app.backend.hosts) and time.monotonic() - t0 < 10:
+            return False
+        if sum(len(v.snapshot.gpus) for v in views.values()) >= FLEET_START_GPUS:
+            show_fleet(app)
+        return True
+    return check
