@@ -20,6 +20,9 @@ class AgentProc:
     """``python -c BOOTSTRAP`` with the shipped modules and ``cfg``; messages read with a deadline."""
 
     def __init__(self, cfg: dict[str, Any], env: dict[str, str] | None = None, python: str = sys.executable):
+        # These tests read what each sample holds: whole samples on the wire (the deltas between them are the
+        # link's business, tested in tests/test_sample_deltas.py), unless a test asks for deltas itself.
+        cfg = {"deltas": False, **cfg}
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.p = subprocess.Popen([python, "-u", "-c", BOOTSTRAP], stdin=subprocess.PIPE,
