@@ -49,7 +49,7 @@ def test_no_function_over_80_lines_in_lifecycle():
 def test_the_launch_table_is_the_launch_steps():
     from console.ops.lifecycle.launch import _Launch
 
-    table = _Launch.table(object.__new__(_Launch))  # the table only names bound probes: nothing is asked
+    table = _Launch._table(object.__new__(_Launch))  # the plain launch's table only names bound probes
     assert [c.name for c in table] == list(lifecycle.LAUNCH_STEPS)
     assert [c.timeout for c in table if c.name in ("logging", "on GPU")] == [120.0, 60.0]
 
