@@ -131,8 +131,7 @@ def test_tui_in_tmux_follows_the_current_session(tmp_path):
     try:
         t.start([*common, "--host", "sim"])
         t.wait(lambda s: "GPU 3" in s and "connected · rtt" in s and "IDLE 4" in s, "4 idle GPUs, header spaced")
-        t.keys("Tab")
-        t.keys("Tab")  # GPU 1 selected: the log pane shows its current session
+        t.keys("Tab")  # GPU 0 is selected at start: one Tab selects GPU 1, the log pane shows its current session
         t.wait(lambda s: "no server on sim GPU 1" in s, "GPU 1 selected, nothing on it")
 
         failed = cli("launch", "--host", "sim", "--profile", "incident", "--force", "--wait")
@@ -160,7 +159,7 @@ def test_tui_in_tmux_follows_the_current_session(tmp_path):
         t.wait(lambda s: f"session {rsid} · STOPPED" in s, "the log banner says STOPPED")
 
         refused = cli("launch", "--host", "sim", "--profile", "incident", "--wait")
-        assert refused["session_id"] is None and "does not fit" in (refused.get("error") or ""), refused
+        assert refused["session_id"] is None and "does not fit" in refused["error"]["message"], refused
         t.wait(lambda s: "STOPPED" in _gpu_block(s, 1) and "STOPPED 1" in s, "the refusal left GPU 1 as it was")
         screen = t.screen()
         assert "FAILED" not in screen and "foreign pid N/A" not in screen, screen

@@ -66,10 +66,11 @@ class ViewPipeline:
             console.call_after_refresh(self.freeze_heap)
 
     def first_selection(self) -> None:
-        """Until the operator chooses a GPU panel or one with a session log is chosen: select (and focus) the first
-        panel whose GPU has a session with a log, else one with a server, else the first panel — so the log pane
-        shows what there is from the start instead of asking for a selection, and the keys act from there (a host
-        whose first view comes later can still bring the first session)."""
+        """At start, until the operator chooses a GPU panel: select (and focus) the first panel whose GPU has a
+        session with a log, else one with a server, else the first panel — so the log pane shows what there is
+        from the start instead of asking for a selection, and the keys act from there. The start lasts until such a
+        session is selected or every host has shown its first view (a host whose first view comes later can still
+        bring the first session)."""
         if self.selection_done:
             return
         panels = self.console.main.panels()
@@ -85,7 +86,10 @@ class ViewPipeline:
             self.auto_selected = best
             self.console.main.select(best)
             best.focus(scroll_visible=False)
-        self.selection_done = best.session is not None and bool(best.session.session_id)
+        # the start is over once a session log is shown or every host has shown its first view: a session that
+        # appears later (a launch minutes on) never moves the operator's panel
+        self.selection_done = (best.session is not None and bool(best.session.session_id)) or \
+            set(self.views) >= set(self.console.backend.hosts)
 
     def refresh_ages(self) -> None:
         """Once a second: the sample ages and what depends on them (staleness), nothing else."""
