@@ -218,7 +218,7 @@ class TorchBackend:
     """Memory held in 1 GiB uint8 tensors; bf16 N x N products, each synchronised."""
 
     def __init__(self, args) -> None:
-        import torch  # noqa: raises ImportError when absent
+        import torch  # raises ImportError when absent
 
         self.torch = torch
         if not torch.cuda.is_available():
