@@ -38,6 +38,12 @@ CONNECT_RETRY_S = 0.5
 """How often a rank >= 1 retries the rendezvous connection (torch's store client retries the same way)."""
 CONNECT_WARN_EVERY = 20
 """Every this many failed attempts, one warning line (not one per attempt: the log stays readable)."""
+
+
+def connect_failed_line(addr: tuple[str, int], e: OSError) -> str:
+    """torch's store client's warning when the rendezvous address does not answer (yet)."""
+    return ("[W] The client socket has failed to connect to [%s]:%d (errno: %d - %s)."
+            % (addr[0], addr[1], e.errno or 111, e.strerror or str(e)))
 HANG_MAX_S = 7 * 24 * 3600.0
 """A hung member hangs this long at most (a bound, not a behaviour)."""
 
@@ -138,8 +144,7 @@ class Rendezvous:
             except OSError as e:
                 tries += 1
                 if tries % CONNECT_WARN_EVERY == 1:
-                    self.log("[W] The client socket has failed to connect to [%s]:%d (errno: %d - %s)."
-                             % (self.addr[0], self.addr[1], e.errno or 111, e.strerror or str(e)))
+                    self.log(connect_failed_line(self.addr, e))
                 time.sleep(CONNECT_RETRY_S)
         if conn is None:
             return

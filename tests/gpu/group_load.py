@@ -64,7 +64,13 @@ for _p in (HERE, REPO):  # gpu_load.py beside this file; console/ for SGLang's d
 
 import gpu_load as gl  # noqa: E402
 
-from console.sim.sglang_group import dummy_health_server, split_addr  # noqa: E402
+from console.sim.sglang_group import (  # noqa: E402
+    CONNECT_RETRY_S,
+    CONNECT_WARN_EVERY,
+    connect_failed_line,
+    dummy_health_server,
+    split_addr,
+)
 
 FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 """Set whatever the environment says: NVLink multicast off (see the module doc)."""
@@ -73,8 +79,6 @@ LOOPBACK_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 STOP_GRACE_S = 2.0
 """After a stop (signal or lifetime), how long the step loop gets to end the group cleanly before the process
 exits on its own (a hung collective never returns)."""
-CONNECT_RETRY_S = 0.5
-CONNECT_WARN_EVERY = 20
 HEALTH_GENERATE_S = 20.0
 """SGLang's /health_generate bound: no step within it and the answer is 503."""
 GENERATE_MAX_S = 600.0
@@ -245,8 +249,7 @@ class TcpCollective:
             except OSError as e:
                 tries += 1
                 if tries % CONNECT_WARN_EVERY == 1:
-                    gl.log("[W] The client socket has failed to connect to [%s]:%d (errno: %d - %s)."
-                           % (self.addr[0], self.addr[1], e.errno or 111, e.strerror or str(e)))
+                    gl.log(connect_failed_line(self.addr, e))
                 quit_.wait(CONNECT_RETRY_S)
                 continue
             reader = conn.makefile("rb")
