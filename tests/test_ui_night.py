@@ -371,26 +371,33 @@ async def test_the_footer_draws_whole_keys_the_key_help_first_and_a_click_presse
         assert footer_keys(app)[0] == "question_mark"  # on every screen
 
 
-async def test_a_theme_shown_before_is_not_parsed_again(monkeypatch):
+async def test_a_theme_switch_parses_no_css_once_the_themes_are_warm(monkeypatch):
+    """In idle time after the start every other theme's CSS is parsed: t then parses none (first round or later),
+    and each theme's own colours are there."""
     from textual.css.stylesheet import Stylesheet
 
-    parsed = []
-    real = Stylesheet.reparse
+    from console.ui.themes import NAMES, css_variables
 
-    def reparse(self):
-        parsed.append(1)
-        return real(self)
-    monkeypatch.setattr(Stylesheet, "reparse", reparse)
+    parsed: list[str] = []
+    real = Stylesheet._parse_rules
+
+    def parse_rules(self, css, *a, **kw):
+        parsed.append(css[:60])
+        return real(self, css, *a, **kw)
+    monkeypatch.setattr(Stylesheet, "_parse_rules", parse_rules)
     app = frozen_app(FakeBackend())
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
-        for name in ("textual-light", "mtp-high-contrast", "textual-dark"):
-            await pilot.press("t")
-            await until(pilot, lambda: app.theme == name)  # noqa: B023  (awaited in this turn)
-        await pilot.pause()
+        await until(pilot, lambda: all(app.theme_css.is_warm(css_variables(app, n)) for n in NAMES))
         first = len(parsed)
-        for name in ("textual-light", "mtp-high-contrast", "textual-dark"):
-            await pilot.press("t")
-            await until(pilot, lambda: app.theme == name)  # noqa: B023
-        assert await stays(pilot, lambda: len(parsed) == first, 0.3)  # the second round parses nothing
+        background = {}
+        for _ in range(2):
+            for name in ("textual-light", "mtp-high-contrast", "textual-dark"):
+                await pilot.press("t")
+                await until(pilot, lambda: app.theme == name)  # noqa: B023  (awaited in this turn)
+                await pilot.pause()
+                background.setdefault(name, app.screen.styles.background)
+                assert app.screen.styles.background == background[name]
+        assert await stays(pilot, lambda: len(parsed) == first, 0.3), parsed[first:]  # no source parsed again
+        assert len(set(background.values())) == 3  # three themes, three backgrounds
         assert app.screen.query_one(GpuPanel).styles.border.top[0] == "round"  # and the styles are there

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable
 
@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.command import CommandPalette
 from textual.screen import Screen
 
-from console.backend import Backend
+from console.backend import Backend, DeployBackend
 from console.config import ThemeName
 from console.model import AuditEntry, HostView, OperationResult
 from console.ui.format import clean, short
@@ -29,7 +29,7 @@ from console.ui.log_follow import LogFollower
 from console.ui.main_screen import KEYS, MainScreen, allowed
 from console.ui.protocols import LogListener
 from console.ui.screens.workflow import Workflow
-from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, ThemeStylesheet, css_paths
+from console.ui.themes import HIGH_CONTRAST, NAMES, TEXTUAL_THEME, ThemeStylesheet, css_paths, css_variables
 from console.ui.views import ViewPipeline
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
     from console.ui.operations import Operations
     from console.ui.screens.advice import AdviceActions
+
+WARM_THEMES_AFTER_S = 1.0
+"""When, after the start, the other themes' CSS is parsed (:meth:`MtpConsoleApp._warm_themes`): after the first
+views are drawn, not in their way."""
 
 
 class MtpConsoleApp(App):
@@ -78,7 +82,8 @@ class MtpConsoleApp(App):
         self.clock = clock
         self.interval = float(interval or backend.interval or 1.0)
         self.theme_name: ThemeName = theme
-        self.stylesheet = ThemeStylesheet(variables=self.get_css_variables())  # no CSS is read yet: none is lost
+        self.theme_css = ThemeStylesheet(variables=self.get_css_variables())  # no CSS is read yet: none is lost
+        self.stylesheet = self.theme_css
         self.register_theme(HIGH_CONTRAST)
         self.set_theme(theme)  # before the DOM exists: no restyle of every widget at mount
         self.main = MainScreen(self, id="_default")
@@ -171,6 +176,7 @@ class MtpConsoleApp(App):
         self.set_interval(0.25, self.spin)
         self.run_worker(self.start_backend(), group="backend", exit_on_error=False)
         self.call_after_refresh(self._start_on_fleet)  # issue 31: a large fleet starts on its overview
+        self.set_timer(WARM_THEMES_AFTER_S, self._warm_themes)
 
     def _start_on_fleet(self) -> None:
         """After the first frame (its module is no part of it): the fleet overview's start-screen rule."""
@@ -198,6 +204,11 @@ class MtpConsoleApp(App):
         # What the backend already had (a link started before the UI has its first sample) is shown
         # now, in the frames being laid out, not at the next timer tick.
         self.apply_views()
+        if isinstance(self.backend, DeployBackend):  # issue 29: the deployments' rows, read every few seconds
+            try:
+                await self.backend.watch_deployments(self.pipeline.on_deployment)
+            except Exception as e:
+                self.say(f"deployments not read: {short(clean(str(e)), 300)}", severity="warning", timeout=10)
 
     # ------------------------------------------------------------------ data in (any thread)
     def on_view(self, view: HostView) -> None:
@@ -249,6 +260,14 @@ class MtpConsoleApp(App):
         self.theme_name = name
         self.update_classes({f"theme-{n}": n == name for n in NAMES}, update=False)
         self.theme = TEXTUAL_THEME[name]
+
+    def _warm_themes(self, todo: tuple[ThemeName, ...] | None = None) -> None:
+        """In idle time after the start, one theme a turn: the CSS parsed for every other theme (``t`` to a theme
+        then parses only what widget types shown since brought)."""
+        todo = tuple(n for n in NAMES if n != self.theme_name) if todo is None else todo
+        if todo:
+            self.theme_css.warm(css_variables(self, todo[0]))
+            self.set_timer(0.05, partial(self._warm_themes, todo[1:]))
 
     def action_cycle_theme(self) -> None:
         """``t``: the next theme, named in a toast (with the one after it)."""

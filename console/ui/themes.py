@@ -10,11 +10,16 @@ the repository. ``base.tcss`` holds the layout and colours (theme variables only
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
+from textual.css.model import RuleSet
 from textual.css.stylesheet import Stylesheet
 from textual.theme import Theme
 
 from console.config import THEME_NAMES, ThemeName
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 NAMES: tuple[ThemeName, ...] = THEME_NAMES
 """Our theme names (their one definition is ``console.config.ThemeName``), in the order ``t`` cycles them."""
@@ -48,21 +53,67 @@ def css_paths() -> list[Path]:
     return [d / "base.tcss", *(d / f"{n}.tcss" for n in NAMES)]
 
 
+def css_variables(app: App, name: ThemeName) -> dict[str, str]:
+    """The CSS variables our theme ``name`` gives ``app``'s CSS: what ``App.get_css_variables`` returns while that
+    theme is set (without setting it)."""
+    theme = app.get_theme(TEXTUAL_THEME[name])
+    assert theme is not None, name
+    return {**app.get_theme_variable_defaults(), **theme.to_color_system().generate(), **theme.variables}
+
+
 class ThemeStylesheet(Stylesheet):
-    """Textual's stylesheet, keeping the rules parsed for each theme: ``t`` back to a theme already shown does not
-    parse every CSS source again (Textual parses them all on each theme change, some 15 ms of ``t`` on a 2-core
-    machine). One set of rules is kept per theme, used only while the CSS sources are the very ones it was parsed
-    from (a widget type mounted since adds its own: they are parsed again, once)."""
+    """Textual's stylesheet, keeping every CSS source's rules as parsed for each theme: a theme switch parses only
+    the sources not parsed for that theme before (Textual empties its parse cache when the variables change and
+    parses every source again on each theme change: some 60 ms of ``t`` on a 2-core machine; the first switch to a
+    theme after a new widget type's CSS came parsed them all too). :meth:`warm` parses them for a theme before it is
+    shown (the app does so for every theme in idle time after it starts)."""
 
     def __init__(self, *, variables: dict[str, str] | None = None) -> None:
         super().__init__(variables=variables)
-        self._by_theme: dict[tuple, tuple[dict, list]] = {}
+        self._parsed: dict[tuple, dict[tuple, list[RuleSet]]] = {}
+        """The theme's variables -> (css, where, default, tie breaker, scope) -> its rules."""
+
+    @staticmethod
+    def _key(variables: dict[str, str]) -> tuple:
+        return tuple(sorted(variables.items()))
+
+    def _cached_rules(self, parse: Callable[..., list[RuleSet]], variables: dict[str, str]) -> list[RuleSet] | None:
+        """Every source's rules for ``variables``, parsing the ones not parsed before with ``parse``; None when a
+        source has errors (Textual's own parse then reports them)."""
+        parsed = self._parsed.setdefault(self._key(variables), {})
+        rules: list[RuleSet] = []
+        for read_from, (css, is_default, tie_breaker, scope) in self.source.items():
+            key = (css, read_from, is_default, tie_breaker, scope)
+            got = parsed.get(key)
+            if got is None:
+                if css in self._invalid_css:
+                    return None
+                try:
+                    got = parse(css, read_from, is_default, tie_breaker, scope)
+                except Exception:
+                    return None
+                if any(rule.errors for rule in got):
+                    return None
+                parsed[key] = got
+            rules.extend(got)
+        return rules
+
+    def parse(self) -> None:
+        rules = self._cached_rules(self._parse_rules, self._variables)
+        if rules is None:
+            super().parse()
+            return
+        self._rules, self._rules_map, self._require_parse = rules, None, False
 
     def reparse(self) -> None:
-        key = tuple(sorted(self._variables.items()))
-        kept = self._by_theme.get(key)
-        if kept is not None and kept[0] == self.source:
-            self._rules, self._rules_map, self._require_parse = kept[1], None, False
-            return
-        super().reparse()
-        self._by_theme[key] = (dict(self.source), self._rules)
+        self.parse()
+
+    def is_warm(self, variables: dict[str, str]) -> bool:
+        """Whether every source is parsed for the theme of ``variables`` (a switch to it parses nothing)."""
+        parsed = self._parsed.get(self._key(variables), {})
+        return all((css, where, *rest) in parsed for where, (css, *rest) in self.source.items())
+
+    def warm(self, variables: dict[str, str]) -> None:
+        """Parse every source now for the theme of ``variables`` (a switch to it then parses none of them)."""
+        if self._key(variables) != self._key(self._variables):
+            self._cached_rules(Stylesheet(variables=variables)._parse_rules, variables)

@@ -15,11 +15,13 @@ import inspect
 from typing import Any, Callable
 
 from pydantic import ValidationError
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
 from console.core.planner import PlanFix, read_fixes
@@ -104,6 +106,10 @@ FIELDS: list[tuple[str, str, Any]] = [
     ("mamba_strategy", "mamba cache strategy", MAMBA_STRATEGIES),
     ("extras", "other flags", "--flag value ... (split like a shell, never run by one)"),
 ]
+FIRST_FIELDS = 4
+"""The fields composed with the form: they fill its first frame (the focus is in the first, typing goes there); the
+rest are mounted right after that frame is drawn (:meth:`FlagForm._mount_rest`). Composing the form's ~90 widgets
+before its first frame took 2 to 3 times as long as the frame of these (``bench/b_keys.py``)."""
 KEEP_ON_FOCUS = ("extras",)
 """Fields whose text tabbing in does not select (typing would replace every other flag)."""
 
@@ -127,6 +133,9 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
     FlagForm .profile-note { height: auto; color: $text-muted; margin-bottom: 1; }
     FlagForm .check-status { height: auto; margin-bottom: 1; }
     """
+    AUTO_FOCUS = "#f-model_path"
+    """The first field has the focus from the start: nothing else (the field list) is focused, and restyled with its
+    80 widgets, first, then blurred and restyled again."""
     SPEC_FIELDS = ("num_steps", "eagle_topk", "num_draft_tokens")
     """Only in the tab order when a speculative algorithm is chosen."""
 
@@ -161,6 +170,11 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         """The Check run at open has not finished (or been skipped) yet."""
         self._shown: Key | None = None
         self._lock = asyncio.Lock()
+        self._fresh = True
+        """Not shown yet: its widgets got their styles as they were mounted."""
+        self.whole = False
+        """Every field is mounted (the ones after :data:`FIRST_FIELDS` come right after the first frame)."""
+        self._whole = asyncio.Event()
 
     # ---- building
     def compose(self) -> ComposeResult:
@@ -177,23 +191,28 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
                                      prompt="(none: the fields below)", id="profile",
                                      value=self.applied if self.applied is not None else Select.NULL)
                     yield Static(self._profile_note(), id="profile-note", classes="profile-note", markup=False)
-                for name, label, kind in FIELDS:
-                    with Horizontal(classes="field"):
-                        yield Label(label, classes="field-label")
-                        yield self._widget(name, kind)
-                    yield Static("", id=f"err-{name}", classes="field-error", markup=False)
-                yield Static("", id="err-", classes="field-error", markup=False)
-                with Horizontal(classes="field force"):
-                    yield Label("force", classes="field-label")
-                    yield Switch(value=bool(self.template and self.template.force), id="force")
-                    yield Label(FORCE_LABEL, classes="field-hint")
-                yield Static("", id="diff", classes="diff").set_styles("display: none;")
-                yield Static("", id="checks", classes="checks").set_styles("display: none;")
+                for name, label, kind in FIELDS[:FIRST_FIELDS]:
+                    yield from self._row(name, label, kind)
             with Horizontal(classes="buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Check", id="check")
                 yield Button("Launch", id="launch", variant="primary")
         yield QuietFooter()
+
+    def _row(self, name: str, label: str, kind: Any) -> list[Widget]:
+        """One field: its label and editor, and the line under it for its error."""
+        return [Horizontal(Label(label, classes="field-label"), self._widget(name, kind), classes="field"),
+                Static("", id=f"err-{name}", classes="field-error", markup=False)]
+
+    def _rest(self) -> list[Widget]:
+        """What follows the first fields: the other fields (from the values now), force, the diff and the checks."""
+        force = bool(self.template and self.template.force)
+        return [*(w for name, label, kind in FIELDS[FIRST_FIELDS:] for w in self._row(name, label, kind)),
+                Static("", id="err-", classes="field-error", markup=False),
+                Horizontal(Label("force", classes="field-label"), Switch(value=force, id="force"),
+                           Label(FORCE_LABEL, classes="field-hint"), classes="field force"),
+                Static("", id="diff", classes="diff").set_styles("display: none;"),
+                Static("", id="checks", classes="checks").set_styles("display: none;")]
 
     def _widget(self, name: str, kind: Any):
         v = self.raw.get(name)
@@ -207,12 +226,37 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
     def on_mount(self) -> None:
         for b in ("#cancel", "#check"):  # esc and ctrl+r do these: fewer tab stops
             self.query_one(b, Button).can_focus = False
-        self._relevant()
         self.query_one("#f-model_path", Input).focus()
+        self._quiet_cursors()
+        self.call_after_refresh(self._mount_rest)
+
+    async def _mount_rest(self) -> None:
+        """After the first frame: the other fields, then the Check run at open."""
+        if not self.is_attached or self.whole:
+            self.opening = False
+            return
+        await self.query_one(".fields", VerticalScroll).mount_all(self._rest())
+        self.whole = True
+        self._whole.set()
+        self._relevant()
+        self._quiet_cursors()
+        self.run_worker(self.submit("open"), group="form-check", exit_on_error=False)
+
+    def on_unmount(self) -> None:
+        if not self.whole:  # closed before the rest of the fields came: no Check runs at open
+            self.opening = False
+
+    def _quiet_cursors(self) -> None:
         if self.app.animation_level == "none":  # reduced motion: no blinking cursors either
             for box in self.query(Input):
                 box.cursor_blink = False
-        self.run_worker(self.submit("open"), group="form-check", exit_on_error=False)
+
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        """The push's resume restyles every widget of the screen (a theme may have changed while it was under
+        another): the first one, right after every widget was styled as it was mounted, does not."""
+        if self._fresh:
+            self._fresh = False
+            event.refresh_styles = False
 
     # ---- the title and the picker follow the fields
     def _title_content(self) -> Content:
@@ -262,16 +306,22 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
 
     # ---- values
     def values(self) -> dict[str, Any]:
+        """What the fields hold (a field not mounted yet: the value it will be mounted with)."""
         out: dict[str, Any] = {"command": self.raw.get("command") or None}
         for name, _, kind in FIELDS:
-            sel = f"#f-{name}"
-            if kind is bool:
-                out[name] = self.query_one(sel, Switch).value
-            elif isinstance(kind, tuple):
-                out[name] = self.query_one(sel, Select).value
+            box = self._field(name)
+            if box is None:
+                v = self.raw.get(name)
+                out[name] = bool(v) if kind is bool else (v if v in kind else kind[0]) if isinstance(kind, tuple) \
+                    else ("" if v is None else str(v))
             else:
-                out[name] = self.query_one(sel, Input).value
+                out[name] = box.value
         return {k: v for k, v in out.items() if v is not None}
+
+    def _field(self, name: str) -> Input | Select | Switch | None:
+        """Field ``name``'s editor; None while it is not mounted yet."""
+        found = self.query(f"#f-{name}")
+        return found.first() if found else None  # type: ignore[return-value]
 
     def _key(self, v: FlagValues) -> Key:
         return tuple(v.to_flags()), tuple(v.gpus), self.force
@@ -376,7 +426,8 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
 
     @property
     def force(self) -> bool:
-        return bool(self.query_one("#force", Switch).value)
+        found = self.query("#force")
+        return bool(found.first(Switch).value) if found else bool(self.template and self.template.force)
 
     def _show(self, sel: str, content: Content) -> None:
         box = self.query_one(sel, Static)
@@ -386,6 +437,8 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
     def _relevant(self) -> None:
         """Fields that do not apply (speculative numbers without an algorithm, the hicache size without
         the hierarchical cache) are disabled: out of the tab order, their values kept."""
+        if not self.whole:  # mounted with the rest, then set
+            return
         algo = self.query_one("#f-spec_algo", Select).value
         for name in self.SPEC_FIELDS:
             self.query_one(f"#f-{name}").disabled = algo in ("none", None, Select.BLANK)
@@ -425,6 +478,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         if which == "cancel":
             self.dismiss(None)
             return
+        await self._whole.wait()  # a key pressed before the rest of the fields came: they are there now
         try:
             if which == "open" and self._key_now() is None:
                 return
@@ -519,15 +573,17 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         self.run_worker(self.submit("check"), group="form-check", exit_on_error=False)
 
     def _fill(self, raw: dict[str, Any]) -> None:
-        """Set every field from raw form values."""
+        """Set every field from raw form values (one not mounted yet is mounted with its value)."""
         for field, _, kind in FIELDS:
-            v = raw.get(field)
-            if kind is bool:
-                self.query_one(f"#f-{field}", Switch).value = bool(v)
-            elif isinstance(kind, tuple):
-                self.query_one(f"#f-{field}", Select).value = v if v in kind else kind[0]
+            v, box = raw.get(field), self._field(field)
+            if box is None:
+                self.raw[field] = v
+            elif isinstance(box, Switch):
+                box.value = bool(v)
+            elif isinstance(box, Select):
+                box.value = v if v in kind else kind[0]
             else:
-                self.query_one(f"#f-{field}", Input).value = "" if v is None else str(v)
+                box.value = "" if v is None else str(v)
         self._relevant()
 
     def action_cancel(self) -> None:
