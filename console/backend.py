@@ -7,10 +7,11 @@ operations) and test fakes both satisfy :class:`Backend`.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Union
+from typing import Callable, Protocol, Union, runtime_checkable
 
 from console.model import (
     AuditEntry,
+    DeploymentRow,
     HostView,
     KillTarget,
     LaunchRequest,
@@ -23,6 +24,8 @@ OnView = Callable[[HostView], None]
 OnLog = Callable[[str, str, list[str]], None]
 """(host, session_id, lines): new lines of a followed session log, in order, never repeated."""
 OnAudit = Callable[[AuditEntry], None]
+OnDeployment = Callable[[DeploymentRow], None]
+"""Called with a deployment's row each time it is read (every few seconds) or its roll's steps change."""
 OnSteps = Callable[[list[Step]], None]
 """Progress of an operation: the full list of steps each time one changes."""
 Finding = tuple[str, str]
@@ -100,3 +103,16 @@ class Backend(Protocol):
     async def report(self, host: str, session_id: str) -> str:
         """Write the incident report of ``session_id`` on ``host`` (Markdown, the panel's SVG beside it)
         and return the Markdown file's path. Raises with the reason when it cannot be written."""
+
+
+@runtime_checkable
+class DeployBackend(Protocol):
+    """A backend that also runs the config's deployments (issue 29): the TUI shows a row per deployment and ``r`` on
+    it rolls it. The live backend is one; a backend without deployments (a test's fake) need not be."""
+
+    async def watch_deployments(self, on_row: OnDeployment) -> None:
+        """Start reading every deployment of a connected host periodically (``deploy status``'s code path, off the
+        UI's frames); each row goes to ``on_row``."""
+
+    async def deploy_roll(self, name: str, sets: list[str], unsets: list[str], on_steps: OnSteps) -> OperationResult:
+        """``deploy roll NAME --set … --unset …``'s code path: the rolling relaunch, its steps reported."""

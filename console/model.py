@@ -747,7 +747,7 @@ ABORTED = "aborted by the operator"
 class OperationResult(Frozen):
     """Outcome of launch / kill / relaunch."""
 
-    op: Literal["launch", "kill", "relaunch", "preflight"]
+    op: Literal["launch", "kill", "relaunch", "preflight", "deploy-roll"]
     host: str
     ok: bool
     session_id: str | None = None
@@ -769,6 +769,71 @@ class OperationResult(Frozen):
     """Set when an operator stopped the launch's session while it was under way (``x`` in the console, or
     ``kill SESSION`` from any console): what happened, said instead of a failure. An aborted launch has no
     ``cause`` (nothing failed) and ``ok`` False (it did not reach READY)."""
+
+
+# ---------------------------------------------------------------- deployments (issue 29), as the TUI's row shows one
+
+GatewayState = Literal["up", "down", "unreachable"]
+"""``up``: its /health answers 200; ``down``: the host answered but the gateway did not (or not 200);
+``unreachable``: the host could not be asked (the reading shown is the last one, and ages)."""
+
+
+class RowReplica(Frozen):
+    """One live replica session of a deployment row: what a roll of it hits and the traffic it carries."""
+
+    session_id: str
+    replica: int
+    role: str
+    """``current``; during a roll ``old``, ``new`` or ``draining`` (``console.ops.deploy.models.ReplicaRole``)."""
+    state: str
+    gpus: list[int] = Field(default_factory=list)
+    port: int | None = None
+    ready_at_gateway: bool = False
+    running: int | None = None
+    queued: int | None = None
+    requests_per_s: float | None = None
+
+
+class RollStepNow(Frozen):
+    """Where a roll is for one replica: its step under way (else its last one) and that step's state."""
+
+    replica: int
+    step: str
+    """The step's name within the replica: ``new: generate``, ``old: drained``, ``placement``."""
+    state: StepState
+
+
+class DeploymentRow(Frozen):
+    """One configured deployment as the TUI shows it above its host's GPU panels: built by
+    ``console.ops.deploy.watch`` from ``deploy status``'s reading (read every few seconds, never per frame) and the
+    steps of a roll this console runs."""
+
+    name: str
+    host: str
+    gateway: GatewayState
+    detail: str | None = None
+    """Why the gateway is down or unreachable (or why a rate is unknown)."""
+    read_at: float | None = None
+    """When the reading shown was taken (epoch seconds); None: none yet."""
+    stale_after_s: float = 10.0
+    """A reading older than this is stale (shown as such)."""
+    ready: int = 0
+    """Replicas serving: READY and ready at the gateway."""
+    total: int = 0
+    requests_per_s: float | None = None
+    """Through the gateway, between its last two readings."""
+    replicas: list[RowReplica] = Field(default_factory=list)
+    rolling: bool = False
+    """A roll runs (this console's), or the replicas' roles say one is under way or was interrupted."""
+    roll: list[RollStepNow] = Field(default_factory=list)
+    """This console's roll: each replica's current step (empty for another console's roll: see the roles)."""
+
+    def age(self, now: float) -> float | None:
+        return None if self.read_at is None else max(0.0, now - self.read_at)
+
+    def stale(self, now: float) -> bool:
+        a = self.age(now)
+        return a is None or a > self.stale_after_s
 
 
 # ---------------------------------------------------------------- hosts

@@ -15,7 +15,6 @@ from console.errors import UserError
 
 if TYPE_CHECKING:
     from console.commands.context import CliContext
-    from console.model import HostSnapshot, SessionInfo
     from console.ops.deploy.models import DeploymentStatus, DeployResult
 
 ACTIONS = ("up", "status", "roll", "down")
@@ -62,15 +61,24 @@ def print_status(s: DeploymentStatus) -> None:
     if g.error:
         print(f"  gateway: {g.error}")
     ready = sum(1 for r in s.replicas if r.state == "ready" and r.worker_status == "ready")
+    print(f"  requests/s through the gateway: {rps(s.requests_per_s)}")
     print(f"  replicas ready at the gateway: {ready}/{len(s.replicas)}"
           + ("  — a roll is in progress (or was interrupted): see the roles" if s.roll_in_progress else ""))
     for r in s.replicas:
         load = f"running {r.running} queued {r.queued}" if r.running is not None else "load unknown"
         print(f"  replica {r.replica} [{r.role}] session {r.session_id} {r.state.upper()} GPU "
               f"{','.join(map(str, r.gpus))} port {r.port} worker {r.worker_id or '(not registered)'} "
-              f"{r.worker_status or ''} {load}" + (f" replaces {r.replaces}" if r.replaces else ""))
+              f"{r.worker_status or ''} {load} requests/s {rps(r.requests_per_s)}"
+              + (f" replaces {r.replaces}" if r.replaces else ""))
     for u in s.foreign_workers:
         print(f"  the gateway also routes to {u} (no replica session of this deployment)")
+    if s.traffic_note:
+        print(f"  {s.traffic_note}")
+
+
+def rps(v: float | None) -> str:
+    """A rate as ``deploy status`` prints it (``?``: unknown)."""
+    return "?" if v is None else f"{v:.1f}"
 
 
 def print_result(r: DeployResult) -> None:
@@ -92,7 +100,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from console.commands.context import open_hosts
     from console.commands.kill import ask_on_terminal
     from console.commands.launch import parse_env
-    from console.ops.deploy.ops import Deploy
+    from console.ops.deploy.ops import Deploy, edited_argv
 
     cfg = ctx.config
     if args.name not in cfg.deployments:
@@ -113,7 +121,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         d = Deploy(opened.links[0], opened.config, args.name, settle_s=args.settle, timeout=args.timeout,
                    grace=args.grace)
         if args.action == "status":
-            st = await d.status()
+            st = await d.status(rate_s=1.0)  # requests/s: the counters read at least a second apart
             if ctx.json_output:
                 print(json.dumps(redact_obj(st.model_dump(mode="json")), indent=2))
             else:
@@ -139,19 +147,8 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         elif args.action == "down":
             r = await d.down(printer)
         else:
-            from console.commands.relaunch import edit_flags, masked_secret_flags, unmask_from_live
-
-            def new_argv(s: SessionInfo, snap: HostSnapshot) -> list[str] | None:
-                base = unmask_from_live(s, snap)
-                argv = edit_flags(base, args.set, args.unset)
-                if (args.set or args.unset) and argv == base:
-                    return None  # runs the new flags already (a resumed roll)
-                hidden = masked_secret_flags(argv)
-                if hidden:
-                    raise UserError(f"session {s.session_id} was launched with {', '.join(hidden)}, whose values are "
-                                    "never stored: give them again with --set FLAG=VALUE")
-                return argv
-            r = await d.roll(new_argv, given, printer, check_flags=not args.no_validate, rollback=args.rollback)
+            r = await d.roll(edited_argv(args.set, args.unset), given, printer, check_flags=not args.no_validate,
+                             rollback=args.rollback)
     if ctx.json_output:
         print(json.dumps(redact_obj(r.model_dump(mode="json")), indent=2))
     else:

@@ -8,10 +8,9 @@ from console.commands._ops import emit_result, require_ports, require_session, s
 from console.commands.context import CliContext, open_hosts, single_host
 from console.commands.kill import check_session_id
 from console.commands.launch import parse_env, require_utf8
-from console.core.redact import redact_argv
+from console.core.flag_edit import edit_flags, masked_secret_flags, unmask_from_live
 from console.errors import UnknownProcess, UserError
-from console.host.hostsecrets import MASK
-from console.model import HostSnapshot, KillTarget, SessionInfo
+from console.model import KillTarget
 from console.ops.lifecycle import relaunch, relaunch_env, request_from_argv
 
 
@@ -30,54 +29,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grace", type=float, default=20.0,
                    help="seconds between SIGTERM and SIGKILL of the old server (default 20)")
     p.add_argument("--force", action="store_true", help="relaunch even when the memory planner says it does not fit")
-
-
-def edit_flags(argv: list[str], sets: list[str], unsets: list[str]) -> list[str]:
-    """Apply --set/--unset edits to an argv: replace a flag's value in place, or append it."""
-    out = list(argv)
-
-    def remove(name: str) -> int | None:
-        for i, a in enumerate(out):
-            if a == name or a.startswith(name + "="):
-                takes = a == name and i + 1 < len(out) and not out[i + 1].startswith("--")
-                del out[i:i + (2 if takes else 1)]
-                return i
-        return None
-
-    for name in unsets:
-        if not name.startswith("--"):
-            raise UserError(f"--unset {name!r}: expected a flag like --max-running-requests")
-        while remove(name) is not None:
-            pass
-    for item in sets:
-        name, sep, value = item.partition("=")
-        if not name.startswith("--"):
-            raise UserError(f"--set {item!r}: expected --flag=value or --flag")
-        at = remove(name)
-        new = [name, value] if sep else [name]
-        out[at if at is not None else len(out):at if at is not None else len(out)] = new
-    return out
-
-
-def unmask_from_live(s: SessionInfo, snap: HostSnapshot) -> list[str]:
-    """The session's argv with the secret values spec.json holds masked (``***``) taken back from its live
-    launcher's own argv (same length, same flags), when it still runs; else as stored."""
-    argv = list(s.spec.argv) if s.spec else []
-    if MASK not in argv or s.record is None:
-        return argv
-    live = next((p.argv for p in snap.servers if p.pid == s.record.pid and p.start_ticks == s.record.start_ticks), None)
-    if not live or len(live) != len(argv) or redact_argv(live)[1:] != redact_argv(argv)[1:]:
-        return argv
-    return [live[i] if a == MASK else a for i, a in enumerate(argv)]
-
-
-def masked_secret_flags(argv: list[str]) -> list[str]:
-    """The secret flags of ``argv`` whose value is the mask (``--api-key ***`` or ``--api-key=***``)."""
-    out = []
-    for i, a in enumerate(argv):
-        if a.startswith("--") and (a.endswith("=" + MASK) or (i + 1 < len(argv) and argv[i + 1] == MASK)):
-            out.append(a.split("=", 1)[0])
-    return out
 
 
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:

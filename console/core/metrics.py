@@ -109,6 +109,24 @@ def parse_sglang_metrics(text: str, at: float) -> ServingFigures:
     return ServingFigures(**out)
 
 
+def counter_total(text: str, name: str, rank0: bool = False) -> float | None:
+    """The sum of counter ``name``'s samples (every label set; ``rank0``: SGLang's tensor-parallel rank 0 only) in a
+    ``/metrics`` text, None when it has none (a deployment's requests/s: the gateway's ``smg_router_requests_total``,
+    each server's ``sglang:num_requests_total``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if len(text) > MAX_METRICS_BYTES:
+        return None
+    got: list[float] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            got += [s.value for s in family.samples if s.name == name and (not rank0 or _rank0(s.labels))]
+    except (ValueError, TypeError, IndexError):
+        return None
+    vs = [v for v in got if math.isfinite(v)]
+    return sum(vs) if vs else None
+
+
 def figures_from_log(metrics: ServeMetrics | None, at: float | None) -> ServingFigures:
     """The fallback: the last ``Decode batch`` figures of the session's log, read at ``at``."""
     if metrics is None or at is None:

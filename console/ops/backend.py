@@ -11,11 +11,11 @@ import functools
 import re
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from console import paths
 from console.audit import Audit
-from console.backend import OnAudit, OnLog, OnSteps, OnView
+from console.backend import OnAudit, OnDeployment, OnLog, OnSteps, OnView
 from console.config import Config
 from console.core.flags import FlagSchema, check_all
 from console.link.client import HostClient
@@ -24,6 +24,9 @@ from console.model import DEFAULT_PORT, AuditEntry, KillTarget, LaunchRequest, O
 from console.ops import lifecycle
 from console.ops.flag_learning import default_cache_dir, learn_schema
 from console.ops.tracker import HostTracker
+
+if TYPE_CHECKING:
+    from console.ops.deploy.watch import DeploymentWatch
 
 
 def launch_progress(steps: Sequence[Step], skip: int = 0) -> int:
@@ -64,6 +67,8 @@ class LiveBackend:
         self.trackers: dict[str, HostTracker] = {}
         self._tasks: list[asyncio.Task] = []
         self._schema_tasks: dict[str, asyncio.Task[FlagSchema]] = {}
+        self.deploy_watch: DeploymentWatch | None = None
+        """The deployments' rows (issue 29), once :meth:`watch_deployments` started them."""
 
     def prestart(self) -> None:
         """Start connecting every host now, before the UI is up (optional): the agents start while the
@@ -84,6 +89,8 @@ class LiveBackend:
                 self._tasks.append(asyncio.create_task(link.run()))
 
     async def stop(self) -> None:
+        if self.deploy_watch is not None:
+            self.deploy_watch.stop()
         for link in self.links.values():
             await link.close()
         for t in self._tasks:
@@ -145,6 +152,38 @@ class LiveBackend:
         finally:
             if sent:
                 tr.launch_done(sid, result)
+
+    async def watch_deployments(self, on_row: OnDeployment) -> None:
+        """Read each deployment of a host of this backend every few seconds (:mod:`console.ops.deploy.watch`)."""
+        from console.ops.deploy.watch import DeploymentWatch
+
+        if self.deploy_watch is None and self.cfg.deployments:
+            self.deploy_watch = DeploymentWatch(self.cfg, self.links, on_row, clock=self.clock)
+            self.deploy_watch.start()
+
+    async def deploy_roll(self, name: str, sets: list[str], unsets: list[str], on_steps: OnSteps) -> OperationResult:
+        """``deploy roll NAME --set … --unset …``: the same :meth:`Deploy.roll` and :func:`edited_argv`; its steps
+        also go to the deployment's row, and the row is read again once it ends."""
+        from console.ops.deploy.ops import Deploy, edited_argv
+
+        dep = self.cfg.deployments[name]
+        if self.read_only:
+            return OperationResult(op="deploy-roll", host=dep.host, ok=False, error="read-only: roll disabled")
+        watch = self.deploy_watch
+
+        def steps(s: list[Step]) -> None:
+            on_steps(s)
+            if watch is not None:
+                watch.rolling(name, s)
+        try:
+            r = await Deploy(self.links[dep.host], self.cfg, name).roll(edited_argv(sets, unsets), None, steps)
+        finally:
+            if watch is not None:
+                watch.rolling(name, None)
+                t = asyncio.ensure_future(watch.read(name))
+                t.add_done_callback(lambda x: x.cancelled() or x.exception())
+        why = r.rolled_back or r.error
+        return OperationResult(op="deploy-roll", host=dep.host, ok=r.ok, steps=r.steps, error=why)
 
     def acknowledge(self, host: str, session_id: str) -> None:
         """The operator acknowledged an ended session: its GPU reads IDLE (it stays in the history)."""

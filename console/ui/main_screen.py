@@ -17,9 +17,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header
 
-from console.model import HostView
+from console.model import DeploymentRow, HostView
 from console.ui.protocols import Console
 from console.ui.widgets.audit import AuditPane
+from console.ui.widgets.deploy_row import DeploymentRowView
 from console.ui.widgets.footer import QuietFooter
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.groups_bar import GroupsBar
@@ -29,7 +30,7 @@ from console.ui.widgets.log_pane import LogPane
 from console.ui.widgets.steps import StepsView
 
 DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch",
-               "abort": "abort launch"}
+               "abort": "abort launch", "roll_deployment": "roll"}
 """The actions that change a host (refused in read-only mode), and how the refusal names them."""
 COMPACT_CELL = 44
 """Width of one GPU panel in compact mode (the stats line fits)."""
@@ -163,6 +164,10 @@ class MainScreen(Screen):
         """Each multi-node group once, over the host sections (issue 30: :class:`GroupsBar`)."""
         self.query_one(GroupsBar).show(views)
 
+    def show_deployment(self, row: DeploymentRow) -> None:
+        """A deployment's row (issue 29), above its host's GPU panels."""
+        self.section(row.host).show_deployment(row, self.console.clock())
+
     def section(self, host: str) -> HostSection:
         """The section of ``host``; a host the backend did not list at start gets one now."""
         sec = self.sections.get(host)
@@ -205,31 +210,51 @@ class MainScreen(Screen):
         panel.scroll_visible(animate=False)
 
     # ------------------------------------------------------------------ navigation
+    def stops(self) -> list[GpuPanel | DeploymentRowView]:
+        """What tab and the arrows move between, in screen order: each host's deployment rows, then its panels."""
+        out: list[GpuPanel | DeploymentRowView] = []
+        for sec in self.sections.values():
+            out += [*sec.deploy_rows(), *sec.panels()]
+        return out
+
+    def _at(self) -> GpuPanel | DeploymentRowView | None:
+        """Where the keys are: a focused deployment row, else the selected panel."""
+        f = self.focused
+        return f if isinstance(f, DeploymentRowView) else self._selected
+
+    def go(self, target: GpuPanel | DeploymentRowView) -> None:
+        """Move to ``target``: a panel is selected now (not when the focus event comes round: keys typed ahead,
+        Tab Tab, each move on) and focused; a deployment row is focused (the log pane keeps the selected panel)."""
+        if isinstance(target, GpuPanel):
+            self.select(target)
+            self.focus_panel(target)
+        else:
+            target.focus(scroll_visible=False)
+            target.scroll_visible(animate=False)
+
     def action_next_panel(self, step: int = 1) -> None:
-        panels = self.panels()
-        if not panels:
+        stops = self.stops()
+        if not stops:
             return
-        sel = self._selected
-        i = panels.index(sel) if sel in panels else -step if step > 0 else 0
-        target = panels[(i + step) % len(panels)]
-        # Selected now, not when the focus event comes round: keys typed ahead (Tab Tab) each move on.
-        self.select(target)
-        self.focus_panel(target)
+        at = self._at()
+        i = stops.index(at) if at in stops else -step if step > 0 else 0
+        self.go(stops[(i + step) % len(stops)])
 
     def action_move_panel(self, dx: int, dy: int) -> None:
         """Arrow keys between GPU panels: left/right one panel, up/down one row of the grid."""
-        cols = self.grid_columns() if self.compact else 1
-        step = dx if dx else dy * cols
-        panels = self.panels()
-        if not panels:
-            return
-        if self._selected not in panels:
+        stops, at = self.stops(), self._at()
+        if at not in stops:
             self.action_next_panel(1)
             return
-        i = panels.index(self._selected) + step
-        if 0 <= i < len(panels):  # selected now, as tab does (not when the focus event comes round)
-            self.select(panels[i])
-            self.focus_panel(panels[i])
+        if dy and self.compact and isinstance(at, GpuPanel):  # a row of the grid up or down: among the panels
+            panels = self.panels()
+            j = panels.index(at) + dy * self.grid_columns()
+            if 0 <= j < len(panels):
+                self.go(panels[j])
+            return
+        i = stops.index(at) + (dx or dy)
+        if 0 <= i < len(stops):
+            self.go(stops[i])
 
     def action_select_panel(self) -> None:
         p = self._selected
@@ -333,7 +358,7 @@ class MainScreen(Screen):
         self.refuse("kill")
 
     def key_r(self) -> None:
-        self.refuse("relaunch")
+        self.refuse("roll_deployment" if isinstance(self.focused, DeploymentRowView) else "relaunch")
 
     def key_e(self) -> None:
         self.refuse("edit")
@@ -350,6 +375,14 @@ class MainScreen(Screen):
 
     def action_relaunch(self) -> None:
         self.console.ops.relaunch()
+
+    def action_roll_deployment(self) -> None:
+        """``r`` on a deployment row: its rolling relaunch (``console/ui/screens/roll.py``: flags, then confirm)."""
+        from console.ui.screens.roll import roll_deployment
+
+        f = self.focused
+        if isinstance(f, DeploymentRowView) and f.row is not None:
+            roll_deployment(self.console, f.row)
 
     def action_edit(self) -> None:
         self.console.ops.edit()

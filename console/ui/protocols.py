@@ -16,7 +16,7 @@ from typing import Any, Callable, Coroutine, Protocol
 from textual.screen import Screen
 
 from console.backend import Backend, OnSteps
-from console.model import HostView, LaunchRequest, OperationResult
+from console.model import DeploymentRow, HostView, LaunchRequest, OperationResult
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
@@ -59,6 +59,9 @@ class Panels(Protocol):
 
     def show_groups(self, views: list[HostView]) -> None:
         """Show each multi-node group once, over the host sections (issue 30), from every host's view."""
+
+    def show_deployment(self, row: DeploymentRow) -> None:
+        """Show a deployment's row above its host's GPU panels (issue 29)."""
 
     def select(self, panel: GpuPanel) -> None:
         """Make ``panel`` the selected one (the log pane follows its session)."""

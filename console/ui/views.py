@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 
-from console.model import HostEvent, HostView
+from console.model import DeploymentRow, HostEvent, HostView
 from console.ui.format import clean, hms
 from console.ui.protocols import Console
 from console.ui.widgets.gpu_panel import GpuPanel
@@ -31,6 +31,8 @@ class ViewPipeline:
         self.heap_frozen = False
         self.auto_selected: GpuPanel | None = None
         """The panel :meth:`first_selection` selected (the operator has not chosen another yet)."""
+        self.rows: dict[str, DeploymentRow] = {}
+        """deployment -> its latest row not shown yet (issue 29)."""
         self.selection_done = False
         """The start's selection is made: the operator chose, or a panel with a session log was selected."""
 
@@ -38,11 +40,21 @@ class ViewPipeline:
         """Backend callback (any thread): keep only the latest view per host."""
         self.pending[view.snapshot.name] = view
 
+    def on_deployment(self, row: DeploymentRow) -> None:
+        """Backend callback: keep only the latest row per deployment (shown at the next tick)."""
+        self.rows[row.name] = row
+
     def apply(self, force: bool = False) -> None:
         """Show what arrived since the last tick (``force``: redraw every host)."""
         console, main = self.console, self.console.main
         if not main.composed:  # the panels' screen is not composed yet: its mount shows them
             return
+        rows = [self.rows.pop(n) for n in list(self.rows)]
+        for row in rows:  # issue 29: each deployment's row, above its host's panels
+            if main.section(row.host).children:
+                main.show_deployment(row)
+            else:  # its section is not composed yet: the next tick shows it
+                self.rows.setdefault(row.name, row)
         pending = {h: self.pending.pop(h) for h in list(self.pending)}  # pops are atomic
         if force:
             pending = {**self.views, **pending}

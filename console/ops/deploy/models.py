@@ -38,6 +38,19 @@ class ReplicaView(Frozen):
     running: int | None = None
     """Its own running + queued requests (``/server_info``), None when unread."""
     queued: int | None = None
+    requests_per_s: float | None = None
+    """Requests it finished per second (its own ``sglang:num_requests_total``, ``--enable-metrics``) between two
+    readings; None when unread (no metrics, or a first reading)."""
+
+
+class TrafficSample(Frozen):
+    """The request counters at one reading (``at``: epoch seconds): the next reading's rates come from them."""
+
+    at: float
+    gateway: float | None = None
+    """The gateway's ``smg_router_requests_total`` (every route), None when its metrics port was not read."""
+    servers: dict[str, float] = Field(default_factory=dict)
+    """session id -> its server's ``sglang:num_requests_total``."""
 
 
 class GatewayView(Frozen):
@@ -72,6 +85,12 @@ class DeploymentStatus(Frozen):
     """The gateway's ``/get_loads`` (traffic per worker)."""
     roll_in_progress: bool = False
     """A replica index has two live sessions (an old and its new one): a roll was interrupted or runs now."""
+    requests_per_s: float | None = None
+    """Requests per second through the gateway (its ``smg_router_requests_total``) between two readings."""
+    traffic: TrafficSample | None = None
+    """This reading's counters (the next reading's rates are measured from them)."""
+    traffic_note: str | None = None
+    """Why a rate is unknown (no metrics port for an existing gateway, no ``--enable-metrics`` on a replica)."""
 
 
 class DeployResult(Frozen):

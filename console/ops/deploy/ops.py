@@ -26,16 +26,20 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Awaitable, Callable
 
 from console.config import Config, Deployment, HostConfig
+from console.core.flag_edit import edit_flags, masked_secret_flags, unmask_from_live
+from console.core.metrics import counter_total
+from console.errors import UserError
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
 from console.model import HostSnapshot, KillTarget, LaunchRequest, SessionInfo, Step
 from console.ops.deploy.gateway import Gateway, GatewayError, GatewayWorker, worker_url
 from console.ops.deploy.hostcall import GATEWAY_CODE, KEY_ENV, ensure_key, http_call, key_path
-from console.ops.deploy.models import DeploymentStatus, DeployResult, GatewayView, ReplicaView
+from console.ops.deploy.models import DeploymentStatus, DeployResult, GatewayView, ReplicaView, TrafficSample
 from console.ops.lifecycle import (
     Check,
     MoreChecks,
@@ -49,6 +53,10 @@ from console.ops.lifecycle import (
 )
 from console.ops.lifecycle.steps import OnSteps, StepFailed
 
+GATEWAY_REQUESTS = "smg_router_requests_total"
+"""The gateway's count of the requests it routed (its Prometheus port), every route summed."""
+SERVER_REQUESTS = "sglang:num_requests_total"
+"""A server's count of the requests it finished (its ``/metrics``, ``--enable-metrics``)."""
 GENERATE_STEP = "generate"
 """The launch step a replica adds: one token generated through the server itself."""
 SETTLE_S = 3.0
@@ -155,9 +163,35 @@ class Deploy:
         except (ValueError, AttributeError, TypeError, IndexError):
             return None
 
-    async def status(self) -> DeploymentStatus:
-        """The true state, from the run directories and the gateway's own worker list."""
+    def metrics_port(self) -> int | None:
+        """The gateway's Prometheus port on the host: ``router.metrics_port``, else an owned gateway's ``port`` + 1
+        (None: an existing gateway whose metrics port the config does not name)."""
+        r = self.dep.router
+        return r.metrics_port or (r.port + 1 if r.port is not None else None)
+
+    async def traffic(self, ports: dict[str, int]) -> TrafficSample:
+        """The request counters now: the gateway's (its metrics port) and each server's (``ports``: session id ->
+        port; a server without ``--enable-metrics`` has none)."""
+        at, gw, servers = time.time(), None, {}
+        mp = self.metrics_port()
+        if mp:
+            r = await self.client.http_get(mp, "/metrics", 5.0)
+            gw = counter_total(r.body, GATEWAY_REQUESTS) if r.status == 200 else None
+        for sid, port in ports.items():
+            r = await self.client.http_get(port, "/metrics", 5.0)
+            v = counter_total(r.body, SERVER_REQUESTS, rank0=True) if r.status == 200 else None
+            if v is not None:
+                servers[sid] = v
+        return TrafficSample(at=at, gateway=gw, servers=servers)
+
+    async def status(self, prev: TrafficSample | None = None, rate_s: float = 0.0) -> DeploymentStatus:
+        """The true state, from the run directories and the gateway's own worker list. Requests/s (the gateway's and
+        each replica's) are measured from ``prev`` (the last reading's :attr:`DeploymentStatus.traffic`), else, with
+        ``rate_s`` > 0, over this reading (at least ``rate_s`` seconds: ``deploy status``)."""
         snap = await fresh_snapshot(self.link)
+        live = self.sessions(snap)
+        ports = {s.session_id: s.spec.port for s in live if s.spec and s.spec.port and s.server_alive}
+        first = prev or (await self.traffic(ports) if rate_s > 0 else None)
         g = self.gateway_session(snap)
         gv: dict[str, Any] = dict(port=self.gateway.port, owned=self.owned,
                                   session_id=g.session_id if g else None,
@@ -176,8 +210,10 @@ class Deploy:
                 gv["error"] = str(e)
         else:
             gv["error"] = f"the gateway does not answer on 127.0.0.1:{self.gateway.port}: {h.body[:200]}"
+        if first is not None and prev is None:
+            await asyncio.sleep(max(0.0, first.at + rate_s - time.time()))
+        now = await self.traffic(ports)
         by_url = {w.url.rstrip("/"): w for w in workers}
-        live = self.sessions(snap)
         ids = {s.session_id for s in live}
         replicas = []
         for s in sorted(live, key=lambda x: (x.spec.replica or 0, x.spec.created_at or 0) if x.spec else (0, 0)):
@@ -195,16 +231,28 @@ class Deploy:
             healthy = port is not None and s.server_alive and (await self.client.http_get(port, "/health", 5.0)).status == 200
             state = ("stopping" if s.stop_requested else "ready" if healthy else
                      "launching" if s.record is None else "loading" if s.server_alive else "failed")
-            replicas.append(ReplicaView(session_id=s.session_id, replica=s.spec.replica or 0, role=role, state=state,
+            sid = s.session_id
+            replicas.append(ReplicaView(session_id=sid, replica=s.spec.replica or 0, role=role, state=state,
                                         port=port, gpus=list(s.spec.gpus), replaces=s.spec.replaces,
                                         worker_id=w.id if w else None, worker_status=w.status if w else None,
-                                        running=load[0] if load else None, queued=load[1] if load else None))
+                                        running=load[0] if load else None, queued=load[1] if load else None,
+                                        requests_per_s=_rate(first, now, partial(_served, sid))))
         ours = {worker_url(s.spec.port) for s in live if s.spec and s.spec.port}
+        notes = []
+        if now.gateway is None:
+            mp = self.metrics_port()
+            notes.append("requests/s through the gateway unknown: " + (
+                f"its metrics port 127.0.0.1:{mp} has no smg_router_requests_total" if mp else
+                "give router.metrics_port for an existing gateway"))
+        bare = [str(r.replica) for r in replicas if r.session_id in ports and r.session_id not in now.servers]
+        if bare:
+            notes.append(f"replica {', '.join(bare)}: no requests/s (the server runs without --enable-metrics)")
         return DeploymentStatus(
             name=self.name, host=self.link.name, gateway=GatewayView(**gv), replicas=replicas, workers=workers,
             foreign_workers=[w.url for w in workers if w.url.rstrip("/") not in ours],
             loads=await self.gateway.loads() if h.status else None,
-            roll_in_progress=any(r.role in ("new", "old", "draining") for r in replicas))
+            roll_in_progress=any(r.role in ("new", "old", "draining") for r in replicas),
+            requests_per_s=_rate(first, now, lambda t: t.gateway), traffic=now, traffic_note="; ".join(notes) or None)
 
     # ------------------------------------------------------------ the gateway
     def gateway_request(self, key: str) -> LaunchRequest:
@@ -663,6 +711,37 @@ class Deploy:
         await self.stop_session(j, sid, label + " stop")
         raise DeployFailed(f"{label} (session {sid}): {why}; the old replica still serves (rolled back)",
                            rolled_back=True)
+
+
+def edited_argv(sets: list[str], unsets: list[str]) -> Callable[[SessionInfo, HostSnapshot], list[str] | None]:
+    """What each replica's replacement runs in ``deploy roll --set/--unset`` and the TUI's roll of a deployment
+    (one definition): the old one's argv (secret values taken back from its live launcher) with the edits applied;
+    None when the edits change nothing (it runs these flags already: a resumed roll). Raises UserError when a
+    secret flag's value is masked and not given again."""
+    def new_argv(s: SessionInfo, snap: HostSnapshot) -> list[str] | None:
+        base = unmask_from_live(s, snap)
+        argv = edit_flags(base, sets, unsets)
+        if (sets or unsets) and argv == base:
+            return None
+        hidden = masked_secret_flags(argv)
+        if hidden:
+            raise UserError(f"session {s.session_id} was launched with {', '.join(hidden)}, whose values are never "
+                            "stored: give them again with --set FLAG=VALUE")
+        return argv
+    return new_argv
+
+
+def _served(sid: str, t: TrafficSample) -> float | None:
+    return t.servers.get(sid)
+
+
+def _rate(first: TrafficSample | None, now: TrafficSample,
+          value: Callable[[TrafficSample], float | None]) -> float | None:
+    """A counter's increase per second from ``first`` to ``now`` (None: unread at either, no time between, or reset)."""
+    if first is None:
+        return None
+    a, b, dt = value(first), value(now), now.at - first.at
+    return (b - a) / dt if a is not None and b is not None and dt > 0 and b >= a else None
 
 
 def _without_port(flags: list[str]) -> list[str]:

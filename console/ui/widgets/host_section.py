@@ -13,8 +13,9 @@ from textual.containers import Container, Vertical
 from textual.widgets import Static
 
 from console.core.text import no_gpus_text
-from console.model import HostView
+from console.model import DeploymentRow, HostView
 from console.ui.format import clean, short
+from console.ui.widgets.deploy_row import DeploymentRowView
 from console.ui.widgets.gpu_panel import BADGE_CLASSES, GpuPanel, gpu_advice, session_line
 from console.ui.widgets.host_header import HostHeader
 
@@ -35,7 +36,20 @@ class HostSection(Vertical):
     def compose(self) -> ComposeResult:
         yield HostHeader()
         yield Static("waiting for the first sample…", classes="host-note", markup=False)
+        yield Container(classes="deploy-rows")  # issue 29: one row per deployment on this host, above its panels
         yield Container(classes="gpus")
+
+    def deploy_rows(self) -> list[DeploymentRowView]:
+        box = self.query(".deploy-rows")
+        return list(box.first().query_children(DeploymentRowView)) if box else []
+
+    def show_deployment(self, row: DeploymentRow, now: float) -> None:
+        """Show a deployment's new row (its widget mounted the first time)."""
+        view = next((v for v in self.deploy_rows() if v.deployment == row.name), None)
+        if view is None:
+            view = DeploymentRowView(row.name)
+            self.query_one(".deploy-rows", Container).mount(view)
+        view.show(row, now)
 
     def set_compact(self, on: bool, columns: int = 1) -> None:
         """Compact mode: ``columns`` short panels per row (a grid), or back to one full panel per row.
@@ -101,6 +115,8 @@ class HostSection(Vertical):
 
     def age(self, now: float, interval: float) -> None:
         """Redraw only what depends on the age of the last sample: the header and the badges."""
+        for row in self.deploy_rows():
+            row.age(now)
         view = self.view
         header = self.query(HostHeader)
         if view is None or not header:  # not composed yet (or being removed): nothing to age
