@@ -34,6 +34,10 @@ MEMBER_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
 """The flags the console sets on each member (the operator's flags must not give them)."""
 DERIVED_PORTS = range(1, 6)
 """SGLang derives ports ``dist_init_port + 1 … + 5`` on the head (ZMQ, RPC, metrics, scheduler input)."""
+DP_ATTENTION_FLAG = "--enable-dp-attention"
+DP_ATTENTION_PORT_DELTA = 233
+"""With ``--enable-dp-attention`` SGLang derives a TCP port ``--port + 233`` (its ``ZMQ_TCP_PORT_DELTA``, in
+``server_args.PortArgs``): it must be free on the head and on every member sharing the head's address."""
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 """The interface variables every node must agree on (else NCCL/Gloo pick different networks and hang)."""
 TP_FLAGS = ("--tp-size", "--tensor-parallel-size", "--tp")
@@ -111,6 +115,14 @@ def member_ports(addresses: list[str], port: int) -> list[int]:
         seen[a] = n + 1
         out.append(port + n)
     return out
+
+
+def dp_attention_port(flags: list[str], port: int | None) -> int | None:
+    """The port SGLang's DP attention derives from ``port`` (``port + DP_ATTENTION_PORT_DELTA``) when ``flags`` enable
+    it; None otherwise (or without a port)."""
+    if port is None or not has_flag(flags, DP_ATTENTION_FLAG):
+        return None
+    return port + DP_ATTENTION_PORT_DELTA
 
 
 def split_addr(text: str) -> tuple[str, int]:

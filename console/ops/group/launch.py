@@ -26,7 +26,7 @@ from console.core.group import (
 from console.core.sessions import flag_value
 from console.link.link import HostLink
 from console.model import DEFAULT_PORT, LaunchRequest, OperationResult, Step
-from console.ops.group.preflight import preflight
+from console.ops.group.preflight import machine, preflight
 from console.ops.group.probe import probe
 from console.ops.lifecycle import MoreChecks, launch
 from console.ops.lifecycle.steps import OnSteps
@@ -44,13 +44,6 @@ class GroupRequest:
     dist_init_addr: str | None = None
     kill_on_failure: bool = True
     notes: list[str] = field(default_factory=list)
-
-
-def machine(link: HostLink) -> str:
-    """Which machine a host is (its hostname and boot id from its latest sample), to tell members that share one
-    apart: two "nodes" on one machine share its ports."""
-    snap = link.snapshot()
-    return f"{snap.hostname or link.name}/{getattr(snap, 'boot_id', None) or ''}"
 
 
 def head_address(links: list[HostLink]) -> str | None:
@@ -178,7 +171,7 @@ async def launch_group(links: list[HostLink], greq: GroupRequest, on_steps: OnSt
     if p.refusals:
         return GroupResult(**res, ok=False, state="idle", refused=p.refusals[0], refusals=p.refusals,
                            members=[_member(r, None, "idle") for r in p.requests])
-    pre = await preflight(links, p.requests, p.dist_init_addr, p.group)
+    pre = await preflight(links, p.requests, p.dist_init_addr, p.group, allow_busy=allow_busy)
     res["notes"] = p.notes + pre.notes
     if pre.refusals:
         return GroupResult(**res, ok=False, state="idle", refused=pre.refusals[0], refusals=pre.refusals,
@@ -213,7 +206,10 @@ async def launch_group(links: list[HostLink], greq: GroupRequest, on_steps: OnSt
     members = [_member(r, results.get(i)) for i, r in enumerate(p.requests)]
     if first_bad is not None:
         r = results[first_bad]
-        why = f"{links[first_bad].name} (rank {first_bad}): {r.cause or r.error or r.refused or r.aborted or 'failed'}"
+        what = r.cause or r.error or r.refused or r.aborted or "failed"
+        if r.refused and not r.session_id:  # its host's checks, run again under the launch lock, refused its start
+            what = f"refused at its start (its host's checks again, under the host's launch lock): {r.refused}"
+        why = f"{links[first_bad].name} (rank {first_bad}): {what}"
         killed: list[str] = []
         if greq.kill_on_failure:
             killed = await kill_members(links, members, grace=kill_grace)

@@ -1,25 +1,36 @@
 """The group's preflight: every node checked before anything starts; every refusal names its node.
 
 Per node: the member's flags against that node's own server (the launch preflight's flags check and memory
-plan), the model path, its ``--port`` free, no stale member of an earlier group alive there (named, with the
-command that kills it), the interface variables. Across nodes: one server version and one flag-schema hash, the
-interface variables equal, the dist-init address resolving on every node and reached from every node (the head
-listens on its port for a moment while each other node connects: :func:`reachable`), and its port and the ports
-SGLang derives from it (``+1 … +5``) free on the head.
+plan), the host's own launch checks run without launching (``check_only``: no live session or process on the
+member's GPUs or its ``--port``, the GPUs free, the run directory's space, the server command), the model path, no
+stale member of an earlier group alive there (named, with the command that kills it), the interface variables.
+Across nodes: one server version and one flag-schema hash, the interface variables equal, the dist-init address
+resolving on every node and reached from every node (the head listens on its port for a moment while each other
+node connects: :func:`reachable`), its port and the ports SGLang derives from it (``+1 … +5``) free on the head,
+and with ``--enable-dp-attention`` the port DP attention derives (``--port`` + 233,
+:data:`console.core.group.DP_ATTENTION_PORT_DELTA`) free on the head and on every member sharing its address.
+
+GPUs held, and the race: every member's GPUs are checked on every node here, before anything starts; each member's
+start then asks its host's agent to launch, which runs the same checks again under the host's launch lock and
+refuses when a GPU was taken since (a session of another console, a process of another runs directory). A member
+refused at its start fails the group: the members already started are killed, confirmed
+(:func:`console.ops.group.launch.launch_group`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
-from console.core.group import DERIVED_PORTS, IFNAME_VARS, schema_hash, split_addr
+from console.core.group import DERIVED_PORTS, IFNAME_VARS, dp_attention_port, member_session_id, schema_hash, split_addr
 from console.core.sessions import flag_value
 from console.link.client import HostClient
 from console.link.link import HostLink
 from console.model import HostSnapshot, LaunchRequest
 from console.ops.group.probe import probe
-from console.ops.lifecycle import Checked, check_request, fresh_snapshot
+from console.ops.lifecycle import Checked, build_spec, check_request, fresh_snapshot
+from console.ops.lifecycle.preflight import host_refusals
 
 
 @dataclass
@@ -28,6 +39,13 @@ class Preflight:
     notes: list[str] = field(default_factory=list)
     checked: list[Checked | None] = field(default_factory=list)
     """Each member's launch checks, handed to its launch (made once)."""
+
+
+def machine(link: HostLink) -> str:
+    """Which machine a host is (its hostname and boot id from its latest sample), to tell members that share one
+    apart: two "nodes" on one machine share its ports."""
+    snap = link.snapshot()
+    return f"{snap.hostname or link.name}/{getattr(snap, 'boot_id', None) or ''}"
 
 
 def stale_members(snap: HostSnapshot, host: str, hosts: list[str], group: str) -> list[str]:
@@ -50,18 +68,23 @@ def stale_members(snap: HostSnapshot, host: str, hosts: list[str], group: str) -
     return out
 
 
-async def _node(link: HostLink, req: LaunchRequest, hosts: list[str], group: str, head: bool,
-                dist: tuple[str, int]) -> tuple[list[str], list[str], Checked | None, dict, str | None]:
-    """(refusals, notes, checks, probe answer, schema key) of one node."""
+async def _node(link: HostLink, req: LaunchRequest, hosts: list[str], group: str, head: bool, shares_head: bool,
+                dist: tuple[str, int], opts: dict) -> tuple[list[str], list[str], Checked | None, dict, str | None]:
+    """(refusals, notes, checks, probe answer, schema key) of one node. ``shares_head``: it runs on the head's
+    machine (the head itself included); ``opts``: the launch's options for the host's checks (``allow_busy``)."""
     refusals: list[str] = []
     notes: list[str] = []
     name = link.name
+    who = f"{name} (rank {req.node_rank})"
     try:
         snap = await fresh_snapshot(link)
     except Exception as e:  # no fresh look at the node: nothing may start
         return [f"{name}: no fresh snapshot: {e}"], [], None, {}, None
     checked = await check_request(link, req, snap)
-    refusals += [f"{name} (rank {req.node_rank}): {r}" for r in checked.refusals]
+    refusals += [f"{who}: {r}" for r in checked.refusals]
+    # the host's own launch checks, nothing launched: its GPUs and --port not held (re-checked at its start)
+    spec, env = build_spec(req, member_session_id(group, req.node_rank or 0), time.time())
+    refusals += [f"{who}: the host's preflight: {r}" for r in await host_refusals(link, spec, env, opts)]
     refusals += stale_members(snap, name, hosts, group)
     model = flag_value(req.flags, "--model-path", "--model") or ""
     ans = await probe(link, {"env": list(IFNAME_VARS), "paths": [model] if model else [], "resolve": dist[0]})
@@ -73,13 +96,17 @@ async def _node(link: HostLink, req: LaunchRequest, hosts: list[str], group: str
         if not ans.get("resolves"):
             refusals.append(f"{name}: the dist-init address {dist[0]} does not resolve there: "
                             f"{ans.get('resolve_error', '')}")
-    client = HostClient.of(link)
-    ports = [req.port] + ([dist[1] + d for d in (0, *DERIVED_PORTS)] if head else [])
-    for port in ports:
-        if port is not None and await client.port_open(port):
-            what = "--port" if port == req.port else "dist-init port" if port == dist[1] else \
-                f"dist-init port + {port - dist[1]} (SGLang derives it)"
-            refusals.append(f"{name} (rank {req.node_rank}): {what} {port} is in use")
+    client = HostClient.of(link)  # the member's own --port: the host's checks above
+    ports: list[tuple[int, str]] = [(dist[1] + d, "dist-init port" if not d else
+                                     f"dist-init port + {d} (SGLang derives it)") for d in (0, *DERIVED_PORTS)] \
+        if head else []
+    dp = dp_attention_port(req.flags, req.port)
+    if dp is not None and shares_head:
+        ports.append((dp, f"--port {req.port} + {dp - (req.port or 0)} (--enable-dp-attention: SGLang's DP attention "
+                          "derives it)"))
+    for port, what in ports:
+        if await client.port_open(port):
+            refusals.append(f"{who}: {what} {port} is in use")
     schema = checked.schema
     key = None
     if schema is not None:
@@ -125,11 +152,14 @@ def _ifname(link: HostLink, req: LaunchRequest, ans: dict, var: str) -> str | No
     return v if isinstance(v, str) else None
 
 
-async def preflight(links: list[HostLink], reqs: list[LaunchRequest], dist_init_addr: str, group: str) -> Preflight:
+async def preflight(links: list[HostLink], reqs: list[LaunchRequest], dist_init_addr: str, group: str, *,
+                    allow_busy: bool = False) -> Preflight:
     """Every node's checks, concurrently; then the checks across nodes (see module doc)."""
     dist = split_addr(dist_init_addr)
     hosts = [lk.name for lk in links]
-    got = await asyncio.gather(*(_node(lk, r, hosts, group, i == 0, dist)
+    head = machine(links[0])
+    opts = {"allow_busy": allow_busy}
+    got = await asyncio.gather(*(_node(lk, r, hosts, group, i == 0, machine(lk) == head, dist, opts)
                                  for i, (lk, r) in enumerate(zip(links, reqs))))
     out = Preflight(checked=[g[2] for g in got])
     for refusals, notes, _, _, _ in got:
