@@ -102,6 +102,42 @@ CASES = {
         "(APIServer pid=1) INFO 11-30 10:00:00 [api_server.py:1] vLLM API server version 0.33.0\nERROR 11-30 10:00:10 "
         "[core.py:1] Rank 1 scheduler is dead. Please check if there are relevant logs.\nERROR 11-30 10:00:10 "
         "[core.py:1] Exit code: -9\n", "failed", "signal_killed"),
+    # dev2 (2026-12-02): glog's FATAL severity aborts the process, whatever its message
+    "glog FATAL from torch's C++ code, an unknown message": (
+        BANNER + LOAD + "[rank3]:[F1130 10:00:05.123456789 SomeThing.cpp:42] [PG 0 Rank 3] the frobnicator gave up\n",
+        "failed", "other"),
+    "glog FATAL: the NCCL watchdog stuck": (
+        READY + DECODE + "[rank1]:[F1130 10:20:00.358291284 ProcessGroupNCCL.cpp:1224] [PG 3 Rank 1] "
+        "ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued "
+        "collectives.\n", "failed", "nccl_error"),
+    "glog ERROR is no abort by itself": (
+        READY + DECODE + "[rank1]:[E1130 10:20:00.358291284 ProcessGroupNCCL.cpp:900] [PG 0 Rank 1] some note\n"
+        + DECODE, "ready", None),
+    "an engine that is already dead, after serving": (
+        "INFO 11-30 10:00:00 api_server.py:1] vLLM API server version 0.7.2\nINFO:     Application startup complete."
+        "\nINFO 11-30 10:00:05 metrics.py:1] Avg prompt throughput: 20.1 tokens/s, Avg generation throughput: 19.4 "
+        "tokens/s, Running: 3 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 4.8%, CPU KV cache usage: "
+        "0.0%.\nCRITICAL 11-30 10:00:09 launcher.py:1] MQLLMEngine is already dead, terminating server process\n",
+        "failed", "other"),
+    "the client's engine process died": (
+        "INFO 11-30 10:00:00 api_server.py:1] vLLM API server version 0.6.6\nERROR 11-30 10:00:09 client.py:1] "
+        "RuntimeError('Engine process (pid 77) died.')\n", "failed", "other"),
+    "a wrapper's exit report: its own frames name nothing": (
+        "[2026-11-30 10:00:05] Received sigquit from a child process. It usually means the child failed.\n"
+        'Traceback (most recent call last):\n  File "/work/scripts/bench_speculative_decoding.py", line 3, in main\n'
+        "    proc = launch_server(args)\nException: Server process exited with code -9. Check server logs.\n",
+        "failed", "other"),
+    "piecewise CUDA graph failure, then a rank's cut traceback": (
+        BANNER + LOAD + "[2026-11-30 10:00:05 TP7] Piecewise CUDA Graph failed with error: 'Ctx' object has no "
+        "attribute 'n'\n[2026-11-30 10:00:05 TP5] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sglang/srt/managers/scheduler.py", line 4048, in run_scheduler_process\n    scheduler = Scheduler('
+        "\n", "failed", "cuda_graph"),
+    "a request traceback whose frame lines wrapped at the terminal's width": (
+        '(APIServer pid=1) ERROR 11-30 10:00:06 [serving_chat.py:251] Traceback (most recent call last):\n'
+        '(APIServer pid=1) ERROR 11-30 10:00:06 [serving_chat.py:251]   File "/usr/lib/vllm/entrypoints/op\n'
+        'enai/serving_chat.py", line 227, in create_chat_completion\n'
+        "(APIServer pid=1) ERROR 11-30 10:00:06 [serving_chat.py:251]     ) = await self._preprocess_chat(\n",
+        "ready", None),
 }
 
 

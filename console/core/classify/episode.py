@@ -24,6 +24,7 @@ from console.core.classify.patterns import (
     REQUEST_REFUSED,
     STEP_CAUSES,
     STOP_EXCEPTIONS,
+    WRAPPED_FRAME_TAIL,
     Cause,
 )
 from console.model import FailureCause
@@ -131,6 +132,8 @@ class Episode:
             self.best_weak = weak or (exception and _bare(body))
 
     def frame(self, raw: str, body: str, seq: int) -> None:
+        if not body.startswith("File ") and WRAPPED_FRAME_TAIL.match(body):
+            body = "File " + body  # a frame line wrapped at the terminal's width: the frame goes on
         self.after_frame = body.startswith("File ")
         if body[:1] not in ("^", "~", "|") and not body.startswith("..."):
             self.where = next((cause for cause, rx in CUT_WHERE if rx.search(body)), None) or (
@@ -183,6 +186,11 @@ class Episode:
         else:
             line, detail = self._line()
             name = "exception" if self.last_exc is not None else ("announce" if ann else "traceback")
+            if best is not None and best[0].name == "going_down" and self.last_exc is not None and \
+                    best[2] == self.last_exc[1]:
+                # the exception reports a child's end (a wrapper's "Server process exited with code N"): its frames
+                # are the reporter's (a launch script, a test helper), not the failure's
+                self.flags -= REPORTER_BLIND_FLAGS
             if "spec" in self.flags:
                 cause, score = "spec_decode_error", 70
             elif "graph" in self.flags:
@@ -240,6 +248,10 @@ class Episode:
         if self.announce is not None:
             return self.announce[1], self.announce[2]
         return self.header or "Traceback (most recent call last):", ""
+
+
+REPORTER_BLIND_FLAGS = frozenset({"spec", "graph", "warmup", "kv_check", "dist"})
+"""Frame flags that say what failed: meaningless in the frames of a process that only reports another's end."""
 
 
 def follow_up(body: str) -> bool:

@@ -59,6 +59,9 @@ from console.model import FailureCause
 FATAL_DUMP_RULES = ("native_crash", "signal_crash")
 """Causes whose ``Fatal Python error`` line opens an event: faulthandler's thread dump follows it."""
 
+GLOG_FATAL_SCORE = 14
+"""A glog FATAL line (``[F1019 ... file.cpp:N] ...``) naming no known cause: it proves the abort, not why."""
+
 USAGE_SCORE = 80
 """A usage dump cut before its ``error:`` line: argparse's refusal, though the flag it names is not shown."""
 
@@ -377,6 +380,15 @@ class Reader:
             self._emit(sink, f)
             return
         causes = causes_of(body, False)
+        if ln.level == "FATAL":  # glog's FATAL (torch's C++ code): the process aborts right after this line
+            best = best_of(causes)
+            if best is None or best.announce:
+                self._emit(sink, Failure("other", GLOG_FATAL_SCORE, seq, ln.raw, "glog_fatal", crash=True,
+                                         terminal=True, detail=body))
+            else:
+                self._emit(sink, Failure(best.cause, best.score, seq, ln.raw, best.name, crash=True, terminal=True,
+                                         detail=body))
+            return
         if not causes:
             if "[c10d]" in body or "capability" in body:
                 for cause, durable, rx in SYMPTOMS:

@@ -6,7 +6,8 @@ journald (``Dec 01 02:00:00 host python3[123]: ``) and a bare syslog tag (``sgla
 Python logging's ``2025-07-25 07:53:08,123 `` timestamps, CI (``  | [2025-03-10T15:07:20Z] ``), RFC 3339
 timestamps, Ray/vLLM process tags (``(EngineCore_DP0 pid=17374) ``, nested), torch's
 ``[rank0]: ``, Ray's ``(pid=123) ``, OpenMPI's ``[1,0]<stdout>:``, ``srun -l``'s ``0: ``, SGLang's ``[2025-10-22 10:29:28 DP1 TP4] ``
-(early SGLang: ``[gpu_id=0] ``) and vLLM's ``ERROR 09-28 15:47:24 [core.py:718] ``. :func:`read_line` peels them in that order and keeps the
+(early SGLang: ``[gpu_id=0] ``), vLLM's ``ERROR 09-28 15:47:24 [core.py:718] `` and glog's ``[F1019 01:14:03.358 File.cpp:1] ``
+(torch's C++ code; ``F`` is FATAL). :func:`read_line` peels them in that order and keeps the
 body's own indentation, so a traceback frame stays a frame whatever wraps it.
 """
 
@@ -45,6 +46,10 @@ _VLLM_LEVEL = re.compile(
 _UVICORN_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):(?: +|$)")
 _PYLOG_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):[A-Za-z_][\w.]{0,120}:")
 """Python logging's default format, ``WARNING:sglang.srt.models.registry:message`` (an in-process engine)."""
+_GLOG = re.compile(r"\[?([IWEF])\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d{1,10})? [\w.\-]{1,120}:\d{1,6}\] ?")
+"""glog's prefix, as torch's C++ code (c10d, ProcessGroupNCCL) writes it: severity letter, ``MMDD time [thread]
+file:line]`` (``[F1019 01:14:03.358291284 ProcessGroupNCCL.cpp:1224] ``); ``F`` is FATAL: glog aborts after it."""
+GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
 _CARET_C = "^C"
 _RANKED = re.compile(r" (?:TP|DP|PP|EP)\d{1,5}\]")
 
@@ -65,7 +70,7 @@ class Line:
     body: str
     """The message without wrappers, stripped."""
     level: str | None
-    """INFO / WARNING / ERROR ... when a vLLM or uvicorn prefix gave one."""
+    """INFO / WARNING / ERROR ... when a vLLM, uvicorn or glog prefix gave one (glog's ``F``: FATAL)."""
     indented: bool
     """The message itself starts with whitespace (a traceback frame or continuation)."""
     sglang: bool
@@ -125,8 +130,12 @@ def read_line(raw: str) -> Line:
                 s = s[m.end():]
         elif c == "[":
             m = _RANK.match(s) or _KUBECTL.match(s) or _BRACKET_ISO.match(s)
+            g = None if m else _GLOG.match(s)
             if m:
                 s = s[m.end():]
+            elif g and level is None:
+                level = GLOG_LEVELS[g.group(1)]
+                s = s[g.end():]
             else:
                 m = SGLANG_PREFIX.match(s)
                 if m:
@@ -138,7 +147,7 @@ def read_line(raw: str) -> Line:
                     if m:
                         sglang = ranked = True
                         s = s[m.end():]
-        elif c in "IWEDC" and level is None:
+        elif c in "IWEDCF" and level is None:
             m = _VLLM_LEVEL.match(s)
             if m:
                 level, vllm = m.group(1), True
@@ -148,6 +157,9 @@ def read_line(raw: str) -> Line:
                 if m:
                     level = m.group(1)
                     s = s[m.end():]
+                elif (g := _GLOG.match(s)) is not None:
+                    level = GLOG_LEVELS[g.group(1)]
+                    s = s[g.end():]
         if s is start and c.isalnum() and "|" in s[:120]:
             m = _COMPOSE.match(s)
             if m:

@@ -150,6 +150,9 @@ HTTP = re.compile(r'"(POST|GET|PUT) (\S{1,300}) HTTP/[\d.]+" (\d{3})')
 TRACEBACK = "Traceback (most recent call last)"
 FRAME_LINE = re.compile(r'File "[^"\n]{1,1000}", line \d+, in \S')
 """A traceback frame, also when a paste lost its indentation."""
+WRAPPED_FRAME_TAIL = re.compile(r'^[\w.\-/]{0,300}\.py", line \d+, in \S')
+"""The rest of a frame line that the terminal wrapped at its width (``enai/serving_chat.py", line 227, in ...``
+under ``File ".../entrypoints/op``): still the frame, and its path says where the traceback runs."""
 CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 EXCEPTION = re.compile(
     r"((?:[A-Za-z_]\w{0,80}\.){0,8}(?:[A-Za-z_]\w{0,80}?)?(?:Error|Exception|Exit|Interrupt|Failure)"
@@ -313,7 +316,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("mem_generic", "gpu_oom", 60, _rx(r"\bNot enough memory\b")),
     # graph capture (not about memory: memory wins by score)
     Cause("graph", "cuda_graph", 86, _rx(
-        r"Capture (?:cuda|CUDA) graph failed", r"operation not permitted when stream is capturing",
+        r"Capture (?:cuda|CUDA) graph failed", r"\b(?:[Pp]iecewise )?(?:CUDA|[Cc]uda) [Gg]raph (?:capture )?failed",
+        r"operation not permitted when stream is capturing",
         r"cudaErrorStreamCaptureUnsupported", r"stream is capturing"), crash=True),
     Cause("enomem", "host_oom_killed", 84, _rx(r"\[Errno 12\] Cannot allocate memory", r"\bENOMEM\b")),
     # Host RAM, said in words that also match the GPU patterns above (Ray's ``OutOfMemoryError``): wins by score.
@@ -388,7 +392,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause("nccl", "nccl_error", 76, _rx(
         r"NCCL [Ee]rror", r"nccl(?:Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument|Remote)Error",
         r"DistBackendError", r"Watchdog caught collective operation timeout", r"NCCL communicator was aborted",
-        r"ProcessGroupNCCL.{0,300}?(?:[Tt]imeout|[Ee]rror)", r"DistNetworkError", r"DistStoreError",
+        r"ProcessGroupNCCL.{0,300}?(?:[Tt]imeout|[Ee]rror|got stuck|[Aa]bort)", r"DistNetworkError", r"DistStoreError",
         r"ProcessGroupGloo.{0,300}?(?:errors?|[Tt]imeout)", r"Connection closed by peer",
         r"setting up NCCL communicator and retrieving ncclUniqueId", r"DeepEP error: .{0,60}timeout",
         r"Gloo connectFullMesh failed", r"Timeout at NCCL work", r"Some NCCL operations have failed or timed out",
@@ -492,7 +496,9 @@ CAUSES: tuple[Cause, ...] = (
         r"Engine core initialization failed", r"EngineDeadError", r"Engine loop is not running",
         r"Engine process failed to start", r"AsyncEngineDeadError", r"EngineCore exiting",
         r"Rank \d+ scheduler is dead", r"[Ss]ee (?:the )?(?:stack trace|root cause) \(?above\)?",
-        r"check the stack trace above for the root cause", r"AsyncLLM output_handler failed"), terminal=True,
+        r"check the stack trace above for the root cause", r"AsyncLLM output_handler failed",
+        # vLLM's client and launcher once the engine's process is gone (V0's MQLLMEngine, any engine word)
+        r"\b(?:MQ)?LLM ?[Ee]ngine is (?:already )?dead\b", r"\b[Ee]ngine process (?:\(pid \d+\) )?died\b"), terminal=True,
         follow_up=True),
     # A worker's death as its executor reports it: the first death, worth more than a bare traceback after it.
     Cause("worker_died", "other", 18, _rx(
