@@ -61,6 +61,14 @@ class Backend(Protocol):
     ) -> OperationResult:
         """Confirmed kill of ``target``, then launch ``req``."""
 
+    async def launch_group(self, req: LaunchRequest, hosts: list[str], on_steps: OnSteps) -> OperationResult:
+        """A multi-node group over ``hosts`` (rank order) from one launch request (issue 30): every node's preflight,
+        all members at once, READY; ``session_id`` of the result is the group id."""
+
+    async def guard_group(self, group: str, on_steps: OnSteps) -> OperationResult:
+        """The group failure policy (issue 30): a member of ``group`` proven dead now (re-checked on its host), the
+        rest of the group killed, each kill confirmed on its host; audited. ``ok``: every kill confirmed."""
+
     async def follow_log(self, host: str, session_id: str, tail_lines: int = 500) -> list[str]:
         """Start following a session's log; returns the last ``tail_lines`` lines.
 

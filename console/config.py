@@ -26,6 +26,9 @@ Example::
     gpus = [0]
     port = 30000
     env = { SGLANG_ENABLE_SPEC_V2 = "1" }
+
+A profile with ``hosts = ["node0", "node1"]`` (each a ``[hosts]`` table; optional ``nnodes = 2``) instead of ``host``
+is a multi-node group: ``launch --profile NAME`` and the TUI's launch form start one member per host (README).
 """
 
 from __future__ import annotations
@@ -81,9 +84,14 @@ class HostConfig(Strict):
 
 
 class Profile(Strict):
-    """A named launch: model, flags, env, GPUs, port."""
+    """A named launch: model, flags, env, GPUs, port; with ``hosts`` (and ``nnodes``) a multi-node group (issue 30):
+    one member per host in rank order, the same GPUs on each, launched like ``launch --host A --host B``."""
 
     host: str | None = None
+    hosts: list[str] = Field(default_factory=list)
+    """A multi-node group's hosts, rank 0 (the head) first; offered on each of them."""
+    nnodes: int | None = Field(default=None, ge=2, le=64)
+    """The group's node count (default: one per host of ``hosts``; must equal their number)."""
     model_path: str | None = None
     flags: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -91,6 +99,25 @@ class Profile(Strict):
     port: int | None = Field(default=None, ge=1, le=65535)
     command: list[str] | None = None
     description: str | None = None
+
+    @model_validator(mode="after")
+    def _group(self) -> Profile:
+        if self.hosts and self.host is not None:
+            raise ValueError("give 'host' (one host) or 'hosts' (a multi-node group), not both")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise ValueError("'hosts' names a host twice (one member per host)")
+        if self.nnodes is not None and self.nnodes != len(self.hosts):
+            raise ValueError(f"nnodes = {self.nnodes} needs that many 'hosts' (one member per host), "
+                             f"got {len(self.hosts)}")
+        if len(self.hosts) == 1:
+            raise ValueError("'hosts' with one host is no group: use 'host'")
+        return self
+
+    def group_note(self) -> str | None:
+        """How a multi-node profile is described where it is offered (None: a single-host profile)."""
+        if not self.hosts:
+            return None
+        return f"a {len(self.hosts)}-node group over {', '.join(self.hosts)} (rank 0 on {self.hosts[0]})"
 
 
 class DeploymentRouter(Strict):
@@ -255,9 +282,11 @@ def _reference_problems(cfg: Config) -> list[str]:
     built-in host: ``local``, ``demo``), else the profile is never offered anywhere and a launch of it goes
     nowhere the operator meant."""
     known = sorted(cfg.hosts)
-    return [f"key 'profiles.{name}.host': {prof.host!r} is not a host of this config (hosts: "
-            f"{', '.join(known) or 'none'}); add a [hosts.\"{prof.host}\"] table or name one of them"
-            for name, prof in cfg.profiles.items() if prof.host is not None and prof.host not in (*known, "local", "demo")] + [
+    return [f"key 'profiles.{name}.{key}': {h!r} is not a host of this config (hosts: "
+            f"{', '.join(known) or 'none'}); add a [hosts.\"{h}\"] table or name one of them"
+            for name, prof in cfg.profiles.items()
+            for key, h in ([("host", prof.host)] if prof.host is not None else []) + [("hosts", x) for x in prof.hosts]
+            if h not in (*known, "local", "demo")] + [
         f"key 'deployments.{name}.{key}': {val!r} is not a {what} of this config"
         for name, dep in cfg.deployments.items()
         for key, val, what, ok in (("host", dep.host, "host", dep.host in (*known, "local", "demo")),

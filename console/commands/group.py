@@ -26,6 +26,20 @@ def is_group_launch(ctx: CliContext, args: argparse.Namespace) -> bool:
     return bool(args.nnodes) or len(ctx.hosts) > 1
 
 
+def from_profile(ctx: CliContext, args: argparse.Namespace) -> tuple[CliContext, argparse.Namespace]:
+    """``launch --profile NAME`` of a multi-node profile (``hosts = [..]``, ``nnodes``): its hosts in rank order
+    (unless ``--host`` names as many others) and its node count; any other launch unchanged."""
+    prof = ctx.config.profiles.get(args.profile) if args.profile else None
+    if prof is None or not prof.hosts:
+        return ctx, args
+    hosts = ctx.hosts or tuple(prof.hosts)
+    if len(hosts) != len(prof.hosts):
+        raise UserError(f"profile {args.profile!r} is {prof.group_note()}: give no --host (its hosts) or one --host "
+                        f"per node ({len(prof.hosts)}), got {len(hosts)}")
+    nnodes = args.nnodes or prof.nnodes or len(prof.hosts)
+    return ctx.model_copy(update={"hosts": tuple(hosts)}), argparse.Namespace(**{**vars(args), "nnodes": nnodes})
+
+
 def gpus_for(values: list[str] | str | None, host: str) -> str | None:
     """The ``--gpu`` text for ``host``: its own ``HOST:LIST`` when given, else the plain ``LIST`` (every host)."""
     if values is None:

@@ -121,6 +121,7 @@ def build_request(args: argparse.Namespace, cfg: Config, host: str) -> LaunchReq
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     from console.commands import group
 
+    ctx, args = group.from_profile(ctx, args)  # a multi-node profile: its hosts and nnodes
     if group.is_group_launch(ctx, args):  # several hosts: one multi-node group (issue 30)
         return await group.launch(ctx, args, build_request)
     host = single_host(ctx)

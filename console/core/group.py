@@ -44,6 +44,9 @@ TP_FLAGS = ("--tp-size", "--tensor-parallel-size", "--tp")
 START_ORDER = ("all at once: SGLang's ranks rendezvous at Init parallel, so rank 0 cannot become ready before "
                "every rank joined")
 
+GUARD_LIVE = ("launching", "loading", "ready", "stopping")
+"""A member in one of these states still runs: the failure policy kills it when another member died."""
+
 _WORST = ("failed", "unreachable", "stale", "stopping", "launching", "loading", "stopped", "ready", "idle", "foreign")
 """States from worst to best, as a group reads them: one failed member fails the group, one stopped member
 stops being READY; READY only when every member is."""
@@ -232,3 +235,15 @@ def group_lines(views: Iterable[SessionView]) -> list[str]:
                  for r in range(n)]
         out.append(f"GROUP {gid}: {group_state(states).upper()} — " + " · ".join(parts))
     return out
+
+
+def guard_candidates(views: Iterable[SessionView]) -> list[str]:
+    """The groups (ids, sorted) the failure policy should look at, from every host's session views: a member reads
+    FAILED (not acknowledged) while another member still runs (:data:`GUARD_LIVE`). Only a hint: the policy acts on
+    evidence re-checked on the hosts (:func:`console.ops.group.guard.guard_group`)."""
+    by: dict[str, list[SessionView]] = {}
+    for v in views:
+        if v.group and v.session_id and not v.pending:
+            by.setdefault(v.group, []).append(v)
+    return sorted(g for g, ms in by.items() if any(m.state == "failed" and not m.acknowledged for m in ms)
+                  and any(m.state in GUARD_LIVE for m in ms))

@@ -185,6 +185,52 @@ class LiveBackend:
         why = r.rolled_back or r.error
         return OperationResult(op="deploy-roll", host=dep.host, ok=r.ok, steps=r.steps, error=why)
 
+    # ---- multi-node groups (issue 30)
+    async def launch_group(self, req: LaunchRequest, hosts: list[str], on_steps: OnSteps) -> OperationResult:
+        """A group over ``hosts`` (rank order) from the launch form's request: the CLI's group launch
+        (:func:`console.ops.group.launch_group`: plan, every node's preflight, all members at once, READY)."""
+        from console.ops import group as grp
+
+        missing = [h for h in hosts if h not in self.links]
+        if missing:
+            why = (f"the group's hosts {', '.join(missing)} are not opened by this console: start it with "
+                   + " ".join(f"--host {h}" for h in hosts))
+            return OperationResult(op="launch", host=req.host, ok=False, error=why, refused=why, refusals=[why])
+        links = [self.links[h] for h in hosts]
+        reqs = grp.requests_over(self.cfg, req, hosts, lambda h: lifecycle.host_env(self.cfg.host(h).env_names))
+        seen: list[Step] = []
+
+        def cb(steps: list[Step]) -> None:
+            seen[:] = steps
+            on_steps(steps)
+        r = await grp.launch_group(links, grp.GroupRequest(requests=reqs, nnodes=len(hosts)), cb)
+        for h in hosts:
+            self.trackers[h].update()
+        return grp.as_operation(r, "launch", req.host, list(seen))
+
+    async def guard_group(self, group: str, on_steps: OnSteps) -> OperationResult:
+        """The failure policy for a group this console sees FAILED with a dead member while others run
+        (:func:`console.ops.group.guard_group`: the evidence re-checked now, then the rest killed, confirmed on each
+        host); recorded in the audit log as ``group_guard``."""
+        from console.ops import group as grp
+
+        seen: list[Step] = []
+
+        def cb(steps: list[Step]) -> None:
+            seen[:] = steps
+            on_steps(steps)
+        t0 = time.perf_counter()
+        links = list(self.links.values())
+        r = await grp.guard_group(links, group, cb)
+        head = r.members[0].host if r.members else self.hosts[0]
+        if self.audit is not None:
+            self.audit(head, "group_guard", {"group": group}, r.ok,
+                       {"failed": r.failed, "refused": r.refused, "killed": r.killed},
+                       (time.perf_counter() - t0) * 1000.0)
+        for tr in self.trackers.values():
+            tr.update()
+        return grp.as_operation(r, "kill", head, list(seen))
+
     def acknowledge(self, host: str, session_id: str) -> None:
         """The operator acknowledged an ended session: its GPU reads IDLE (it stays in the history)."""
         self.trackers[host].acknowledge(session_id)
@@ -241,8 +287,18 @@ class LiveBackend:
 
     def launch_profiles(self, host: str) -> dict[str, LaunchRequest]:
         """The config's profiles usable on ``host`` (no host, or this one), as requests for the form's picker."""
-        return {name: self.cfg.profile_request(name, host)
-                for name, prof in self.cfg.profiles.items() if prof.host in (None, host)}
+        out = {}
+        for name, prof in self.cfg.profiles.items():
+            if prof.host not in (None, host) or (prof.hosts and host not in prof.hosts):
+                continue
+            req = self.cfg.profile_request(name, host)
+            note = prof.group_note()
+            if note:  # a multi-node profile: the form launches it as a group over its hosts (issue 30)
+                req = req.model_copy(update={"group_hosts": list(prof.hosts), "nnodes": len(prof.hosts),
+                                             "description": f"{note}" + (f"; {prof.description}" if prof.description
+                                                                          else "")})
+            out[name] = req
+        return out
 
     # ---- flag form hooks (console/ui/screens/flag_form.py calls them with host=)
 

@@ -20,6 +20,13 @@ launch) under way on the focused GPU — its session's recorded process group is
 in a dialog that names the session, the group and its pids. The launch then reports "aborted by the operator"
 (not a failure) and its session reads STOPPED. The steps view shows the operation begun last; the others still
 running are listed under its title.
+
+Multi-node groups (issue 30): a launch form whose chosen profile is multi-host (``hosts = [..]``) launches a group
+over its hosts, after a dialog naming them (:meth:`Operations._group_launch`, the CLI's group launch). And the
+failure policy runs here too (:meth:`Operations.guard_groups`): a group the views show FAILED with a dead member
+while others run is handed to the backend's guard — the evidence re-checked on the hosts at action time, then the
+rest of the group killed, confirmed on each host, audited — once per group, as an operation in the steps view; in
+read-only mode it is only said, never done.
 """
 
 from __future__ import annotations
@@ -54,6 +61,9 @@ OpCall = Callable[[OnSteps], Coroutine[Any, Any, OperationResult]]
 """One backend call of an operation, given the steps callback."""
 
 ENDED = ("failed", "stopped")
+GUARD_RETRY_S = 10.0
+"""A group whose failure the evidence did not prove (a member's host not answering, its processes still running) is
+looked at again this long after, at the earliest; one the policy acted on, never again."""
 KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
 LAUNCHES = ("launch", "relaunch")
 """The operations ``x`` aborts (a relaunch once its launch has started)."""
@@ -73,6 +83,8 @@ class Running:
     result: OperationResult | None = None
     aborting: bool = False
     """``x`` was confirmed on this launch: its session is being killed."""
+    group: str | None = None
+    """A group operation: the group id (the failure policy's), or ``*`` for a group launch (its id is not known yet)."""
 
     def holds(self, host: str, gpus: frozenset[int] | None) -> bool:
         """It holds one of ``gpus`` of ``host`` (None: any of them)."""
@@ -156,6 +168,12 @@ class Operations:
         """(host, GPU) → what the operator last typed in a launch form there (kept until it launches)."""
         self.results: list[OperationResult] = []
         self._loop_thread = threading.get_ident()
+        self.guarded: set[str] = set()
+        """The groups the failure policy acted on (once per group)."""
+        self.guard_looked: dict[str, float] = {}
+        """group → when (``time.monotonic``) the policy last looked at it without acting."""
+        self.guard_said: set[str] = set()
+        """The groups read-only mode said it leaves alone."""
 
     @property
     def backend(self) -> Backend:
@@ -247,7 +265,31 @@ class Operations:
                         gpu_check=self.backend.gpu_check, template=tpl, source=source,
                         profiles=self.backend.launch_profiles(host),
                         remember=partial(self.form_memory.__setitem__, (p.host, p.index)))
-        self.console.push_screen(form, callback=on_request(lambda req: self._launch_op(req, forget=(p.host, p.index))))
+
+        def launched(req: LaunchRequest) -> None:
+            prof = form.profiles.get(form.applied) if form.applied else None
+            if prof is not None and prof.group_hosts:  # a multi-host profile: a group over its hosts
+                self._group_launch(req.model_copy(update={"profile": form.applied}), prof, (p.host, p.index))
+            else:
+                self._launch_op(req, forget=(p.host, p.index))
+        self.console.push_screen(form, callback=on_request(launched))
+
+    def _group_launch(self, req: LaunchRequest, prof: LaunchRequest, forget: tuple[str, int]) -> None:
+        """The form's request launched as a multi-node group over the profile's hosts (rank order), after a dialog
+        that names them: the backend's group launch (the CLI's: every node's preflight, all members at once)."""
+        hosts = list(prof.group_hosts or [])
+        lines = [f"profile:  {clean(req.profile or '', 80)}: {clean(prof.description or '', 200)}",
+                 "members:  " + ", ".join(f"rank {i} on {clean(h, 80)}" for i, h in enumerate(hosts)),
+                 f"GPUs:     {gpu_list(req.gpus)} on every host", f"flags:    {clean(' '.join(req.flags))}", "",
+                 "then every node's preflight, all members at once (SGLang's ranks rendezvous), READY when every "
+                 "member is and rank 0 answers a one-token generate"]
+        title = f"group launch · {' + '.join(hosts)} · GPUs {gpu_list(req.gpus)}"
+        self.console.push_screen(
+            ConfirmScreen(f"Launch a {len(hosts)}-node group over {clean(', '.join(hosts), 160)}?", lines,
+                          "Launch group"),
+            callback=on_ok(lambda: self.run(title, "launch", req.host,
+                                            lambda cb: self.backend.launch_group(req, hosts, cb), forget=forget,
+                                            gpus=req.gpus, req=req, group="*")))
 
     def kill(self) -> None:
         c = self._current()  # a GPU an operation holds is refused first (a launch under way: x aborts it)
@@ -400,10 +442,45 @@ class Operations:
         self.console.push_screen(ConfirmScreen(f"Abort the launch of {sid}?", lines, "Abort launch"),
                                  callback=on_ok(go))
 
+    # ---- the group failure policy (issue 30)
+    def guard_groups(self, groups: list[str]) -> None:
+        """Groups the views show FAILED with a dead member while others run (``console.core.group.guard_candidates``):
+        each handed to the backend's guard once (see the module docstring); none while a group launch of this
+        console runs (it handles its own members' failures), none in read-only mode (said once per group)."""
+        now = time.monotonic()
+        for gid in groups:
+            if gid in self.guarded or now - self.guard_looked.get(gid, float("-inf")) < GUARD_RETRY_S:
+                continue
+            if self.console.read_only:
+                if gid not in self.guard_said:
+                    self.guard_said.add(gid)
+                    self.console.say(f"group {clean(gid, 80)} FAILED with members still running: read-only, so they "
+                                     "are left running (mtpconsole kill GROUP stops them)", severity="warning")
+                continue
+            if any(r.group in ("*", gid) for r in self.running):
+                continue
+            members = [s for v in self.console.views.values() for s in v.sessions if s.group == gid and s.session_id]
+            if not members:
+                continue
+            head = min(members, key=lambda s: s.node_rank or 0)
+            if self.holder(head.host, held(head.gpus)) is not None:
+                continue  # another operation holds the head's GPUs: looked at again at the next view
+            self.guard_looked[gid] = now
+            self.console.say(f"group {clean(gid, 80)}: a member died while others run — the rest of the group is "
+                             "killed (the failure policy), each kill confirmed on its host", severity="warning")
+            self.run(f"group guard · {gid} · a member died: the rest killed", "kill", head.host,
+                     partial(self._guard, gid), gpus=head.gpus or None, group=gid)
+
+    async def _guard(self, gid: str, cb: OnSteps) -> OperationResult:
+        r = await self.backend.guard_group(gid, cb)
+        if r.refused is None:  # it acted (the evidence held): never again for this group
+            self.guarded.add(gid)
+        return r
+
     # ---- running one
     def run(self, title: str, op: str, host: str, call: OpCall, *, forget: tuple[str, int] | None = None,
             gpus: list[int] | None = None, req: LaunchRequest | None = None, say: str | None = None,
-            within: Running | None = None) -> None:
+            within: Running | None = None, group: str | None = None) -> None:
         """Run one operation holding ``gpus`` of ``host`` (None: the whole host), refused while another holds one
         of them; ``within``: the operation this one acts inside of (an abort's kill of a launch's session: the
         launch's GPUs are not refused to it)."""
@@ -412,7 +489,7 @@ class Operations:
         if blocker is not None:
             self._refuse(op, blocker)
             return
-        r = Running(title, op, host, want)
+        r = Running(title, op, host, want, group=group)
         self.running.append(r)
         self._show(r)
         if say:

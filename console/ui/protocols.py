@@ -110,6 +110,10 @@ class Actions(Protocol):
     def edit(self, flags: list[str] | None = None, why: str | None = None) -> None:
         """Edit and relaunch; ``flags``: start from these server flags (an advice's suggestion)."""
 
+    def guard_groups(self, groups: list[str]) -> None:
+        """Multi-node groups seen FAILED with a dead member while others run: the failure policy, once per group
+        (not in read-only mode), its steps in the steps pane."""
+
     def run(self, title: str, op: str, host: str, call: Callable[[OnSteps], Coroutine[Any, Any, OperationResult]],
             *, forget: tuple[str, int] | None = None, gpus: list[int] | None = None,
             req: LaunchRequest | None = None, say: str | None = None) -> None:

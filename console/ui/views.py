@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 
+from console.core.group import guard_candidates
 from console.model import DeploymentRow, HostEvent, HostView
 from console.ui.format import clean, hms
 from console.ui.protocols import Console
@@ -72,6 +73,9 @@ class ViewPipeline:
                 mounted |= sec.apply(view, now, console.interval)
                 self.announce(view)
             main.show_groups(list(self.views.values()))  # issue 30: each multi-node group once, over the hosts
+            failed = guard_candidates(s for v in self.views.values() for s in v.sessions)
+            if failed:  # a member died while others run: the failure policy (its evidence re-checked on the hosts)
+                console.ops.guard_groups(failed)
             self.first_selection()
             console.log_follower.sync(main.selected)
         if mounted:

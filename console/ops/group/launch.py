@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Literal, get_args
 
+from console.config import Config
 from console.core.group import (
     DERIVED_PORTS,
     GroupMember,
@@ -25,7 +26,7 @@ from console.core.group import (
 )
 from console.core.sessions import flag_value
 from console.link.link import HostLink
-from console.model import DEFAULT_PORT, LaunchRequest, OperationResult, Step
+from console.model import DEFAULT_PORT, LaunchRequest, OperationResult, SessionState, Step
 from console.ops.group.preflight import machine, preflight
 from console.ops.group.probe import probe
 from console.ops.lifecycle import MoreChecks, launch
@@ -229,6 +230,33 @@ async def launch_group(links: list[HostLink], greq: GroupRequest, on_steps: OnSt
         return ready
     watch = GroupWatch(links, ready, kill_on_failure=greq.kill_on_failure, kill_grace=kill_grace)
     return await watch.run()
+
+
+def requests_over(cfg: Config, req: LaunchRequest, hosts: list[str], env_of: Callable[[str], dict[str, str]]) -> \
+        list[LaunchRequest]:
+    """One request per host (rank order) from one request made on one of them (the TUI's launch form): its flags,
+    GPUs, port and env on every host; each host's own server command unless the request's profile names one (the
+    form's host keeps the form's command). ``env_of(host)``: that host's environment from the console's (its
+    ``env_names``), under the request's own."""
+    prof = cfg.profiles.get(req.profile or "")
+    out = []
+    for h in hosts:
+        command = list(req.command) if h == req.host else list((prof.command if prof else None)
+                                                                 or cfg.host(h).server_command)
+        out.append(req.model_copy(update={"host": h, "command": command, "env": {**env_of(h), **req.env}}))
+    return out
+
+
+def as_operation(r: GroupResult, op: Literal["launch", "kill"], host: str, steps: list[Step]) -> OperationResult:
+    """A group operation's result as the TUI's operations show one (``session_id``: the group id; ``host``: where
+    it was begun): its state, its steps, why it failed or was refused."""
+    state = r.state if r.state in get_args(SessionState) else None
+    why = r.failed or r.refused
+    if r.killed:
+        why = (why + " — " if why else "") + "; ".join(r.killed)
+    return OperationResult(op=op, host=host, ok=r.ok, session_id=None if r.refused else r.group or None, state=state,
+                           steps=steps, error=None if r.ok else why, refused=r.refused, refusals=r.refusals,
+                           hint="; ".join(r.notes[-2:]) or None)
 
 
 def _generate_env(req: LaunchRequest) -> dict[str, str] | None:
