@@ -41,9 +41,11 @@ if TYPE_CHECKING:
     from console.ui.operations import Operations
     from console.ui.screens.advice import AdviceActions
 
-WARM_THEMES_AFTER_S = 1.0
-"""When, after the start, the other themes' CSS is parsed (:meth:`MtpConsoleApp._warm_themes`): after the first
-views are drawn, not in their way."""
+WARM_THEMES_AFTER_S = 0.5
+"""When, after the start, the other themes' CSS starts being parsed (:meth:`MtpConsoleApp._warm_themes`): after the
+first views are drawn, not in their way."""
+WARM_STEP_S = 0.02
+"""Between two CSS sources parsed for another theme (some 30 sources a theme)."""
 
 
 class MtpConsoleApp(App):
@@ -262,12 +264,12 @@ class MtpConsoleApp(App):
         self.theme = TEXTUAL_THEME[name]
 
     def _warm_themes(self, todo: tuple[ThemeName, ...] | None = None) -> None:
-        """In idle time after the start, one theme a turn: the CSS parsed for every other theme (``t`` to a theme
-        then parses only what widget types shown since brought)."""
+        """After the start, one CSS source a turn (a few ms: never a key's wait): the CSS parsed for every other theme
+        (``t`` to a theme then parses only what widget types shown since brought)."""
         todo = tuple(n for n in NAMES if n != self.theme_name) if todo is None else todo
         if todo:
-            self.theme_css.warm(css_variables(self, todo[0]))
-            self.set_timer(0.05, partial(self._warm_themes, todo[1:]))
+            more = self.theme_css.warm(css_variables(self, todo[0]))
+            self.set_timer(WARM_STEP_S, partial(self._warm_themes, todo if more else todo[1:]))
 
     def action_cycle_theme(self) -> None:
         """``t``: the next theme, named in a toast (with the one after it)."""

@@ -113,7 +113,19 @@ class ThemeStylesheet(Stylesheet):
         parsed = self._parsed.get(self._key(variables), {})
         return all((css, where, *rest) in parsed for where, (css, *rest) in self.source.items())
 
-    def warm(self, variables: dict[str, str]) -> None:
-        """Parse every source now for the theme of ``variables`` (a switch to it then parses none of them)."""
-        if self._key(variables) != self._key(self._variables):
-            self._cached_rules(Stylesheet(variables=variables)._parse_rules, variables)
+    def warm(self, variables: dict[str, str], most: int = 1) -> bool:
+        """Parse at most ``most`` sources not parsed yet for the theme of ``variables`` (a few ms each: a key pressed
+        meanwhile waits no longer than that); False once every source is (a switch to it then parses none)."""
+        parsed = self._parsed.setdefault(self._key(variables), {})
+        todo = [(where, src) for where, src in self.source.items()
+                if (src[0], where, *src[1:]) not in parsed and src[0] not in self._invalid_css]
+        scratch = Stylesheet(variables=variables)
+        for where, (css, is_default, tie_breaker, scope) in todo[:most]:
+            try:
+                got = scratch._parse_rules(css, where, is_default, tie_breaker, scope)
+            except Exception:  # the theme's own switch reports it
+                self._invalid_css.add(css)
+                continue
+            if not any(rule.errors for rule in got):
+                parsed[(css, where, is_default, tie_breaker, scope)] = got
+        return len(todo) > most

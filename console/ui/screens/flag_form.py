@@ -175,6 +175,8 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         self.whole = False
         """Every field is mounted (the ones after :data:`FIRST_FIELDS` come right after the first frame)."""
         self._whole = asyncio.Event()
+        self._editors: dict[str, Input | Select | Switch] = {}
+        """Each field's editor, from when it is made (and mounted with its row, that same turn): no DOM walks."""
 
     # ---- building
     def compose(self) -> ComposeResult:
@@ -201,20 +203,21 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
 
     def _row(self, name: str, label: str, kind: Any) -> list[Widget]:
         """One field: its label and editor, and the line under it for its error."""
-        return [Horizontal(Label(label, classes="field-label"), self._widget(name, kind), classes="field"),
+        editor = self._editors[name] = self._widget(name, kind)
+        return [Horizontal(Label(label, classes="field-label"), editor, classes="field"),
                 Static("", id=f"err-{name}", classes="field-error", markup=False)]
 
     def _rest(self) -> list[Widget]:
         """What follows the first fields: the other fields (from the values now), force, the diff and the checks."""
-        force = bool(self.template and self.template.force)
+        force = self._editors["force"] = Switch(value=bool(self.template and self.template.force), id="force")
         return [*(w for name, label, kind in FIELDS[FIRST_FIELDS:] for w in self._row(name, label, kind)),
                 Static("", id="err-", classes="field-error", markup=False),
-                Horizontal(Label("force", classes="field-label"), Switch(value=force, id="force"),
+                Horizontal(Label("force", classes="field-label"), force,
                            Label(FORCE_LABEL, classes="field-hint"), classes="field force"),
                 Static("", id="diff", classes="diff").set_styles("display: none;"),
                 Static("", id="checks", classes="checks").set_styles("display: none;")]
 
-    def _widget(self, name: str, kind: Any):
+    def _widget(self, name: str, kind: Any) -> Input | Select | Switch:
         v = self.raw.get(name)
         if kind is bool:
             return Switch(value=bool(v), id=f"f-{name}")
@@ -320,8 +323,7 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
 
     def _field(self, name: str) -> Input | Select | Switch | None:
         """Field ``name``'s editor; None while it is not mounted yet."""
-        found = self.query(f"#f-{name}")
-        return found.first() if found else None  # type: ignore[return-value]
+        return self._editors.get(name)
 
     def _key(self, v: FlagValues) -> Key:
         return tuple(v.to_flags()), tuple(v.gpus), self.force
@@ -426,8 +428,8 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
 
     @property
     def force(self) -> bool:
-        found = self.query("#force")
-        return bool(found.first(Switch).value) if found else bool(self.template and self.template.force)
+        box = self._editors.get("force")
+        return bool(box.value) if box is not None else bool(self.template and self.template.force)
 
     def _show(self, sel: str, content: Content) -> None:
         box = self.query_one(sel, Static)
@@ -439,10 +441,11 @@ class FlagForm(ModalScreen[LaunchRequest | None]):
         the hierarchical cache) are disabled: out of the tab order, their values kept."""
         if not self.whole:  # mounted with the rest, then set
             return
-        algo = self.query_one("#f-spec_algo", Select).value
+        e = self._editors
+        algo = e["spec_algo"].value
         for name in self.SPEC_FIELDS:
-            self.query_one(f"#f-{name}").disabled = algo in ("none", None, Select.BLANK)
-        self.query_one("#f-hicache_size").disabled = not self.query_one("#f-hicache", Switch).value
+            e[name].disabled = algo in ("none", None, Select.BLANK)
+        e["hicache_size"].disabled = not e["hicache"].value
 
     # ---- buttons and keys
     async def on_button_pressed(self, event: Button.Pressed) -> None:
