@@ -9,6 +9,7 @@ the repository. ``base.tcss`` holds the layout and colours (theme variables only
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -113,14 +114,19 @@ class ThemeStylesheet(Stylesheet):
         parsed = self._parsed.get(self._key(variables), {})
         return all((css, where, *rest) in parsed for where, (css, *rest) in self.source.items())
 
-    def warm(self, variables: dict[str, str], most: int = 1) -> bool:
-        """Parse at most ``most`` sources not parsed yet for the theme of ``variables`` (a few ms each: a key pressed
-        meanwhile waits no longer than that); False once every source is (a switch to it then parses none)."""
+    def warm(self, variables: dict[str, str], budget_s: float = 0.004) -> bool:
+        """Parse sources not parsed yet for the theme of ``variables`` for about ``budget_s`` (a source takes a few
+        ms: a key pressed meanwhile waits no longer than that); False once every source is (a switch to it then
+        parses none)."""
         parsed = self._parsed.setdefault(self._key(variables), {})
         todo = [(where, src) for where, src in self.source.items()
                 if (src[0], where, *src[1:]) not in parsed and src[0] not in self._invalid_css]
         scratch = Stylesheet(variables=variables)
-        for where, (css, is_default, tie_breaker, scope) in todo[:most]:
+        end, done = time.perf_counter() + budget_s, 0
+        for where, (css, is_default, tie_breaker, scope) in todo:
+            if time.perf_counter() > end:
+                break
+            done += 1
             try:
                 got = scratch._parse_rules(css, where, is_default, tie_breaker, scope)
             except Exception:  # the theme's own switch reports it
@@ -128,4 +134,4 @@ class ThemeStylesheet(Stylesheet):
                 continue
             if not any(rule.errors for rule in got):
                 parsed[(css, where, is_default, tie_breaker, scope)] = got
-        return len(todo) > most
+        return len(todo) > done
