@@ -196,6 +196,9 @@ class LaunchSpec(Frozen):
     nnodes: int | None = None
     group_hosts: list[str] | None = None
     """The group's hosts, in rank order, as the launching console named them."""
+    group_kill_on_failure: bool | None = None
+    """False: the group was launched with ``--no-kill-on-failure`` (no console applies the failure policy to it);
+    None or True: the policy applies (a member died: the rest are killed)."""
     log_cap_mb: float | None = None
     """output.log's cap in MiB (the host's ``log_cap_mb``, filled in by the agent); None: no cap."""
 
@@ -1041,6 +1044,7 @@ class LaunchRequest(Frozen):
     node_rank: int | None = None
     nnodes: int | None = None
     group_hosts: list[str] | None = None
+    group_kill_on_failure: bool | None = None
 
 
 class KillTarget(Frozen):

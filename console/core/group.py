@@ -47,6 +47,9 @@ START_ORDER = ("all at once: SGLang's ranks rendezvous at Init parallel, so rank
 GUARD_LIVE = ("launching", "loading", "ready", "stopping")
 """A member in one of these states still runs: the failure policy kills it when another member died."""
 
+POLICY_OFF = "launched with --no-kill-on-failure"
+"""What the failure policy's refusal says of a group whose members' specs turn it off (never looked at again)."""
+
 _WORST = ("failed", "unreachable", "stale", "stopping", "launching", "loading", "stopped", "ready", "idle", "foreign")
 """States from worst to best, as a group reads them: one failed member fails the group, one stopped member
 stops being READY; READY only when every member is."""

@@ -150,6 +150,7 @@ SPEC_FIELDS = {
     "port": _opt(_int), "cwd": _opt(_str), "launched_by": _opt(_str), "console_version": _opt(_str),
     "created_at": _opt(_num), "profile": _opt(_str), "replaces": _opt(_str), "log_cap_mb": _opt(_num),
     "group": _opt(_str), "node_rank": _opt(_int), "nnodes": _opt(_int), "group_hosts": _opt(_strs),
+    "group_kill_on_failure": _opt(lambda v: isinstance(v, bool)),
 }
 SPEC_REQUIRED = ("session_id", "argv")
 RECORD_FIELDS = {

@@ -39,6 +39,7 @@ from functools import partial
 from typing import Any, Callable, Coroutine, Iterable
 
 from console.backend import Backend, OnSteps
+from console.core.group import POLICY_OFF
 from console.model import (
     ABORTED,
     HostSnapshot,
@@ -473,7 +474,7 @@ class Operations:
 
     async def _guard(self, gid: str, cb: OnSteps) -> OperationResult:
         r = await self.backend.guard_group(gid, cb)
-        if r.refused is None:  # it acted (the evidence held): never again for this group
+        if r.refused is None or POLICY_OFF in r.refused:  # it acted, or the group turned the policy off: never again
             self.guarded.add(gid)
         return r
 

@@ -12,6 +12,8 @@ acts only on positive evidence re-checked at action time (:func:`guard_group`):
 2. ``kill <host> r<rank>`` for every other member still running: SIGTERM, the grace, SIGKILL, each confirmed on its
    own host (processes gone, GPU memory back, port closed) — :func:`console.ops.group.watch.kill_members`.
 
+A group launched with ``--no-kill-on-failure`` (its members' specs say so) is left running, and the step says so.
+
 Who calls it says how often (the TUI: once per group) and records it in the audit log.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from console.core.group import GUARD_LIVE, GroupMember, GroupResult, group_state
+from console.core.group import GUARD_LIVE, POLICY_OFF, GroupMember, GroupResult, group_state
 from console.link.link import HostLink
 from console.ops.group.members import find_groups
 from console.ops.group.watch import kill_members
@@ -75,6 +77,10 @@ async def guard_group(links: list[HostLink], group: str, on_steps: OnSteps | Non
                            refused=f"no group {group} on the opened hosts")
     v = views[0]
     base = dict(op="guard", session_id=group, group=group, nnodes=v.nnodes, members=v.members)
+    if not v.kill_on_failure:
+        why = f"group {group} was {POLICY_OFF}: its members are left running"
+        st.finish(EVIDENCE, "skipped", f"{why}: nothing was killed")
+        return GroupResult(**base, ok=False, state=v.state, refused=why)
     dead, found = await dead_member(links, v.members)
     rest = [m for m in v.members if dead is not None and m.rank != dead.rank and m.state in GUARD_LIVE]
     if dead is None or not rest:

@@ -120,7 +120,7 @@ async def plan(links: list[HostLink], greq: GroupRequest, now: float) -> Planned
             flags = list(r.flags)
         out.append(r.model_copy(update={"host": lk.name, "flags": flags, "port": ports[rank] if rank < len(ports)
                                         else base, "group": gid, "node_rank": rank, "nnodes": greq.nnodes,
-                                        "group_hosts": hosts}))
+                                        "group_hosts": hosts, "group_kill_on_failure": greq.kill_on_failure}))
     return Planned(group=gid, requests=out, dist_init_addr=addr or "", refusals=list(dict.fromkeys(refusals)),
                    notes=notes)
 

@@ -38,6 +38,8 @@ class GroupView:
     nnodes: int
     hosts: list[str]
     members: list[GroupMember]
+    kill_on_failure: bool = True
+    """False when a member's spec says the group was launched with ``--no-kill-on-failure``."""
 
 
 async def _classes(link: HostLink, snap: HostSnapshot, sids: set[str]) -> dict:
@@ -62,6 +64,8 @@ run directory of reads LAUNCHING for MISSING_GRACE_S, then FAILED."""
     found: dict[str, dict[int, GroupMember]] = {}
     meta: dict[str, tuple[int, list[str]]] = {}
     created: dict[str, float] = {}
+    keep: set[str] = set()
+    """Groups a member's spec says were launched with ``--no-kill-on-failure``."""
 
     async def host(link: HostLink) -> None:
         try:
@@ -91,6 +95,8 @@ run directory of reads LAUNCHING for MISSING_GRACE_S, then FAILED."""
                     pass
             meta.setdefault(sp.group, (sp.nnodes or 1, list(sp.group_hosts or [])))
             created[sp.group] = max(created.get(sp.group, 0.0), sp.created_at or 0.0)
+            if sp.group_kill_on_failure is False:
+                keep.add(sp.group)
             found.setdefault(sp.group, {})[rank] = GroupMember(
                 host=link.name, rank=rank, session_id=sid, state=state, port=sp.port, gpus=list(sp.gpus),
                 cause=(f"{v.cause}" + (f": {v.line}" if v.line else "")) if v is not None and v.cause else None)
@@ -116,7 +122,7 @@ run directory of reads LAUNCHING for MISSING_GRACE_S, then FAILED."""
                                         + " ".join(f"--host {x}" for x in hosts) + f" {gid})"))
             members.append(m)
         out.append(GroupView(group=gid, state=group_state(m.state for m in members), nnodes=nnodes,
-                             hosts=hosts, members=members))
+                             hosts=hosts, members=members, kill_on_failure=gid not in keep))
     return out
 
 

@@ -73,7 +73,8 @@ def build_spec(req: LaunchRequest, session_id: str, now: float) -> tuple[LaunchS
         launched_by=f"{getpass.getuser()}@{socket.gethostname()}", console_version=__version__,
         created_at=now, profile=req.profile, replaces=req.replaces, deployment=req.deployment,
         deployment_role=req.deployment_role, replica=req.replica, group=req.group, node_rank=req.node_rank,
-        nnodes=req.nnodes, group_hosts=req.group_hosts)
+        nnodes=req.nnodes, group_hosts=req.group_hosts,
+        group_kill_on_failure=req.group_kill_on_failure)
     return spec, dict(req.env)
 
 
