@@ -121,7 +121,8 @@ async def test_tui_applies_the_failure_policy_once_with_evidence_in_the_steps_pa
             assert f"group guard · {res.group}" in text, text
             ev = next(s for s in r.steps if s.name == "evidence")
             assert ev.state == "ok" and "testhost (rank 1): FAILED" in (ev.evidence or "") \
-                and f"no process of {res.members[1].session_id} alive on testhost" in (ev.evidence or ""), ev
+                and f"no process of {res.members[1].session_id} alive on testhost" in (ev.evidence or "") \
+                and "local (rank 0) still answers GET /health 200" in (ev.evidence or ""), ev
             kill = next(s for s in r.steps if s.name == "kill local r0")
             assert kill.state == "ok" and "stopped, confirmed" in (kill.evidence or ""), kill
             assert [s.name for s in r.steps] == ["evidence", "kill local r0"]  # the dead member is not killed again

@@ -237,7 +237,8 @@ async def relaunch(ctx: CliContext, args: argparse.Namespace, edit: Callable[[li
                             failed="the old group's kill was not confirmed: nothing was started", killed=killed,
                             members=v.members)
             return emit_group(ctx.json_output, r)
-        greq = grp.GroupRequest(requests=reqs, nnodes=v.nnodes, notes=[f"relaunch of group {v.group}"])
+        greq = grp.GroupRequest(requests=reqs, nnodes=v.nnodes, notes=[f"relaunch of group {v.group}"],
+                                kill_on_failure=v.kill_on_failure)
         keepers = [asyncio.create_task(lk.run()) for lk in links]
         try:
             r = await grp.launch_group(links, greq, step_printer(ctx.json_output), timeout=args.timeout)

@@ -28,6 +28,7 @@ from console.ops.group.members import find_groups
 from console.ops.group.watch import kill_members
 from console.ops.lifecycle import fresh_snapshot
 from console.ops.lifecycle.steps import OnSteps, Stepper
+from console.ops.session_log import probe_health
 
 EVIDENCE = "evidence"
 
@@ -89,7 +90,10 @@ async def guard_group(links: list[HostLink], group: str, on_steps: OnSteps | Non
             why += "; no other member is running"
         st.finish(EVIDENCE, "failed", f"{why}: nothing was killed")
         return GroupResult(**base, ok=False, state=v.state, refused=why)
-    st.finish(EVIDENCE, "ok", "; ".join(found) + " — the rest of the group is killed: " + ", ".join(
+    head = v.members[0]
+    health = await _head_health(links, head) if head.rank != dead.rank else None
+    said = f"; {head.host} (rank 0) still answers GET /health {health}" if health == 200 else ""
+    st.finish(EVIDENCE, "ok", "; ".join(found) + said + " — the rest of the group is killed: " + ", ".join(
         f"{m.host} (rank {m.rank}) {m.state.upper()}" for m in rest))
     at = time.time()
     names = {m.rank: f"kill {m.host} r{m.rank}" for m in rest}
@@ -108,5 +112,16 @@ async def guard_group(links: list[HostLink], group: str, on_steps: OnSteps | Non
     return GroupResult(**{**base, "members": after}, ok=all("stopped, confirmed" in k for k in killed),
                        state=group_state(m.state for m in after), failed=f"{dead.host} (rank {dead.rank}): "
                        f"{dead.cause or 'its server ended'}", failed_host=dead.host, failed_rank=dead.rank,
-                       failed_at=at, killed=killed)
+                       failed_at=at, head_health=health, killed=killed)
+
+
+async def _head_health(links: list[HostLink], head: GroupMember) -> int | None:
+    """What rank 0's ``GET /health`` answers now (a fact recorded: SGLang's head answers 200 with a rank dead)."""
+    lk = next((x for x in links if x.name == head.host), None)
+    if lk is None or not head.port:
+        return None
+    try:
+        return (await probe_health(lk, head.port, 2)).status
+    except Exception:  # no answer is recorded as none, never as a verdict
+        return None
 
