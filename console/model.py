@@ -821,7 +821,8 @@ class DeploymentRow(Frozen):
     stale_after_s: float = 10.0
     """A reading older than this is stale (shown as such)."""
     ready: int = 0
-    """Replicas serving: READY and ready at the gateway."""
+    """Replicas serving: those with a session READY and ready at the gateway (during a roll an old and a new
+    session of one replica count once)."""
     total: int = 0
     requests_per_s: float | None = None
     """Through the gateway, between its last two readings."""

@@ -142,3 +142,21 @@ async def test_read_only_offers_no_r_on_the_row_and_says_why() -> None:
         await pilot.press("r")
         await until(pilot, lambda: "read-only: roll disabled" in app.notify.shown)
         assert not isinstance(app.screen, RollFlags)
+
+
+def test_a_reading_becomes_a_row_an_old_and_a_new_session_count_once_and_an_unreachable_host_keeps_it() -> None:
+    from console.ops.deploy.models import DeploymentStatus, GatewayView, ReplicaView
+    from console.ops.deploy.watch import row_of
+
+    def rep(sid: str, i: int, role: str, status: str | None = "ready") -> ReplicaView:
+        return ReplicaView(session_id=sid, replica=i, role=role, state="ready", worker_id="w-" + sid,
+                           worker_status=status)
+    st = DeploymentStatus(name="web", host="h", gateway=GatewayView(port=1, owned=True, health=200),
+                          replicas=[rep("a", 0, "old"), rep("b", 0, "new"), rep("c", 1, "current", "pending")],
+                          roll_in_progress=True, requests_per_s=7.5)
+    r = row_of(st, NOW, 9.0)
+    assert (r.gateway, r.ready, r.total, r.requests_per_s, r.rolling, r.roll) == ("up", 1, 2, 7.5, True, [])
+    gone = row_of(st, NOW - 30, 9.0, gateway="unreachable", detail="h: LinkDown: closed")
+    assert gone.gateway == "unreachable" and gone.stale(NOW) and "LinkDown" in row_text(gone, NOW).plain
+    down = row_of(st.model_copy(update={"gateway": GatewayView(port=1, owned=True, error="no answer")}), NOW, 9.0)
+    assert down.gateway == "down" and down.detail == "no answer"

@@ -174,12 +174,12 @@ class Deploy:
         port; a server without ``--enable-metrics`` has none)."""
         at, gw, servers = time.time(), None, {}
         mp = self.metrics_port()
-        if mp:
+        if mp:  # parsed in a thread: a TUI reads this every few seconds on its own event loop
             r = await self.client.http_get(mp, "/metrics", 5.0)
-            gw = counter_total(r.body, GATEWAY_REQUESTS) if r.status == 200 else None
+            gw = await asyncio.to_thread(counter_total, r.body, GATEWAY_REQUESTS) if r.status == 200 else None
         for sid, port in ports.items():
             r = await self.client.http_get(port, "/metrics", 5.0)
-            v = counter_total(r.body, SERVER_REQUESTS, rank0=True) if r.status == 200 else None
+            v = await asyncio.to_thread(counter_total, r.body, SERVER_REQUESTS, True) if r.status == 200 else None
             if v is not None:
                 servers[sid] = v
         return TrafficSample(at=at, gateway=gw, servers=servers)

@@ -54,7 +54,8 @@ def row_of(st: DeploymentStatus, read_at: float, stale_after_s: float, steps: li
     state: GatewayState = gateway or ("up" if g.health == 200 else "down")
     why = detail or (g.error if state != "up" else None) or (st.traffic_note if state == "up" else None)
     return DeploymentRow(name=st.name, host=st.host, gateway=state, detail=why, read_at=read_at,
-                         stale_after_s=stale_after_s, ready=sum(1 for r in reps if r.state == "ready" and r.ready_at_gateway),
+                         stale_after_s=stale_after_s,
+                         ready=len({r.replica for r in reps if r.state == "ready" and r.ready_at_gateway}),
                          total=len({r.replica for r in reps}), requests_per_s=st.requests_per_s, replicas=reps,
                          rolling=bool(steps) or st.roll_in_progress, roll=roll_progress(steps or []))
 
