@@ -46,6 +46,26 @@ def test_multi_host_profile_config_checked(tmp_path):
         load_config(conf)
 
 
+async def test_live_backend_offers_a_group_profile_on_its_hosts_and_refuses_hosts_it_has_not_opened():
+    from console.config import HostConfig
+    from console.link.link import HostLink
+    from console.link.ssh import HostSpec
+    from console.ops.backend import LiveBackend
+
+    cfg = Config(hosts={"local": HostConfig(), "other": HostConfig(), "third": HostConfig()},
+                 profiles={"two": Profile(hosts=["local", "other"], model_path="/m", description="big"),
+                           "one": Profile(model_path="/m")})
+    be = LiveBackend(cfg, [HostLink(HostSpec(name="local", local=True), cfg.host("local"))])  # never opened
+    offered = be.launch_profiles("local")
+    assert offered["two"].group_hosts == ["local", "other"] and offered["two"].nnodes == 2
+    assert offered["two"].description == "a 2-node group over local, other (rank 0 on local); big"
+    assert offered["one"].group_hosts is None
+    assert set(be.launch_profiles("third")) == {"one"}  # a group profile only on its own hosts
+    r = await be.launch_group(offered["two"], ["local", "other"], lambda steps: None)
+    assert not r.ok and r.refused and "not opened by this console: other (of the group's hosts local, other)" in r.refused, r
+    assert "--host local --host other" in r.refused
+
+
 def test_launch_profile_launches_the_group_over_its_hosts(world):  # noqa: F811
     run = world["run"]
     port = free_port()

@@ -193,8 +193,8 @@ class LiveBackend:
 
         missing = [h for h in hosts if h not in self.links]
         if missing:
-            why = (f"the group's hosts {', '.join(missing)} are not opened by this console: start it with "
-                   + " ".join(f"--host {h}" for h in hosts))
+            why = (f"not opened by this console: {', '.join(missing)} (of the group's hosts {', '.join(hosts)}); start "
+                   "it with " + " ".join(f"--host {h}" for h in hosts))
             return OperationResult(op="launch", host=req.host, ok=False, error=why, refused=why, refusals=[why])
         links = [self.links[h] for h in hosts]
         reqs = grp.requests_over(self.cfg, req, hosts, lambda h: lifecycle.host_env(self.cfg.host(h).env_names))
