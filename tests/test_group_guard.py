@@ -73,3 +73,34 @@ async def test_no_kill_on_failure_group_left_running_and_the_dead_member_proven_
         assert "stopped, confirmed" in lines[0], lines
     finally:
         await close(links)
+
+
+@pytest.mark.sshd
+@pytest.mark.slow
+async def test_no_evidence_nothing_killed_a_failed_member_whose_processes_still_run(open_links, nodes, monkeypatch):  # noqa: F811
+    """A member that reads FAILED (a failure line in its log, say) while its processes still run on its host is no
+    evidence that it died: the policy kills nothing and says what it found."""
+    from console.ops.group import guard as group_guard
+
+    links = await open_links()
+    try:
+        res = await grp.launch_group(links, group_request(links, nodes[0].model, free_port()), timeout=60)
+        assert res.ok, res
+        real = group_guard.find_groups
+
+        async def rank1_reads_failed(*a, **kw):
+            views = await real(*a, **kw)
+            return [v.__class__(**{**v.__dict__, "members": [m.model_copy(update={"state": "failed"}) if m.rank == 1
+                                                               else m for m in v.members]}) for v in views]
+
+        monkeypatch.setattr(group_guard, "find_groups", rank1_reads_failed)
+        steps = []
+        r = await grp.guard_group(links, res.group, steps.append)
+        assert not r.ok and not r.killed and r.refused and "reads FAILED but its processes still run" in r.refused, r
+        assert steps[-1][0].state == "failed" and "nothing was killed" in (steps[-1][0].evidence or "")
+        for lk, m in zip(links, res.members):  # both still run
+            snap = await fresh_snapshot(lk)
+            assert any(p.session_id == m.session_id and p.alive for p in snap.servers)
+        await grp.kill_members(links, res.members)
+    finally:
+        await close(links)

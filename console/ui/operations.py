@@ -62,7 +62,7 @@ OpCall = Callable[[OnSteps], Coroutine[Any, Any, OperationResult]]
 """One backend call of an operation, given the steps callback."""
 
 ENDED = ("failed", "stopped")
-GUARD_RETRY_S = 10.0
+GUARD_RETRY_S = 30.0
 """A group whose failure the evidence did not prove (a member's host not answering, its processes still running) is
 looked at again this long after, at the earliest; one the policy acted on, never again."""
 KILL_CHECKS = "process group gone · no sglang:: orphans · GPU memory released · port closed"
@@ -466,9 +466,10 @@ class Operations:
             head = min(members, key=lambda s: s.node_rank or 0)
             if self.holder(head.host, held(head.gpus)) is not None:
                 continue  # another operation holds the head's GPUs: looked at again at the next view
+            if gid not in self.guard_looked:  # said once: a retry (the evidence did not hold) only shows its steps
+                self.console.say(f"group {clean(gid, 80)}: a member died while others run — the rest of the group is "
+                                 "killed (the failure policy), each kill confirmed on its host", severity="warning")
             self.guard_looked[gid] = now
-            self.console.say(f"group {clean(gid, 80)}: a member died while others run — the rest of the group is "
-                             "killed (the failure policy), each kill confirmed on its host", severity="warning")
             self.run(f"group guard · {gid} · a member died: the rest killed", "kill", head.host,
                      partial(self._guard, gid), gpus=head.gpus or None, group=gid)
 
