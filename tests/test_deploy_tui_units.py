@@ -2,7 +2,8 @@
 reading's age and staleness, the roll's step per replica), the roll's progress read from a roll's steps, the flags
 typed as ``deploy roll`` takes them, and in the app (a fake backend that runs deployments): the row above its host's
 panels, ``r`` on it -> the flags -> the confirm dialog (Cancel focused; the replicas, the flag diff, their traffic) ->
-the backend's roll with its steps in the steps pane; ``r`` on a GPU panel still relaunches; ``--read-only`` offers
+the backend's roll with its steps in the steps pane; a GPU panel's keys do nothing on the row (and say so); ``r`` on
+a GPU panel still relaunches; ``--read-only`` offers
 no ``r`` on the row and says why the key does nothing."""
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ async def test_r_on_the_row_asks_the_flags_then_confirms_and_rolls_and_r_on_a_pa
         assert rv.region.y < min(p.region.y for p in app.panels())  # above the host's GPU panels
         assert "DEPLOY web  gateway UP" in str(rv.render())
         assert app.screen.active_bindings["r"].binding.action == "screen.roll_deployment"
+        assert not {"k", "l", "e", "x"} & set(app.screen.active_bindings)  # a panel's keys: not on the row
+        await pilot.press("k")
+        await until(pilot, lambda: "kill acts on a GPU panel: tab or ↓ to one" in app.notify.shown)
+        assert not isinstance(app.screen, ConfirmScreen)
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, RollFlags))
         app.screen.query_one(Input).value = "--max-running-requests=24"
@@ -160,3 +165,21 @@ def test_a_reading_becomes_a_row_an_old_and_a_new_session_count_once_and_an_unre
     assert gone.gateway == "unreachable" and gone.stale(NOW) and "LinkDown" in row_text(gone, NOW).plain
     down = row_of(st.model_copy(update={"gateway": GatewayView(port=1, owned=True, error="no answer")}), NOW, 9.0)
     assert down.gateway == "down" and down.detail == "no answer"
+
+
+class RollingFake(DeployFake):
+    async def watch_deployments(self, on_row) -> None:
+        on_row(row(rolling=True, roll=[RollStepNow(replica=0, step="old: drained", state="ok"),
+                                       RollStepNow(replica=1, step="new: generate", state="running")]))
+
+
+def test_snapshot_the_row_above_its_hosts_panels_focused_while_a_roll_runs(snap_compare) -> None:
+    from console.ui.widgets.log_pane import LogPane
+    from tests.ui_fakes import SESSION_LOG, view_a, view_b
+
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await until(pilot, lambda: len(app.query_one(LogPane).lines) == len(SESSION_LOG))
+        await to_row(pilot, app)
+    app = frozen_app(RollingFake(views=[view_a(), view_b()]))
+    assert snap_compare(app, terminal_size=(160, 40), run_before=run_before)

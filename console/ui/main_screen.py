@@ -32,6 +32,8 @@ from console.ui.widgets.steps import StepsView
 DESTRUCTIVE = {"launch": "launch", "kill": "kill", "relaunch": "relaunch", "edit": "edit and relaunch",
                "abort": "abort launch", "roll_deployment": "roll"}
 """The actions that change a host (refused in read-only mode), and how the refusal names them."""
+PANEL_ACTIONS = {"launch", "kill", "relaunch", "edit", "abort", "advice", "report"}
+"""The keys that act on the selected GPU panel: disabled while a deployment row has the focus."""
 COMPACT_CELL = 44
 """Width of one GPU panel in compact mode (the stats line fits)."""
 SMALL = (100, 30)
@@ -344,12 +346,17 @@ class MainScreen(Screen):
         top = self.app.screen
         if top is not self and not isinstance(top, CommandPalette):
             return False  # under another screen (a dialog, a form): hidden from the footer it shows through
+        if action in PANEL_ACTIONS and isinstance(self.focused, DeploymentRowView):
+            return False  # a deployment row is focused: no key acts on a GPU panel the operator is not on
         return allowed(action, self.console.read_only)
 
     def refuse(self, action: str) -> None:
-        """A destructive key in read-only mode (its action is disabled, so the key reaches here): say so."""
+        """A destructive key whose action is disabled (read-only mode, or a GPU panel's key on a deployment row):
+        say why it does nothing."""
         if self.console.read_only:
             self.console.say(f"read-only: {DESTRUCTIVE[action]} disabled", severity="warning")
+        elif action in PANEL_ACTIONS and isinstance(self.focused, DeploymentRowView):
+            self.console.say(f"{DESTRUCTIVE[action]} acts on a GPU panel: tab or ↓ to one", severity="warning")
 
     def key_l(self) -> None:
         self.refuse("launch")
