@@ -23,8 +23,8 @@ from console.ops.session_log import probe_health
 
 POLL_S = 0.1
 SPAWN_RACE_S = 5.0
-"""A member whose launch was cancelled while its request was in flight may appear a moment later: its kill looks
-again for this long before it says the session is unknown."""
+"""A member whose launch was cancelled while its request was in flight may appear a moment later (or have its run
+directory but no supervisor record yet): its kill looks again for this long before it says what it found."""
 OWN_END_WAIT_S = 1.0
 """How long the failed member is given to end by itself before it is killed with the rest (its own end keeps its
 cause: FAILED, not STOPPED)."""
@@ -54,8 +54,10 @@ async def kill_members(links: list[HostLink], members: list[GroupMember], *, gra
                                grace=GROUP_KILL_GRACE_S if grace is None else grace)
             except Exception as e:  # a lost link: said, never assumed gone
                 return f"{m.host} (rank {m.rank}): kill not confirmed: {e}"
-            unknown = not r.ok and f"no session {m.session_id}" in (r.error or r.refused or "")
-            if not unknown or time.monotonic() >= deadline:
+            said = r.error or r.refused or ""
+            unknown = not r.ok and f"no session {m.session_id}" in said
+            spawning = not r.ok and "has no supervisor record" in said  # its run directory made, its record not yet
+            if not (unknown or spawning) or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.5)  # a launch cancelled mid-request may still be spawning it: look again
         if unknown:
