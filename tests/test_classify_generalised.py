@@ -138,6 +138,45 @@ CASES = {
         'enai/serving_chat.py", line 227, in create_chat_completion\n'
         "(APIServer pid=1) ERROR 11-30 10:00:06 [serving_chat.py:251]     ) = await self._preprocess_chat(\n",
         "ready", None),
+    # dev3 (2026-12-02)
+    "the hard watchdog's own dump: the stuck batch, then py-spy": (
+        READY + DECODE + "[2026-11-30 10:30:00 DP3 TP7] self.cur_batch.batch_size()=1, self.cur_batch.reqs=[Req(rid=ab)]\n"
+        "[2026-11-30 10:30:00 DP1 TP3] Pyspy dump for PID 231810:\nProcess 231810: sglang::scheduler_DP1_TP3\n",
+        "failed", "watchdog_timeout"),
+    "a glog WARNING that a C++ exception carries (c10::Error)": (
+        BANNER + LOAD + "[rank1]:[W1130 10:00:05.271588084 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=61"
+        ", addr=[localhost]:33850, remote=[localhost]:30005): Failed to recv, got 0 bytes. Connection was likely closed. "
+        "Did the remote server shutdown or crash?\nException raised from recvBytes at /pytorch/torch/csrc/distributed/"
+        "c10d/Utils.hpp:682 (most recent call first):\nframe #0: c10::Error::Error() + 0x80 (0x7 in libc10.so)\n",
+        "failed", "nccl_error"),
+    "a glog WARNING alone is a warning": (
+        READY + "[rank1]:[W1130 10:00:05.271588084 Something.cpp:12] a passing note about sockets\n" + DECODE,
+        "ready", None),
+    "batches after SIGTERM are the drain: still stopped": (
+        "[2026-11-30 10:13:01] SIGTERM received. signum=None frame=None. Draining requests and shutting down...\n"
+        "[2026-11-30 10:13:04] Gracefully exiting... remaining number of requests 3\n" + DECODE, "stopped", None),
+    "no accelerator available, another vendor's word": (
+        "(EngineCore_DP0 pid=1) ERROR 11-30 10:00:01 [core.py:1] ValueError: Current node has no NPU available. vLLM "
+        "engine cannot start without NPU.\n", "failed", "cuda_driver"),
+    "a ValueError raised while the command line is parsed": (
+        'Traceback (most recent call last):\n  File "/usr/bin/vllm", line 8, in <module>\n    sys.exit(main())\n'
+        '  File "/usr/lib/vllm/utils.py", line 1391, in parse_args\n    raise ValueError(\n'
+        "ValueError: With `vllm serve`, you should provide the model as a positional argument.\n", "failed",
+        "bad_flags"),
+    "a call not allowed during CUDA graph capture": (
+        BANNER + LOAD + "torch._dynamo.exc.InternalTorchDynamoError: RuntimeError: Cannot call CUDAGeneratorImpl::"
+        "current_seed during CUDA graph capture. Current cudaStreamCaptureStatus: cudaStreamCaptureStatusActive\n",
+        "failed", "cuda_graph"),
+    "Ray's dead actor names no signal": (
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\nThe actor is dead "
+        "because its worker process has died. Worker exit type: SYSTEM_ERROR\n", "failed", "other"),
+    "a pod sidecar shutting down (klog)": (
+        "(EngineCore_0 pid=304) INFO 11-30 10:00:00 [weight_utils.py:1] Using model weights format ['*.safetensors']\n"
+        "Loading safetensors checkpoint shards:   2% Completed | 3/163 [00:00<00:07, 21.87it/s]\n"
+        'I1130 10:00:08.476800       1 proxy.go:206] "shutting down" logger="proxy server"\n', "stopped", None),
+    "a diffusion request's sampling params: serving": (
+        "[2026-11-30 10:00:00] INFO:     Application startup complete.\n[11-30 10:07:38] Sampling params:\n"
+        "                       width: 1024\n", "ready", None),
 }
 
 

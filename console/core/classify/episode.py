@@ -197,6 +197,8 @@ class Episode:
                 cause, score = "cuda_graph", 70
             elif "warmup" in self.flags:
                 cause, score = "warmup_failed", 70  # the server's own warmup request failed
+            elif "args" in self.flags and self.last_exc is not None:
+                cause, score = "bad_flags", 60  # raised while the command line was parsed: the flags are refused
             elif "kv_check" in self.flags:
                 cause, score = "gpu_oom", 60  # cut inside the KV-cache size check, which raises only that
             elif "dist" in self.flags and self.last_exc is not None and \
@@ -250,7 +252,7 @@ class Episode:
         return self.header or "Traceback (most recent call last):", ""
 
 
-REPORTER_BLIND_FLAGS = frozenset({"spec", "graph", "warmup", "kv_check", "dist"})
+REPORTER_BLIND_FLAGS = frozenset({"spec", "graph", "warmup", "kv_check", "dist", "args"})
 """Frame flags that say what failed: meaningless in the frames of a process that only reports another's end."""
 
 

@@ -106,6 +106,9 @@ class Reader:
         """SGLang said it is ready (after its warmup): uvicorn's lines after that start no warmup."""
         self.spec_seen = False
         """Some line so far shows the server runs speculative decoding (``SPEC_CONTEXT``)."""
+        self.glog_quiet: tuple[Line, int] | None = None
+        """The last line when it was a glog INFO/WARNING line (skipped): should ``Exception raised from ...`` follow,
+        it was the message of a C++ exception being thrown (torch's c10::Error), not a warning."""
         """What the last start-up step points at should it fail (``PHASES``)."""
 
     def copy(self) -> Reader:
@@ -113,6 +116,7 @@ class Reader:
         r.seq, r.usage, r.spec_step, r.phase = self.seq, self.usage, self.spec_step, self.phase
         r.phase_guess = self.phase_guess
         r.spec_seen, r.fired_up, r.symptom = self.spec_seen, self.fired_up, self.symptom
+        r.glog_quiet = self.glog_quiet
         if self.ep is not None:
             r.ep = replace(self.ep, flags=set(self.ep.flags))
         return r
@@ -178,6 +182,10 @@ class Reader:
             self.close(sink)
             sink.stop(ln.raw, seq, False)
         quiet = ln.level in QUIET_LEVELS
+        thrown, self.glog_quiet = self.glog_quiet, (ln, seq) if quiet and ln.glog else None
+        if thrown is not None and body.startswith("Exception raised from"):
+            self._failure_line(thrown[0], thrown[0].body, thrown[1], sink)  # c10::Error: the line above is its message
+            return
         if ln.indented or (not quiet and FRAME_LINE.match(body)):
             if quiet:
                 return

@@ -83,6 +83,8 @@ class Line:
     """The process tag the line carried (``(EngineCore pid=104)``): lines of one process share it."""
     sglang_rank: bool = False
     """The SGLang prefix named a rank (``[... TP0]``, ``[... DP1 TP4]``): only SGLang prints that."""
+    glog: bool = False
+    """A glog prefix gave the level (torch's C++ code: ``[W1119 17:59:26.27 TCPStore.cpp:125] ``)."""
 
 
 def read_line(raw: str) -> Line:
@@ -96,7 +98,7 @@ def read_line(raw: str) -> Line:
     if s.startswith(_CARET_C):
         interrupt = True
         s = s[2:]
-    sglang = vllm = ranked = False
+    sglang = vllm = ranked = glog = False
     level: str | None = None
     tag: str | None = None
     for i in range(8):  # every wrapper at most once or twice; bounded
@@ -134,7 +136,7 @@ def read_line(raw: str) -> Line:
             if m:
                 s = s[m.end():]
             elif g and level is None:
-                level = GLOG_LEVELS[g.group(1)]
+                level, glog = GLOG_LEVELS[g.group(1)], True
                 s = s[g.end():]
             else:
                 m = SGLANG_PREFIX.match(s)
@@ -158,7 +160,7 @@ def read_line(raw: str) -> Line:
                     level = m.group(1)
                     s = s[m.end():]
                 elif (g := _GLOG.match(s)) is not None:
-                    level = GLOG_LEVELS[g.group(1)]
+                    level, glog = GLOG_LEVELS[g.group(1)], True
                     s = s[g.end():]
         if s is start and c.isalnum() and "|" in s[:120]:
             m = _COMPOSE.match(s)
@@ -169,7 +171,7 @@ def read_line(raw: str) -> Line:
     body = s.strip()
     indented = s[:1] in (" ", "\t") and bool(body)
     return Line(raw=raw, body=body, level=level, indented=indented, sglang=sglang, vllm=vllm,
-                interrupt=interrupt, tag=tag, sglang_rank=ranked)
+                interrupt=interrupt, tag=tag, sglang_rank=ranked, glog=glog)
 
 
 def clean(line: str, limit: int) -> str:

@@ -58,7 +58,8 @@ _NUM = r"(\d+(?:\.\d+)?)"
 SGLANG = Framework(
     name="sglang",
     ready=_rx(r"fired up and ready to roll"),
-    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]", r"^\[\w+Stage\] (?:finished in|average time per step)",
+    # (diffusion: a request's ``Sampling params:`` block, then its pipeline stages)
+    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]", r"^\[\w+Stage\] (?:finished in|average time per step)", r"^Sampling params:$",
                 r"^new fill batch\.", r"^#running-req: \d+, #token: "),
     progress=_rx(
         r"Load weight (?:begin|end)", r"(?:KV )?Cache is allocated", r"Memory pool end",
@@ -112,16 +113,18 @@ VLLM = Framework(
              r"^Shutting down$", r"Waiting for application shutdown", r"Application shutdown complete",
              r"Finished server process", r"terminated by shutdown signal", r"Shutting down FastAPI HTTP server",
              # a V1 worker's own report of the SIGTERM/SIGINT it got (older wording of ``terminated by shutdown signal``)
-             r"WorkerProc was terminated"),
+             r"WorkerProc was terminated",
+             # a sidecar of the server's pod (klog: ``"shutting down" logger="proxy server"``): the pod is terminated
+             r'^"[Ss]hutting down"(?: \w+=|$)'),
 )
 
 FRAMEWORKS = (SGLANG, VLLM)
 PROGRESS_ANY = re.compile(SGLANG.progress.pattern + "|" + VLLM.progress.pattern)
 STOP_ANY = re.compile(SGLANG.stop.pattern + "|" + VLLM.stop.pattern)
-STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "Shutting down", "Finished server", "Gracefully",
+STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "hutting down", "Finished server", "Gracefully",
              "was terminated")
 READY_GATE = ("ready to roll", "startup complete", "Uvicorn running", "Started server process")
-SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ")
+SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ", "Sampling params")
 
 RESTART_LINE = re.compile(r"^Started server process \[\d+\]|^Waiting for application startup")
 """uvicorn starting (again): after a stop, the server is being started anew (loading, not stopped)."""
@@ -184,6 +187,8 @@ FRAME_FLAGS: tuple[tuple[str, re.Pattern[str]], ...] = (
                    r"run_scheduler_process|run_detokenizer|_run_worker_process|EngineCoreProc|launch_server",
                    r"api_server\.py|entrypoints/cli|<module>|run_server|from_engine_args|_bootstrap")),
     ("warmup", _rx(r"_wait_and_warmup|_execute_server_warmup|def warmup|in warmup\b")),
+    # the command line being parsed (argparse, a CLI's parse_args): what it raises refuses the flags
+    ("args", _rx(r"in parse_(?:known_)?args\b|/argparse\.py\"")),
     # the KV-cache size checks raise only when the memory is not there (profiling, which runs the model, is a guess)
     ("kv_check", _rx(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")),
     # torch.distributed's own code (the c10d store, gloo, process groups): a dropped socket here is between ranks
@@ -316,7 +321,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("mem_generic", "gpu_oom", 60, _rx(r"\bNot enough memory\b")),
     # graph capture (not about memory: memory wins by score)
     Cause("graph", "cuda_graph", 86, _rx(
-        r"Capture (?:cuda|CUDA) graph failed", r"\b(?:[Pp]iecewise )?(?:CUDA|[Cc]uda) [Gg]raph (?:capture )?failed",
+        r"Capture (?:cuda|CUDA) graph failed", r"during CUDA graph capture", r"cudaStreamCaptureStatus(?:Active|Invalidated)",
+        r"\b(?:[Pp]iecewise )?(?:CUDA|[Cc]uda) [Gg]raph (?:capture )?failed",
         r"operation not permitted when stream is capturing",
         r"cudaErrorStreamCaptureUnsupported", r"stream is capturing"), crash=True),
     Cause("enomem", "host_oom_killed", 84, _rx(r"\[Errno 12\] Cannot allocate memory", r"\bENOMEM\b")),
@@ -379,7 +385,10 @@ CAUSES: tuple[Cause, ...] = (
         r"CUDA unknown error", r"unsupported display driver / cuda driver combination",
         r"no kernel image is available for execution", r"Cannot re-initialize CUDA in forked subprocess",
         r"Failed to infer device type", r"Failed to initialize NVML", r"NVML Shared Library Not Found",
-        r"CUDA driver initialization failed"), crash=True),
+        r"CUDA driver initialization failed",
+        # no accelerator the server can use, whatever the vendor's word for it (Ascend's NPU, Intel's XPU, Gaudi's HPU)
+        r"\b[Nn]o (?:CUDA |HIP |ROCm )?(?:GPU|NPU|XPU|HPU|MLU|accelerator)s? (?:devices? )?(?:is |are )?(?:available|found|"
+        r"detected)\b", r"cannot start without (?:an? )?(?:GPU|NPU|XPU|HPU|accelerator)\b"), crash=True),
     Cause("cuda_error", "cuda_driver", 75, _rx(
         r"CUDA error: ", r"cudaError\w+", r"CUDA_ERROR_\w+", r"device-side assert triggered",
         r"an illegal memory access was encountered", r"illegal instruction was encountered",
@@ -395,12 +404,17 @@ CAUSES: tuple[Cause, ...] = (
         r"ProcessGroupNCCL.{0,300}?(?:[Tt]imeout|[Ee]rror|got stuck|[Aa]bort)", r"DistNetworkError", r"DistStoreError",
         r"ProcessGroupGloo.{0,300}?(?:errors?|[Tt]imeout)", r"Connection closed by peer",
         r"setting up NCCL communicator and retrieving ncclUniqueId", r"DeepEP error: .{0,60}timeout",
-        r"Gloo connectFullMesh failed", r"Timeout at NCCL work", r"Some NCCL operations have failed or timed out",
+        r"Gloo connectFullMesh failed", r"recvValue failed on SocketImpl", r"Connection was likely closed\. Did the remote "
+        r"server shutdown or crash", r"Timeout at NCCL work", r"Some NCCL operations have failed or timed out",
         r"gloo/transport/\w+/\w+\.cc:\d+\] (?:Read|Write|Connect\w*|Timed out|Connection)"),
         crash=True),
     Cause("nccl_warn", "nccl_error", 40, _rx(r"NCCL WARN")),
     # SGLang's hard watchdog (``Watchdog timeout (self.watchdog_timeout=300)``, newer: ``Scheduler watchdog
     # timeout (self.watchdog_timeout=300, self.soft=False)``); the soft one (``self.soft=True``) only warns.
+    # What SGLang's hard watchdog prints as it fires, before its ``Watchdog timeout`` line and the kill: the stuck
+    # batch (``self.cur_batch.batch_size()=1, self.cur_batch.reqs=[...]``) and a py-spy dump of the schedulers.
+    Cause("watchdog_dump", "watchdog_timeout", 78, _rx(r"^self\.cur_batch\.batch_size\(\)=\d+",
+                                                       r"^Pyspy dump for PID \d+"), crash=True, terminal=True),
     Cause("watchdog", "watchdog_timeout", 80, _rx(r"[Ww]atchdog timeout \(self\.watchdog_timeout=\d+(?:\.\d+)?"
                                                   r"(?:\)|, self\.soft=False)"), crash=True,
           terminal=True),
@@ -514,8 +528,9 @@ CAUSES: tuple[Cause, ...] = (
         terminal=True),
     # vLLM's API server names the engine core that died and its exit code; a negative one is a signal.
     Cause("engine_signal", "signal_killed", 30, _rx(r"Failed core proc\(s\): \{'[^']{1,80}': -\d+"), terminal=True),
-    # Ray's word for it: the worker is gone, the signal may be in its own lines (which then decide).
-    Cause("ray_worker_died", "signal_killed", 28, _rx(
+    # Ray's word for it: the worker is gone; the signal, if any, is in its own lines (which then decide). Ray lists
+    # possible causes (the OOM killer, a signal) without knowing which: no cause of its own (README, rule 6).
+    Cause("ray_worker_died", "other", 28, _rx(
         r"A worker died or was killed while executing a task by an unexpected system error",
         r"The actor is dead because its worker process has died"), terminal=True),
     # A process announcing its own end, whatever the wording family: uvicorn/starlette after a lifespan traceback,
@@ -574,7 +589,7 @@ KEYWORDS = (
     "could not load", "cannot find any", "max_model_len", "quantization", "deepep", "ncclunique",
     "segfault", "gpus", "world_size", "unexpected keyword", "client error", "credentials", "config format",
     "socket address", "triton error", "adapter", "safetensor", "permission denied", "lora rank", "ampere",
-    "hopper", "turing", "blackwell", "output_handler", "ptxas", ".target sm_", "path-like", "installed", "untagged enum", "calledprocesserror", "divisible", "python.h", "compiler", "ptx", "json", "fatal error ::", "deserializing", "xid", "code object", "kernel image", "low on memory",
+    "hopper", "turing", "blackwell", "available", "without", "cur_batch", "pyspy dump", "output_handler", "ptxas", ".target sm_", "path-like", "installed", "untagged enum", "calledprocesserror", "divisible", "python.h", "compiler", "ptx", "json", "fatal error ::", "deserializing", "xid", "code object", "kernel image", "low on memory",
 )
 """A cheap pre-filter: a line without any of these (lower-cased) cannot match a cause."""
 

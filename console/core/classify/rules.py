@@ -120,6 +120,8 @@ class State:
             self.progress()
 
     def serving(self, raw: str) -> None:
+        if self.stop_seq is not None:
+            return  # a stop was asked for: batches now are its drain (SGLang serves what it holds), no revival
         if self.ready_line is None:
             self.ready(raw, False)
         elif not self.going_down():
