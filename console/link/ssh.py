@@ -78,13 +78,34 @@ def default_ssh_config() -> str | None:
     return str(p) if p.exists() else None
 
 
+_RESOLVED: dict[tuple, dict] = {}
+"""resolve()'s answers by (spec, config file, the file's mtime/size/inode, local user): a connection parsed the SSH
+config twice (here on the event loop, then asyncssh in its executor), and every reconnect again; now this side parses
+a file once per host until it changes."""
+_RESOLVED_MAX = 4096
+
+
 def resolve(spec: HostSpec, ssh_config: str | None) -> dict:
-    """What the SSH config says about this host: hostname, port, user, known_hosts files, keepalive."""
+    """What the SSH config says about this host: hostname, port, user, known_hosts files, keepalive.
+
+    Cached per host while the config file's mtime, size and inode stay the same (see ``_RESOLVED``)."""
+    try:
+        st = os.stat(ssh_config) if ssh_config else None
+    except OSError:
+        raise UserError(f"SSH config {ssh_config} does not exist") from None
+    key = (spec, ssh_config, st and (st.st_mtime_ns, st.st_size, st.st_ino), getpass.getuser())
+    hit = _RESOLVED.get(key)
+    if hit is None:
+        if len(_RESOLVED) >= _RESOLVED_MAX:
+            _RESOLVED.clear()
+        hit = _RESOLVED[key] = _resolve(spec, ssh_config)
+    return dict(hit, known_hosts=list(hit["known_hosts"]))
+
+
+def _resolve(spec: HostSpec, ssh_config: str | None) -> dict:
     from asyncssh.config import SSHClientConfig
 
     cfg_paths = [ssh_config] if ssh_config else []
-    if ssh_config and not Path(ssh_config).exists():
-        raise UserError(f"SSH config {ssh_config} does not exist")
     try:
         cfg: Any = SSHClientConfig.load(None, cfg_paths, False, False, False, getpass.getuser(),
                                    spec.user or (), spec.host, spec.port or ())
