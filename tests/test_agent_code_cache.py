@@ -1,5 +1,6 @@
 """The agent's start loads its shipped modules' code from a per-digest cache (console/host/shipboot.py), and the
-console parses an SSH config file once per host while it is unchanged (console/link/ssh.py resolve)."""
+console parses an SSH config file once per host while it is unchanged and offers AES-GCM first unless the config
+names ciphers (console/link/ssh.py)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,11 @@ def test_ssh_config_is_parsed_once_per_host_until_the_file_changes(tmp_path, mon
     os.utime(cfg, ns=(1, 1))  # a different mtime even on a coarse clock
     assert ssh.resolve(spec, str(cfg))["port"] == 2202
     assert len(calls) == 2
+
+
+def test_ciphers_are_ours_only_when_the_config_names_none(tmp_path):
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host h1\n  HostName 10.0.0.1\nHost h2\n  HostName 10.0.0.2\n  Ciphers aes256-ctr\n")
+    assert ssh.resolve(parse_host_spec("h1"), str(cfg))["ciphers_given"] is False
+    assert ssh.resolve(parse_host_spec("h2"), str(cfg))["ciphers_given"] is True
+    assert ssh.FAST_CIPHERS[0].endswith("-gcm@openssh.com")

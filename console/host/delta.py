@@ -49,6 +49,8 @@ def same(a, b):
             if not same(x, y):
                 return False
         return True
+    if type(a) is float and a == 0.0 == b:
+        return repr(a) == repr(b)  # -0.0 is not 0.0 as JSON ("-0.0" vs "0.0"): a sign change is a change
     return a == b or (a != a and b != b)  # NaN is NaN
 
 

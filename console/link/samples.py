@@ -64,6 +64,21 @@ def _number(value: Any, kind: type, optional: bool) -> tuple[bool, Any]:
     return False, None
 
 
+def _with_numbers(model: BaseModel, changed: dict[str, Any]) -> BaseModel:
+    """``model.model_copy(update=changed)`` for number fields already checked (``_number``), at half its cost: the
+    copy's fields are the model's with ``changed`` over them; no validator of the model's depends on them
+    (``_number_fields`` leaves out models with model validators and fields with validators of their own)."""
+    cls = type(model)
+    new = cls.__new__(cls)
+    fields = dict(model.__dict__)
+    fields.update(changed)
+    object.__setattr__(new, "__dict__", fields)
+    object.__setattr__(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | changed.keys())
+    object.__setattr__(new, "__pydantic_extra__", model.__pydantic_extra__)
+    object.__setattr__(new, "__pydantic_private__", model.__pydantic_private__)
+    return new
+
+
 class SampleBook:
     """The latest sample of one host (``data``), its sequence number, and the models made of its items."""
 
@@ -146,7 +161,7 @@ class SampleBook:
                 continue
             changed = self._numbers_only(key, items.get(str(i))) if items is not None and i < len(prev) else None
             if changed is not None:
-                out.append(prev[i].model_copy(update=changed))
+                out.append(_with_numbers(prev[i], changed))
             elif cls is SessionInfo:
                 out.append(sessions_each([item])[0])  # a malformed one is listed as broken, never voids the rest
             else:

@@ -126,7 +126,17 @@ def _resolve(spec: HostSpec, ssh_config: str | None) -> dict:
         "keepalive_interval": cfg.get("ServerAliveInterval"),
         "keepalive_count_max": cfg.get("ServerAliveCountMax"),
         "connect_timeout": cfg.get("ConnectTimeout"),
+        "ciphers_given": cfg.get("Ciphers") is not None,
     }
+
+
+FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
+                "aes256-ctr", "aes192-ctr", "aes128-ctr")
+"""The ciphers offered, in this order, when the SSH config names none (``Ciphers``): asyncssh's defaults (the same
+set) put chacha20-poly1305 first, which costs the console three cipher set-ups per packet (header, MAC key, body)
+where AES-GCM, done in hardware on x86-64 and arm64, costs one: with hundreds of hosts each sending a sample a
+second, decryption was about a third of the console's work per sample. Both are AEAD ciphers OpenSSH offers by
+default; a config's ``Ciphers`` line is always obeyed instead."""
 
 
 def describe_os_error(e: BaseException) -> str:
@@ -216,6 +226,8 @@ async def connect(spec: HostSpec, ssh_config: str | None, *, connect_timeout: fl
         keepalive_interval=float(r["keepalive_interval"] or keepalive_interval),
         keepalive_count_max=int(r["keepalive_count_max"] or keepalive_count_max),
     )
+    if not r["ciphers_given"]:
+        kw["encryption_algs"] = list(FAST_CIPHERS)
     if spec.user:
         kw["username"] = spec.user
     if spec.port:
