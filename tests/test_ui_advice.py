@@ -103,7 +103,7 @@ async def test_i_opens_the_advice_and_e_there_opens_the_flag_form_with_the_sugge
         text = await until(pilot, lambda: advice_text(app))
         assert "power 300 W of 700 W" in text and "accepted by the flag validator" in text and "pid 5150" in text
         await pilot.press("e")
-        form = await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen)
+        form = await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.whole and app.screen)
         assert isinstance(form, FlagForm), form
         assert form.query_one("#f-spec_algo").value == "EAGLE"
         assert form.query_one("#f-port", Input).value == "30003"

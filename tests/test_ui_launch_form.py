@@ -318,6 +318,42 @@ async def test_the_fix_key_with_nothing_to_apply_says_so():
         assert form.values() == before
 
 
+async def test_the_form_draws_its_first_fields_first_then_every_field_in_order():
+    """Its first frame has the first fields and the focus in the first (issue 26: l and e drew ~90 widgets before
+    their first frame); the rest are mounted right after, in the fields' order, holding what the form was given;
+    before they come the form's values are the ones they will be mounted with."""
+    from console.ui.screens.flag_form import FIELDS, FIRST_FIELDS
+
+    argv = [*ARGV[:3], "--model-path", "/models/m", "--speculative-algorithm", "EAGLE", "--enable-hierarchical-cache",
+            "--max-running-requests", "16", "--enable-metrics"]
+    be = FakeBackend([idle_with(session("stopped", "s-x", [1], argv=argv, ended_at=1.0))])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        panel(app, 1).focus()
+        await until(pilot, lambda: panel(app, 1).has_class("selected"))
+        first: dict[str, object] = {}
+        real = app._display
+
+        def display(screen, renderable):
+            s = app.screen
+            if renderable is not None and isinstance(s, FlagForm) and s.query("#f-model_path") and not first:
+                first.update(fields=[w.id for w in s.query("Input, Select, Switch") if (w.id or "").startswith("f-")],
+                             focus=s.focused.id if s.focused else None, values=s.values())
+            return real(screen, renderable)
+        app._display = display
+        await pilot.press("l")
+        form = await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.whole and app.screen)
+        assert first["fields"] == [f"f-{n}" for n, _, _ in FIELDS[:FIRST_FIELDS]] and first["focus"] == "f-model_path"
+        assert [w.id for w in form.query("Input, Select, Switch") if (w.id or "").startswith("f-")] == \
+            [f"f-{n}" for n, _, _ in FIELDS]
+        assert form.values() == first["values"]  # what the rest was mounted with is what the form said it held
+        assert form.query_one("#f-spec_algo", Select).value == "EAGLE" and form.query_one("#f-hicache", Switch).value
+        assert not form.query_one("#f-num_steps", Input).disabled and not form.query_one("#f-hicache_size").disabled
+        assert form.query_one("#f-extras", Input).value == "--enable-metrics"
+        await until(pilot, lambda: not form.opening)  # and the Check at open ran, on every field
+
+
 async def test_closing_the_form_while_its_opening_check_runs_launches_nothing():
     """Check at open waits on a slow validator (the host's --help being learned); escape closes the form at once,
     and the check's late answer changes nothing."""

@@ -58,7 +58,7 @@ def text_of(app, selector: str) -> str:
 
 
 def is_form(app) -> bool:
-    return isinstance(app.screen, FlagForm) and bool(app.screen.query("#f-model_path"))
+    return isinstance(app.screen, FlagForm) and bool(app.screen.query("#f-model_path")) and app.screen.whole
 
 
 def is_dialog(app) -> bool:

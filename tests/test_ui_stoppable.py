@@ -66,7 +66,7 @@ def dialog_up(app) -> bool:
 
 async def submit_form(pilot, app, **fields: str) -> None:
     """Fill the launch form's ``fields`` and press Launch until the form closes (Check first, then launch)."""
-    form = await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen)
+    form = await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.whole and app.screen)
     for name, value in fields.items():
         form.query_one(f"#f-{name}", Input).value = value
     for _ in range(4):

@@ -43,7 +43,7 @@ def last_note(app) -> str:
 
 
 def is_form(app) -> bool:
-    return isinstance(app.screen, FlagForm) and bool(app.screen.query("#f-model_path"))
+    return isinstance(app.screen, FlagForm) and bool(app.screen.query("#f-model_path")) and app.screen.whole
 
 
 async def focus(app, pilot, idx: int) -> None:

@@ -303,7 +303,7 @@ async def test_flag_form_enter_submits_own_footer_and_fewer_tab_stops():
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 3)
         await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.query("#f-port"))
+        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.whole)
         form = app.screen
         keys = {b.action for _, b, enabled, _ in [v for v in form.active_bindings.values()] if enabled}
         assert {"check", "launch", "cancel"} <= keys and "kill" not in keys and "audit" not in keys
@@ -326,7 +326,7 @@ async def test_launch_form_prefilled_from_the_last_session_on_that_gpu():
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 2)  # s-failed ran here with ARGV
         await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.query("#f-model_path"))
+        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.whole)
         form = app.screen
         assert form.query_one("#f-model_path", Input).value == "/models/demo-27b"
         assert form.query_one("#f-max_running", Input).value == "48"
@@ -362,7 +362,7 @@ async def test_flag_form_profile_picker_fills_the_fields():
     async with app.run_test(size=SIZE) as pilot:
         await select_gpu(pilot, app, 2)
         await pilot.press("l")
-        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.query("#profile"))
+        await until(pilot, lambda: isinstance(app.screen, FlagForm) and app.screen.whole)
         form = app.screen
         form.query_one("#profile", Select).value = "fixed"
         await until(pilot, lambda: form.query_one("#f-model_path", Input).value == "/models/qwen")
