@@ -285,10 +285,13 @@ async def run(ctx, sec) -> None:
         f"Per-host memory cost is the RSS growth divided by hosts: ≈ {top['rss_delta_mib'] / max(1, top['n']):.2f} MiB "
         f"at {top['n']} hosts (links, asyncssh connection state, the latest sample and views).",
     ]
-    sec.notes.append("Each host has an SSH config file of its own (one Host block): the console parses the SSH config "
-                     "on its event loop for every connection (console/link/ssh.py resolve, then asyncssh.connect: "
-                     "twice, O(lines) each), so one file of N blocks made connecting N hosts O(N²): on the 16-core "
-                     "machine 128 hosts more took 26.7 s and 58 timed out (10 s) with a 512-block file.")
+    sec.notes.append("Each host has an SSH config file of its own (one Host block), as an operator's hosts might share "
+                     "one: the console parses a config file once per host until it changes (console/link/ssh.py "
+                     "resolve, cached by the file's mtime, size and inode) and asyncssh parses it again in its executor "
+                     "thread on each connection, O(lines) each; one file of N blocks would make connecting N hosts "
+                     "O(N²) in asyncssh's parse. The agents load their code from a per-digest cache after the first "
+                     "start (console/host/shipboot.py), and AES-GCM is offered first (console/link/ssh.py "
+                     "FAST_CIPHERS).")
     sec.notes.append("The agents' CPU is read before and after each window in a worker thread (a /proc walk per "
                      "agent), never on the event loop while the lag probe runs.")
     del per_host
