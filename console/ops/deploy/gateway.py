@@ -59,11 +59,13 @@ class Gateway:
     api: ApiName | None = None
     version: str | None = None
     """The gateway's own version, from ``/get_loads`` (``smg-1.13.0``)."""
+    audit: bool = True
+    """Its calls go to the audit log (False: a periodic reading, the TUI's deployment row)."""
 
     async def call(self, method: str, path: str, body: object | None = None, *, auth: bool = True,
                    timeout: float = 10.0) -> Answer:
         return await http_call(self.client, self.python, method, self.port, path,
-                               key_file=self.key_file if auth else None, body=body, timeout=timeout)
+                               key_file=self.key_file if auth else None, body=body, timeout=timeout, audit=self.audit)
 
     async def health(self) -> Answer:
         return await self.call("GET", "/health", auth=False, timeout=5.0)

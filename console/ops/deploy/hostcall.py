@@ -109,12 +109,14 @@ async def ensure_key(client: HostClient, python: str, path: str) -> str:
 
 
 async def http_call(client: HostClient, python: str, method: str, port: int, path: str, *,
-                    key_file: str | None = None, body: object | None = None, timeout: float = 10.0) -> Answer:
-    """``method path`` on 127.0.0.1:``port`` of the host, authorized by the key in ``key_file`` there."""
+                    key_file: str | None = None, body: object | None = None, timeout: float = 10.0,
+                    audit: bool = True) -> Answer:
+    """``method path`` on 127.0.0.1:``port`` of the host, authorized by the key in ``key_file`` there (``audit``:
+    recorded in the audit log, as every command of an operation is; a periodic reading is not)."""
     argv = [python, "-c", HTTP_CODE, method, str(port), path, key_file or "",
             json.dumps(body) if body is not None else "", str(timeout)]
     try:
-        r = await client.run(argv, timeout=timeout + 10, audit=True)
+        r = await client.run(argv, timeout=timeout + 10, audit=audit)
     except (LinkDown, RequestError) as e:
         return Answer(0, f"the host did not run the call: {e}")
     try:

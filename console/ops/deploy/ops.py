@@ -114,6 +114,9 @@ class Deploy:
     settle_s: float = SETTLE_S
     timeout: float = 900.0
     grace: float = 20.0
+    audit_reads: bool = True
+    """The gateway calls of a reading go to the audit log (False: the TUI's periodic reading; an operation's
+    calls are always audited)."""
     dep: Deployment = field(init=False)
     hc: HostConfig = field(init=False)
     client: HostClient = field(init=False)
@@ -125,7 +128,7 @@ class Deploy:
         self.client = HostClient.of(self.link)
         router = self.dep.router
         key = router.key_file if router.url is not None else key_path(self.hc.runs_dir, self.name)
-        self.gateway = Gateway(self.client, self.hc.python, router.gateway_port(), key)
+        self.gateway = Gateway(self.client, self.hc.python, router.gateway_port(), key, audit=self.audit_reads)
 
     @property
     def owned(self) -> bool:
