@@ -165,6 +165,7 @@ def test_a_reading_becomes_a_row_an_old_and_a_new_session_count_once_and_an_unre
     assert gone.gateway == "unreachable" and gone.stale(NOW) and "LinkDown" in row_text(gone, NOW).plain
     down = row_of(st.model_copy(update={"gateway": GatewayView(port=1, owned=True, error="no answer")}), NOW, 9.0)
     assert down.gateway == "down" and down.detail == "no answer"
+    assert row_of(st, NOW, 9.0, expected=3).total == 3  # a replica whose session is gone still counts
 
 
 class RollingFake(DeployFake):

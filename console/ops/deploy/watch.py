@@ -45,8 +45,9 @@ def roll_progress(steps: list[Step]) -> list[RollStepNow]:
 
 
 def row_of(st: DeploymentStatus, read_at: float, stale_after_s: float, steps: list[Step] | None = None,
-           gateway: GatewayState | None = None, detail: str | None = None) -> DeploymentRow:
-    """The row of one reading (``gateway``/``detail``: an unreachable host's last reading, said so)."""
+           gateway: GatewayState | None = None, detail: str | None = None, expected: int = 0) -> DeploymentRow:
+    """The row of one reading (``gateway``/``detail``: an unreachable host's last reading, said so; ``expected``:
+    the replicas the config starts, so that one whose session is gone still counts in the total)."""
     g = st.gateway
     reps = [RowReplica(session_id=r.session_id, replica=r.replica, role=r.role, state=r.state, gpus=r.gpus, port=r.port,
                        ready_at_gateway=r.worker_status == "ready" or (r.worker_id is not None and r.worker_status is None),
@@ -56,7 +57,7 @@ def row_of(st: DeploymentStatus, read_at: float, stale_after_s: float, steps: li
     return DeploymentRow(name=st.name, host=st.host, gateway=state, detail=why, read_at=read_at,
                          stale_after_s=stale_after_s,
                          ready=len({r.replica for r in reps if r.state == "ready" and r.ready_at_gateway}),
-                         total=len({r.replica for r in reps}), requests_per_s=st.requests_per_s, replicas=reps,
+                         total=max(expected, len({r.replica for r in reps})), requests_per_s=st.requests_per_s, replicas=reps,
                          rolling=bool(steps) or st.roll_in_progress, roll=roll_progress(steps or []))
 
 
@@ -126,5 +127,6 @@ class DeploymentWatch:
                                 stale_after_s=self.stale_after_s, rolling=name in self.steps,
                                 roll=roll_progress(self.steps.get(name, [])))
         else:
-            row = row_of(last[0], last[1], self.stale_after_s, self.steps.get(name), gateway, detail)
+            row = row_of(last[0], last[1], self.stale_after_s, self.steps.get(name), gateway, detail,
+                         expected=len(dep.replica_gpus()))
         self.on_row(row)
