@@ -53,3 +53,20 @@ async def test_a_fleet_past_the_threshold_starts_on_the_overview():
         assert rows(app)[0] == "gpu-00"
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, MainScreen))
+
+
+async def test_an_audit_entry_before_the_audit_pane_is_mounted_is_kept():
+    """A large fleet's start composes thousands of GPU panels first; the app's log flush could then give the audit
+    pane an entry before its on_mount added the columns ("More values provided than there are columns")."""
+    from console.model import AuditEntry
+    from console.ui.widgets.audit import AuditPane
+
+    app = frozen_app(FakeBackend([view_idle("host-a", 1)]))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        pane = AuditPane()  # not mounted: no on_mount yet
+        pane.add_entry(AuditEntry(at=1.0, host="host-a", op="agent.start", ok=True))
+        assert pane.row_count == 1 and len(pane.columns) == 6
+        await app.screen.mount(pane)
+        await pilot.pause()
+        assert len(pane.columns) == 6  # on_mount adds none twice

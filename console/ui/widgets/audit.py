@@ -18,10 +18,15 @@ class AuditPane(DataTable):
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)
         self._n = 0
 
+    COLUMNS = ("time", "host", "op", "ok", "ms", "args / result")
+
     def on_mount(self) -> None:
-        self.add_columns("time", "host", "op", "ok", "ms", "args / result")
+        if not self.columns:
+            self.add_columns(*self.COLUMNS)
 
     def add_entry(self, e: AuditEntry) -> None:
+        if not self.columns:  # an entry before the pane is mounted (a large fleet's start: thousands of panels
+            self.add_columns(*self.COLUMNS)  # compose first) found no columns: "More values than columns"
         ok = "?" if e.ok is None else ("ok" if e.ok else "FAIL")
         args = " ".join(f"{k}={v}" for k, v in e.args.items())
         detail = short(clean(" → ".join(x for x in (args, e.result or "") if x)), 200)
