@@ -65,18 +65,10 @@ def _number(value: Any, kind: type, optional: bool) -> tuple[bool, Any]:
 
 
 def _with_numbers(model: BaseModel, changed: dict[str, Any]) -> BaseModel:
-    """``model.model_copy(update=changed)`` for number fields already checked (``_number``), at half its cost: the
-    copy's fields are the model's with ``changed`` over them; no validator of the model's depends on them
-    (``_number_fields`` leaves out models with model validators and fields with validators of their own)."""
-    cls = type(model)
-    new = cls.__new__(cls)
-    fields = dict(model.__dict__)
-    fields.update(changed)
-    object.__setattr__(new, "__dict__", fields)
-    object.__setattr__(new, "__pydantic_fields_set__", model.__pydantic_fields_set__ | changed.keys())
-    object.__setattr__(new, "__pydantic_extra__", model.__pydantic_extra__)
-    object.__setattr__(new, "__pydantic_private__", model.__pydantic_private__)
-    return new
+    """The model with number fields already checked (``_number``) replaced: pydantic's own copy, which validates
+    nothing again (``_number_fields`` leaves out models with model validators and fields with validators of their
+    own, so no validator depends on them)."""
+    return model.model_copy(update=changed)
 
 
 class SampleBook:
