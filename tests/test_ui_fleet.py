@@ -4,8 +4,9 @@ per host from ``console.core.fleet`` (trouble first), ``/`` filters, Enter opens
 from __future__ import annotations
 
 from textual.widgets import DataTable, Input
-from ui_fakes import FakeBackend, frozen_app, started, view_a, view_b, view_idle
+from ui_fakes import FakeBackend, frozen_app, gpu, snapshot, started, view_a, view_b, view_idle
 
+from console.model import HostView
 from console.ui.main_screen import MainScreen
 from console.ui.screens.fleet import FLEET_START_GPUS, FleetScreen
 from tests.helpers.wait import until
@@ -70,3 +71,81 @@ async def test_an_audit_entry_before_the_audit_pane_is_mounted_is_kept():
         await app.screen.mount(pane)
         await pilot.pause()
         assert len(pane.columns) == 6  # on_mount adds none twice
+
+
+async def test_one_overview_for_the_app_and_no_refresh_while_it_is_not_on_top():
+    """Issue 31: ``f`` pushes the same overview again (not a new screen of 512 new rows), and a closed overview does
+    no refresh work: its once-a-second tick is paused and does nothing unless the screen is on top."""
+    be = FakeBackend([view_idle("host-c", 2), view_b(), view_a()])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FleetScreen) and rows(app))
+        fleet = app.screen
+        table = fleet.query_one(DataTable)
+        finds = []
+        real = fleet.find
+        fleet.find = lambda: finds.append(1) or real()
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen))
+        finds.clear()
+        fleet.tick()  # a tick that fired anyway does nothing in the background
+        await pilot.pause(2.5)  # two ticks' time
+        assert finds == [] and not fleet.ticker._active.is_set()
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        assert app.screen is fleet and fleet.query_one(DataTable) is table  # the same screen, its rows kept
+        assert finds and rows(app) == ["host-a", "host-b", "host-c"] and fleet.ticker._active.is_set()
+
+
+async def test_the_rows_are_updated_in_place_order_and_cells_follow_the_views():
+    """The table is not cleared for a change: a changed cell is updated, the order follows the trouble (a sort),
+    a filter removes and adds rows; every row's cells stay those of the views."""
+    be = FakeBackend([view_idle("host-c", 2), view_b(), view_a()])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FleetScreen) and rows(app))
+        fleet = app.screen
+        table = fleet.query_one(DataTable)
+        cleared = []
+        real_clear = table.clear
+        table.clear = lambda *a, **k: cleared.append(1) or real_clear(*a, **k)
+        app.views["host-c"] = HostView(snapshot=snapshot("host-c", gpus=[gpu(0), gpu(1)], state="unreachable"),
+                                       sessions=[])
+        fleet.refresh_rows()
+        await pilot.pause()
+        assert rows(app)[:2] == ["host-a", "host-c"] and cleared == []  # host-c now UNREACHABLE: moved up by a sort
+        for i, r in enumerate(fleet.rows):
+            assert [str(c) for c in table.get_row_at(i)] == list(fleet._drawn[i])
+        fleet.filter_text = "host-b"
+        fleet.refresh_rows()
+        assert rows(app) == ["host-b"]  # two of three gone: the one left drawn on an emptied table
+        cleared.clear()
+        fleet.filter_text = ""
+        fleet.refresh_rows()
+        assert rows(app) == ["host-a", "host-c", "host-b"] and cleared == []  # added back, sorted into place
+        for i, r in enumerate(fleet.rows):
+            assert [str(c) for c in table.get_row_at(i)] == list(fleet._drawn[i])
+
+
+async def test_the_gpu_panels_are_not_aged_under_the_overview_and_are_aged_when_shown_again():
+    """At 512 hosts the panels' once-a-second age redraw cost 100 ms or more and landed in the overview's keys: it
+    does nothing while another screen is on top, and runs once when the panels are the screen again."""
+    be = FakeBackend([view_idle("host-c", 2), view_b(), view_a()])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        aged = []
+        section = app.main.section("host-a")
+        real = section.age
+        section.age = lambda *a: aged.append(1) or real(*a)
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        aged.clear()
+        app.pipeline.refresh_ages()  # the app's tick, under the overview
+        assert aged == []
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen) and aged)

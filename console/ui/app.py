@@ -174,7 +174,7 @@ class MtpConsoleApp(App):
         self.sub_title = "READ-ONLY" if self.read_only else f"{len(self.backend.hosts)} host(s)"
         self.set_interval(0.1, self.apply_views)
         self.set_interval(0.075, self.flush_logs)
-        self.set_interval(1.0, self.pipeline.refresh_ages)
+        self.set_interval(1.0, self.age_views)
         self.set_interval(0.25, self.spin)
         self.run_worker(self.start_backend(), group="backend", exit_on_error=False)
         self.call_after_refresh(self._start_on_fleet)  # issue 31: a large fleet starts on its overview
@@ -237,6 +237,10 @@ class MtpConsoleApp(App):
     def apply_views(self, force: bool = False) -> None:
         """Apply the views pushed since the last tick (see console/ui/views.py)."""
         self.pipeline.apply(force)
+
+    def age_views(self) -> None:
+        """Redraw the sample ages (and staleness) of the GPU panels (see console/ui/views.py)."""
+        self.pipeline.refresh_ages()
 
     def on_unmount(self) -> None:
         self.pipeline.unfreeze_heap()

@@ -151,6 +151,18 @@ class MainScreen(Screen):
         self.console.apply_views()  # what arrived while composing: in the first frame
 
     @property
+    def shown(self) -> bool:
+        """On top, or only under screens whose background lets it through (Textual's ``is_current`` counts it as
+        current under any one screen, the fleet overview's opaque table included)."""
+        stack = self.app.screen_stack
+        return self in stack and all(s.styles.background.a < 1 for s in stack[stack.index(self) + 1:])
+
+    def on_screen_resume(self) -> None:
+        """On top again (the fleet overview or a table closed): the ages, not redrawn under another screen."""
+        if self.composed:  # after its first frame: at 512 hosts this takes 100 ms or more
+            self.console.call_after_refresh(self.console.age_views)
+
+    @property
     def steps(self) -> StepsView:
         return self.query_one(StepsView)
 

@@ -39,6 +39,11 @@ class Panels(Protocol):
         """This screen is on top (no dialog, form or other screen over it)."""
 
     @property
+    def shown(self) -> bool:
+        """It can be seen: on top, or only under screens that let it through (a dialog); not under the fleet
+        overview or a table."""
+
+    @property
     def composed(self) -> bool:
         """Its host sections exist (composed, being mounted)."""
 
@@ -181,11 +186,20 @@ class Console(Protocol):
     def apply_views(self, force: bool = False) -> None:
         """Show the views that arrived since the last tick now (``force``: redraw every host)."""
 
+    def age_views(self) -> None:
+        """Redraw the GPU panels' sample ages and staleness now (only while they are the screen)."""
+
     def say(self, message: str, **kw: Any) -> None:
         """A toast whose text is never parsed as markup."""
 
     # Textual's own (the App's methods)
     def push_screen(self, screen: Screen[Any], callback: Callable[[Any], None] | None = None) -> object: ...
+
+    def install_screen(self, screen: Screen[Any], name: str) -> None: ...
+
+    def is_screen_installed(self, screen: Screen[Any] | str) -> bool: ...
+
+    def get_screen(self, screen: str) -> Screen[Any]: ...
 
     def run_worker(self, work: Coroutine[Any, Any, Any], *, group: str = ..., exclusive: bool = ...,
                    exit_on_error: bool = ...) -> object: ...

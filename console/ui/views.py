@@ -108,8 +108,12 @@ class ViewPipeline:
             set(self.views) >= set(self.console.backend.hosts)
 
     def refresh_ages(self) -> None:
-        """Once a second: the sample ages and what depends on them (staleness), nothing else."""
+        """Once a second: the sample ages and what depends on them (staleness), nothing else; nothing while another
+        screen (the fleet overview, a table) is on top of the GPU panels — at 512 hosts this tick took 100 ms or more
+        and landed in that screen's keys — they are aged when they are shown again (``MainScreen``'s resume)."""
         console = self.console
+        if not console.main.shown:
+            return
         now = console.clock()
         with console.batch_update():
             for host in self.views:

@@ -54,9 +54,13 @@ class TableScreen(Screen):
     def on_mount(self) -> None:
         self.add_columns(self.table)
         self.refresh_rows()
-        self.set_interval(1.0, self.refresh_rows)
+        self.ticker = self.set_interval(1.0, self.tick)
         self.started()
         self.table.focus()
+
+    def tick(self) -> None:
+        """The once-a-second refresh."""
+        self.refresh_rows()
 
     # ---- what each table says
     def add_columns(self, table: DataTable) -> None:
