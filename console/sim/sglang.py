@@ -13,7 +13,8 @@ Simulation knobs, environment only (never flags):
                                sglang_memory) and allocations (``alloc/<pid>.json``), see simgpu
 ``MTPCONSOLE_SIM_SPEED``       time scale; default 5 (a full start takes ~3.5 s, an OOM fails after ~2 s)
 ``MTPCONSOLE_SIM_FAULT``       ``orphan`` (scheduler TP0 escapes with setsid and keeps its GPU memory after
-                               the launcher dies) or ``ignore_sigterm``
+                               the launcher dies), ``ignore_sigterm``, or ``no_info`` (``/server_info`` and
+                               ``/model_info`` answer 404, as an older release)
 ``MTPCONSOLE_SIM_LATENCY_S``   each request's least duration in seconds (default 0), see sglang_http
 ``MTPCONSOLE_SIM_WEIGHTS_GB``  size of the whole model's weights, instead of the config.json estimate (a GPU's
                                ``weights_mib`` in gpus.json wins over both)

@@ -236,6 +236,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200 if app.healthy() else 503, b"", "text/plain")
         elif path == "/ready":
             self._send(200 if app.healthy() else 503, {"status": "ready" if app.healthy() else "not ready"})
+        elif path in ("/model_info", "/get_model_info", "/server_info", "/get_server_info") and app.fault == "no_info":
+            self._send(404, {"detail": "Not Found"})  # an older release / another framework: neither endpoint
         elif path in ("/model_info", "/get_model_info"):
             if path == "/get_model_info":
                 app.deprecated(path, "/model_info")

@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable
 from console.config import Config, Deployment, HostConfig
 from console.core.flag_edit import edit_flags, masked_secret_flags, unmask_from_live
 from console.core.metrics import counter_total
+from console.core.server_info import SERVER_INFO_PATH, json_object
 from console.errors import UserError
 from console.link.client import HostClient
 from console.link.errors import LinkDown, RequestError
@@ -155,13 +156,12 @@ class Deploy:
 
     async def server_load(self, port: int) -> tuple[int, int] | None:
         """A server's own (running, queued) requests from its ``/server_info`` (None: unread)."""
-        r = await self.client.http_get(port, "/server_info", 5.0, audit=False)
-        if r.status != 200:
+        r = await self.client.http_get(port, SERVER_INFO_PATH, 5.0, audit=False)
+        info = json_object(r.status, r.body)
+        if info is None:
             return None
-        import json
-
         try:
-            st = (json.loads(r.body).get("internal_states") or [{}])[0]
+            st = (info.get("internal_states") or [{}])[0]
             return int(st.get("num_running_reqs") or 0), int(st.get("num_queue_reqs") or 0)
         except (ValueError, AttributeError, TypeError, IndexError):
             return None

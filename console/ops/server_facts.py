@@ -1,0 +1,67 @@
+"""Probe a session's ``/server_info`` and ``/model_info`` through the host link (never as a condition of READY).
+
+The console reads them once after a session is READY, then every :data:`~console.core.server_info.PROBE_EVERY_S`
+seconds (:class:`FactsProbe`), off the UI thread (the link's ``http_get`` runs on the agent, the parse here is
+tiny). Anything but a 200 with a JSON object — a 404 of an older release, no connection, garbage — reads as not
+offered; the probe never raises for it and never marks the session.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from console.core.server_info import MODEL_INFO_PATH, PROBE_EVERY_S, SERVER_INFO_PATH, ServerFacts, facts, json_object
+from console.link.client import HostClient
+from console.link.errors import LinkDown, RequestError
+
+TIMEOUT_S = 2.0
+"""Each GET's limit on the host."""
+
+
+async def read_json(client: HostClient, port: int, path: str, timeout: float = TIMEOUT_S) -> dict | None:
+    """The JSON object a GET of ``path`` answers (None: not offered — not 200, no connection, not an object)."""
+    try:
+        r = await client.http_get(port, path, timeout, audit=False)
+    except (RequestError, LinkDown):  # the host's answer, or its link, is gone: nothing read
+        return None
+    return json_object(r.status, r.body)
+
+
+async def probe(client: HostClient, port: int, *, clock: Callable[[], float] = time.time) -> ServerFacts:
+    """One read of both endpoints of the server on ``port``."""
+    si = await read_json(client, port, SERVER_INFO_PATH)
+    mi = await read_json(client, port, MODEL_INFO_PATH)
+    return facts(clock(), si, mi)
+
+
+def adaptive(flags: list[str] | tuple[str, ...]) -> bool:
+    """A session whose flags turn on adaptive speculative decoding (its step count changes while it runs)."""
+    return any(f == "--speculative-adaptive" or f.startswith("--speculative-adaptive=") for f in flags)
+
+
+class FactsProbe:
+    """Per session: the latest facts and when the next read is due (first read at READY, then the cadence).
+
+    Only a session with ``--speculative-adaptive`` is re-read at the cadence (its spec figures move); any other
+    session keeps the one read after READY (version, model do not change while it runs)."""
+
+    def __init__(self, every_s: float = PROBE_EVERY_S) -> None:
+        self.every_s = every_s
+        self.latest: dict[str, ServerFacts] = {}
+
+    def due(self, session_id: str, flags: list[str] | tuple[str, ...], now: float) -> bool:
+        last = self.latest.get(session_id)
+        if last is None:
+            return True
+        return adaptive(flags) and now - last.at >= self.every_s
+
+    async def tick(self, client: HostClient, session_id: str, port: int, flags: list[str] | tuple[str, ...],
+                   *, clock: Callable[[], float] = time.time) -> ServerFacts | None:
+        """Read a READY session's facts when due; the latest facts (None: never read)."""
+        if self.due(session_id, flags, clock()):
+            self.latest[session_id] = await probe(client, port, clock=clock)
+        return self.latest.get(session_id)
+
+    def forget(self, session_id: str) -> None:
+        self.latest.pop(session_id, None)
