@@ -53,10 +53,12 @@ def labels() -> list[dict]:
     return out
 
 
-SLICES = ("test2", "dev2", "dev3")
+SLICES = ("test2", "dev2", "dev3", "test3")
 """The corpus's later slices, each a folder of its own with ``labels-<name>.jsonl`` (same keys): ``test2`` (measured,
 never tuned on) and ``dev2``/``dev3`` (issue 28, 2026-12-02: fresh threads labelled by sessions that never saw the
-classifier, for rule development; reported, not gated)."""
+classifier, for rule development; reported, not gated). test2 holds logs collected only after the rules of issue 28
+were frozen (commit 72716bd), test3 logs collected after the rules were written on dev2/dev3 and frozen again (commit
+d2392d9), each by a session that never saw the classifier: measured, never tuned on."""
 
 
 def slice_labels(name: str) -> list[dict]:
@@ -312,3 +314,31 @@ def test_real_logs_test2_part_cause(tmp_path):
 def test_real_logs_test2_part_state(tmp_path):
     s, report = _test2(tmp_path)
     assert s.state >= TEST2_MIN[0], report
+
+
+def _test3(tmp_path) -> tuple[Scores, str]:
+    rows = evaluate("test3")
+    if not rows:
+        pytest.fail("test3 holds no logs")
+    s = score("test3", rows)
+    report = s.report + "\nmismatches:\n" + _mismatches(rows)
+    (tmp_path / "real-logs-test3.txt").write_text(report + "\n", encoding="utf-8")
+    print("\n" + report)
+    return s, report
+
+
+def test_real_logs_test3_part_state(tmp_path):
+    """The third, later split (issue 28): logs collected after the rules were frozen again at d2392d9 (2026-12-02,
+    after rule work on the fresh dev2/dev3 slices only), by a session that never saw the classifier. State gate
+    0.95, as for test2. Measured once: 0.971 (34/35)."""
+    s, report = _test3(tmp_path)
+    assert s.state >= TEST2_MIN[0], report
+
+
+@pytest.mark.xfail(strict=True, reason="test3 cause gates (0.90 over failed logs, 0.92 when the exit is known) missed "
+                   "when first measured: 0.867 (13/15) both, on the 35 logs collected after the d2392d9 freeze. Not "
+                   "tuned on: test3 only measures. Strict, so that a later split's pass is seen and this mark removed.")
+def test_real_logs_test3_part_cause(tmp_path):
+    s, report = _test3(tmp_path)
+    assert s.cause >= TEST2_MIN[1], report
+    assert s.cause_exit >= TEST2_MIN[2], report
