@@ -88,3 +88,28 @@ async def test_the_stand_in_s_facts_appear_and_a_server_without_them_is_ready_as
         assert "is deprecated" not in text and not any(p in text for p in DEPRECATED_PATHS)
         k = await lifecycle.kill(link, KillTarget(host="local", session_id=r.session_id), grace=10)
         assert k.ok, k
+
+
+async def test_status_json_shows_each_ready_session_s_facts_with_their_age(sim, runs_dir, tmp_path):
+    """``status --json``: a READY session's figures carry ``server_facts`` (version, model, spec, age)."""
+    from tests.helpers.rel_util import cli, write_config
+
+    d, model = sim
+    async with sim_link(runs_dir, d) as link:
+        r = await lifecycle.launch(link, LaunchRequest(
+            host="local", command=[sys.executable, "-m", "console.sim.sglang"],
+            flags=["--model-path", str(model), *FIXED_FLAGS], gpus=[0], port=free_port()), timeout=60)
+        assert r.ok, r
+        cfg = write_config(tmp_path / "config.toml", {"local": {"runs_dir": str(runs_dir), "python": sys.executable,
+                                                                "gpu_source": "sim", "sim_dir": str(d)}})
+        st = cli("status", "--host", "local", "--config", str(cfg), "--json")
+        assert st.returncode == 0, st.stderr
+        figs = json.loads(st.stdout)["hosts"][0]["figures"]
+        mine = next(f for f in figs if f["session_id"] == r.session_id)
+        sf = mine["server_facts"]
+        assert sf["offered"] and sf["version"] and sf["model_path"] == str(model) and sf["spec_num_steps"] == 3
+        assert sf["age_s"] >= 0 and sf["stale"] is False
+        text = (runs_dir / r.session_id / "output.log").read_text(encoding="utf-8", errors="replace")
+        assert "is deprecated" not in text
+        k = await lifecycle.kill(link, KillTarget(host="local", session_id=r.session_id), grace=10)
+        assert k.ok, k

@@ -65,3 +65,24 @@ class FactsProbe:
 
     def forget(self, session_id: str) -> None:
         self.latest.pop(session_id, None)
+
+
+def facts_json(f: ServerFacts, now: float) -> dict:
+    """One session's facts for ``status --json``: each with the read's time and age, ``stale`` past three periods;
+    ``offered`` False (a 404, no connection, garbage) is not an error."""
+    return dict(f.model_dump(mode="json"), offered=f.offered, age_s=round(f.age(now), 3), stale=f.stale(now))
+
+
+async def ready_facts(client: HostClient, sessions: list, *, probes: FactsProbe | None = None,
+                      clock: Callable[[], float] = time.time) -> dict[str, ServerFacts]:
+    """The facts of each READY session with a port (``SessionView``-like: ``session_id``, ``state``, ``port``,
+    ``argv``), read when due by ``probes`` (a fresh one: read now)."""
+    probes = probes or FactsProbe()
+    out: dict[str, ServerFacts] = {}
+    for s in sessions:
+        if s.state != "ready" or s.port is None or not s.session_id:
+            continue
+        f = await probes.tick(client, s.session_id, int(s.port), s.argv, clock=clock)
+        if f is not None:
+            out[s.session_id] = f
+    return out
