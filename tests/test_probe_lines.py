@@ -68,7 +68,7 @@ def test_the_flag_is_added_only_when_the_schema_has_it_and_the_operator_did_not_
     schema = bundled_schema()
     assert schema.get(EXCLUDE_FLAG) is not None  # sglang 0.5.23 has it (console/data/sglang-0.5.23-flags.json)
     base = ["--model-path", "/m", "--tp-size", "1"]
-    assert quiet_probe_flags(base, schema) == [EXCLUDE_FLAG, "/metrics", "/health"]
+    assert quiet_probe_flags(base, schema) == [EXCLUDE_FLAG, "/metrics", "/health", "/server_info"]
     for own in (["--uvicorn-access-log-exclude-prefixes", "/x"], ["--uvicorn-access-log-exclude-prefixes=/x"],
                 ["--uvicorn-access-log-exclude-prefixes"],  # given empty: the operator wants every access line
                 ["--uvicorn-access-log-exclude", "/x"]):  # an abbreviation argparse accepts
@@ -107,9 +107,9 @@ async def test_a_launch_leaves_the_consoles_probes_out_of_its_log(sim, runs_dir)
         info = next(s for s in lk.snapshot().sessions if s.session_id == r.session_id)
         argv = info.spec.argv
         i = argv.index(EXCLUDE_FLAG)
-        assert argv[i + 1:i + 3] == ["/metrics", "/health"] and argv.count(EXCLUDE_FLAG) == 1
+        assert argv[i + 1:i + 4] == ["/metrics", "/health", "/server_info"] and argv.count(EXCLUDE_FLAG) == 1
         pre = next(s for s in r.steps if s.name == "preflight")
-        assert f"{EXCLUDE_FLAG} /metrics /health added" in (pre.evidence or "")
+        assert f"{EXCLUDE_FLAG} /metrics /health /server_info added" in (pre.evidence or "")
         for _ in range(3):
             assert (await probe_health(lk, port, 5)).status == 200
 
@@ -179,7 +179,7 @@ async def test_the_log_pane_folds_probe_lines_and_h_shows_them():
         pane = app.query_one(LogPane)
         await until(pilot, lambda: app.following == ("host-a", "s-ready") and len(pane.lines) == len(log))
         await until(pilot, lambda: _shown(pane) == [*SESSION_LOG[:6]])  # every probe line folded
-        assert _fold_line(app) == "3 probe lines folded (GET /metrics, GET /health): h shows them"
+        assert _fold_line(app) == "3 probe lines folded (GET /metrics, GET /health, GET /server_info): h shows them"
         await pilot.press("h")
         await until(pilot, lambda: _shown(pane) == log)
         assert not app.query_one("#log .probes", Static).has_class("-shown")

@@ -24,10 +24,12 @@ import re
 
 from console.core.flags.argv import resolve_argv
 from console.core.flags.models import FlagSchema
+from console.core.server_info import SERVER_INFO_PATH
 
-PROBE_PREFIXES = ("/metrics", "/health")
+PROBE_PREFIXES = ("/metrics", "/health", SERVER_INFO_PATH)
 """The request paths the console itself asks every server for (``/health`` covers ``/health_generate`` too, as the
-flag's prefix match does)."""
+flag's prefix match does; ``/server_info``, which the server facts re-read every 30 s: console.core.server_info). Not
+``/model_info``: read once after READY, it is also the server's own warmup request, which stays in the log."""
 EXCLUDE_FLAG = "--uvicorn-access-log-exclude-prefixes"
 """SGLang's flag (0.5.23: ``nargs="*"``, default empty: nothing excluded) that drops those access lines."""
 
@@ -53,7 +55,7 @@ def is_probe_line(line: str) -> bool:
 
 def quiet_probe_flags(flags: list[str], schema: FlagSchema | None) -> list[str]:
     """The flags a launch adds so that its server leaves the console's probes out of its access log:
-    ``--uvicorn-access-log-exclude-prefixes /metrics /health`` when ``schema`` (the host's own server's flags) has
+    ``--uvicorn-access-log-exclude-prefixes /metrics /health /server_info`` when ``schema`` (the host's own server's flags) has
     that flag and ``flags`` do not give it in any spelling (abbreviated, ``=``, empty: the operator's value wins);
     else nothing (no schema known, an older server without the flag)."""
     if schema is None or schema.get(EXCLUDE_FLAG) is None:

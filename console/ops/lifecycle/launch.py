@@ -8,7 +8,7 @@ lines of this session's log — unless an operator stopped the session (``x`` in
 any console): then the launch reports "aborted by the operator" (:attr:`OperationResult.aborted`), not a failure.
 
 When the host's own server flags have ``--uvicorn-access-log-exclude-prefixes`` and the operator did not give it,
-the launch adds ``--uvicorn-access-log-exclude-prefixes /metrics /health``: the console's own probes stay out of
+the launch adds ``--uvicorn-access-log-exclude-prefixes /metrics /health /server_info``: the console's own probes stay out of
 the session's log (:mod:`console.core.probes`).
 """
 
