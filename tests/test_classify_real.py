@@ -289,15 +289,20 @@ def test_real_logs_fresh_dev_report(tmp_path, name):
     print("\n" + report)
 
 
-def _test2(tmp_path) -> tuple[Scores, str]:
-    rows = evaluate("test2")
+def _measured_slice(tmp_path, name: str) -> tuple[Scores, str]:
+    """Score a later test split (``test2``, ``test3``), its report written beside the test and printed."""
+    rows = evaluate(name)
     if not rows:
-        pytest.fail("test2 holds no logs")
-    s = score("test2", rows)
+        pytest.fail(f"{name} holds no logs")
+    s = score(name, rows)
     report = s.report + "\nmismatches:\n" + _mismatches(rows)
-    (tmp_path / "real-logs-test2.txt").write_text(report + "\n", encoding="utf-8")
+    (tmp_path / f"real-logs-{name}.txt").write_text(report + "\n", encoding="utf-8")
     print("\n" + report)
     return s, report
+
+
+def _test2(tmp_path) -> tuple[Scores, str]:
+    return _measured_slice(tmp_path, "test2")
 
 
 def test_real_logs_test2_part_cause(tmp_path):
@@ -317,14 +322,7 @@ def test_real_logs_test2_part_state(tmp_path):
 
 
 def _test3(tmp_path) -> tuple[Scores, str]:
-    rows = evaluate("test3")
-    if not rows:
-        pytest.fail("test3 holds no logs")
-    s = score("test3", rows)
-    report = s.report + "\nmismatches:\n" + _mismatches(rows)
-    (tmp_path / "real-logs-test3.txt").write_text(report + "\n", encoding="utf-8")
-    print("\n" + report)
-    return s, report
+    return _measured_slice(tmp_path, "test3")
 
 
 def test_real_logs_test3_part_state(tmp_path):
