@@ -87,7 +87,7 @@ class FleetScreen(TableScreen):
         if self.filter_text or self.query_one("#fleet-filter", Input).has_class("shown"):
             self.filter_text = ""
             self.query_one("#fleet-filter", Input).remove_class("shown")
-        self.refresh_rows()
+        self.call_after_refresh(self.refresh_rows)  # the rows kept since the close first, brought up to date next
         self.ticker.resume()
         self.table.focus()
 
