@@ -124,7 +124,7 @@ CASES = {
         "RuntimeError('Engine process (pid 77) died.')\n", "failed", "other"),
     "a wrapper's exit report: its own frames name nothing": (
         "[2026-11-30 10:00:05] Received sigquit from a child process. It usually means the child failed.\n"
-        'Traceback (most recent call last):\n  File "/work/scripts/bench_speculative_decoding.py", line 3, in main\n'
+        'Traceback (most recent call last):\n  File "/opt/bench/bench_speculative_decoding.py", line 3, in main\n'
         "    proc = launch_server(args)\nException: Server process exited with code -9. Check server logs.\n",
         "failed", "other"),
     "piecewise CUDA graph failure, then a rank's cut traceback": (
