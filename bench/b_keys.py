@@ -264,12 +264,8 @@ Row = tuple[str, str, str, "Summary | None", "Summary | None"]
 """(key, what it does, what is checked, its latencies, the CPU time they took)."""
 
 
-async def one_size(f, size: tuple[int, int], n: int) -> tuple[list[Row], int]:
-    """Every binding at ``size``."""
-    from console.ui.main_screen import MainScreen
-
-    backend = f.FakeBackend([f.view_a(), f.view_b()])
-    app = f.frozen_app(backend)
+def watch_frames(app) -> Frames:
+    """Time every frame the app writes, and the first one for which the pending check holds."""
     frames = Frames()
     real = app._display
 
@@ -286,6 +282,16 @@ async def one_size(f, size: tuple[int, int], n: int) -> tuple[list[Row], int]:
                     pass
         return real(screen, renderable)
     app._display = display
+    return frames
+
+
+async def one_size(f, size: tuple[int, int], n: int) -> tuple[list[Row], int]:
+    """Every binding at ``size``."""
+    from console.ui.main_screen import MainScreen
+
+    backend = f.FakeBackend([f.view_a(), f.view_b()])
+    app = f.frozen_app(backend)
+    frames = watch_frames(app)
     rows: list[Row] = []
     async with app.run_test(size=size, notifications=True) as pilot:  # toasts drawn, as in a terminal
         await f.started(pilot)

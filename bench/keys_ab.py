@@ -31,22 +31,7 @@ async def _one(n: int, size: tuple[int, int], keys: list[str]) -> dict[str, dict
 
     f = B._imports()
     app = f.frozen_app(f.FakeBackend([f.view_a(), f.view_b()]))
-    frames = B.Frames()
-    real = app._display
-
-    def display(screen, renderable):
-        if renderable is not None:
-            now = time.perf_counter()
-            frames.times.append(now)
-            check = frames.check
-            if check is not None and frames.hit is None:
-                try:
-                    if check():
-                        frames.hit, frames.hit_cpu = now, time.thread_time()
-                except Exception:  # a half-built screen: not shown yet
-                    pass
-        return real(screen, renderable)
-    app._display = display
+    frames = B.watch_frames(app)
     out: dict[str, dict[str, list[float]]] = {}
     async with app.run_test(size=size, notifications=True) as pilot:
         await f.started(pilot)

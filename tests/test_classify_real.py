@@ -301,14 +301,10 @@ def _measured_slice(tmp_path, name: str) -> tuple[Scores, str]:
     return s, report
 
 
-def _test2(tmp_path) -> tuple[Scores, str]:
-    return _measured_slice(tmp_path, "test2")
-
-
 def test_real_logs_test2_part_cause(tmp_path):
     """The later split's cause gates: >= 0.90 over failed logs, >= 0.92 when the exit is known (``--exit-code 1``).
     Measured once, on 41 logs collected after the rules froze (2026-12-02): cause 0.926, given the exit 1.000."""
-    s, report = _test2(tmp_path)
+    s, report = _measured_slice(tmp_path, "test2")
     assert s.cause >= TEST2_MIN[1], report
     assert s.cause_exit >= TEST2_MIN[2], report
 
@@ -317,19 +313,15 @@ def test_real_logs_test2_part_cause(tmp_path):
                    "collected after the rules froze. Not tuned on: test2 only measures. Strict, so that a later "
                    "split's pass is seen and this mark removed.")
 def test_real_logs_test2_part_state(tmp_path):
-    s, report = _test2(tmp_path)
+    s, report = _measured_slice(tmp_path, "test2")
     assert s.state >= TEST2_MIN[0], report
-
-
-def _test3(tmp_path) -> tuple[Scores, str]:
-    return _measured_slice(tmp_path, "test3")
 
 
 def test_real_logs_test3_part_state(tmp_path):
     """The third, later split (issue 28): logs collected after the rules were frozen again at d2392d9 (2026-12-02,
     after rule work on the fresh dev2/dev3 slices only), by a session that never saw the classifier. State gate
     0.95, as for test2. Measured once: 0.971 (34/35)."""
-    s, report = _test3(tmp_path)
+    s, report = _measured_slice(tmp_path, "test3")
     assert s.state >= TEST2_MIN[0], report
 
 
@@ -337,6 +329,6 @@ def test_real_logs_test3_part_state(tmp_path):
                    "when first measured: 0.867 (13/15) both, on the 35 logs collected after the d2392d9 freeze. Not "
                    "tuned on: test3 only measures. Strict, so that a later split's pass is seen and this mark removed.")
 def test_real_logs_test3_part_cause(tmp_path):
-    s, report = _test3(tmp_path)
+    s, report = _measured_slice(tmp_path, "test3")
     assert s.cause >= TEST2_MIN[1], report
     assert s.cause_exit >= TEST2_MIN[2], report
