@@ -101,23 +101,38 @@ async def test_tiny_llama_workers_seen_by_a_long_lived_agent_then_killed(world):
                             gpus=[0], port=free_port(), env=dict(OFFLINE))
         r = await lifecycle.launch(link, req, wait=False)
         assert r.ok and r.session_id, r
-        seen: dict[str, dict] = {}
+        seen: dict[int, dict] = {}  # by pid: a child is seen first as a spawn child, then under its title
+        gone = [0]
 
         async def workers():
             snap = await link.refresh()
-            for p in snap.servers:
-                if p.session_id == r.session_id:
-                    title = p.argv[0] if p.argv else ""
-                    seen.setdefault(title, {"role": p.role, "gpus": p.cuda_visible_devices, "pid": p.pid})
-            return any(t.startswith("sglang::scheduler") for t in seen) and "sglang::detokenizer" in seen
+            mine = [p for p in snap.servers if p.session_id == r.session_id]
+            for p in mine:
+                title = p.argv[0] if p.argv else ""
+                v = seen.setdefault(p.pid, {"role": p.role, "gpus": p.cuda_visible_devices, "pid": p.pid,
+                                            "titles": set(), "argv": " ".join(p.argv)})
+                v["titles"].add(title)
+                v["role"] = p.role
+            gone[0] = 0 if mine else gone[0] + 1
+            children = [v for v in seen.values() if v["role"] == "worker"]
+            retitled = {t for v in children for t in v["titles"] if t.startswith("sglang::")}
+            if any(t.startswith("sglang::scheduler") for t in retitled) and "sglang::detokenizer" in retitled:
+                return True
+            # the scheduler may fail at load (and its launcher kill the tree) before the detokenizer, started
+            # second and importing as much, has retitled: then it was seen as a spawn child (bounded either way)
+            return gone[0] >= 5 and len(children) >= 2 and any(
+                t.startswith("sglang::scheduler") for t in retitled)
 
         # the real package takes ~1-2 min on 2 busy cores to spawn its workers; they retitle, then the
         # scheduler fails at load on the CPU a few seconds later: poll until both are seen (bounded)
         ok = bool(await await_until(workers, 400, step=0.3))
         assert ok, seen
-        sched = [v for t, v in seen.items() if t.startswith("sglang::scheduler")]
-        assert sched and all(v["role"] == "worker" for v in sched)
-        assert seen["sglang::detokenizer"]["role"] == "worker"
+        children = [v for v in seen.values() if v["role"] == "worker"]
+        sched = [v for v in children if any(t.startswith("sglang::scheduler") for t in v["titles"])]
+        assert sched and len(children) >= 2, seen
+        # besides the launcher and its workers, only multiprocessing's resource tracker (a helper, no worker)
+        others = [v for v in seen.values() if v["role"] not in ("worker", "launcher")]
+        assert all(v["role"] == "other" and "resource_tracker" in v["argv"] for v in others), others
         assert all(v["gpus"] == "0" for v in seen.values())
         launchers = [v for v in seen.values() if v["role"] == "launcher"]
         assert len(launchers) == 1
