@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from console.core.fleet import brief_line, fleet_row, matches, sort_rows
+from console.core.fleet import RowCache, brief_line, fleet_row, matches, sort_rows
 from console.model import Advice, ConnectionInfo, GpuSample, HostSnapshot, HostView, SessionView
 from tests.conftest import free_port
 from tests.helpers.sim_files import make_sim
@@ -48,6 +48,26 @@ def test_rows_sort_trouble_first_and_say_each_gpu():
 
 
 ENV = {**os.environ, "MTPCONSOLE_AUDIT_LOG": os.devnull}
+
+
+def test_the_row_cache_gives_fleet_rows_rows_and_computes_only_a_changed_view():
+    """Issue 31: the overview's rows at 512 hosts: a host whose view is the same object is not computed again; as
+    the time passes its row is what ``fleet_row`` says then (the age; STALE once the sample is old)."""
+    views = {v.snapshot.name: v for v in [
+        _view("a-ok", sessions=[SessionView(host="a-ok", session_id="s1", state="ready", gpus=[0, 1], port=30000)]),
+        _view("b-down", state="unreachable"), _view("c-idle")]}
+    cache = RowCache()
+    first = cache.rows(views, NOW, 1.0)
+    assert first == [fleet_row(v, NOW, 1.0) for v in views.values()]
+    assert all(a is b for a, b in zip(cache.rows(views, NOW, 1.0), first))  # nothing changed: the same rows
+    for later in (NOW + 0.2, NOW + 2.6, NOW + 30.0):  # fresh, then amber (STALE badges), then red
+        assert cache.rows(views, later, 1.0) == [fleet_row(v, later, 1.0) for v in views.values()]
+    views["c-idle"] = _view("c-idle", sessions=[SessionView(host="c-idle", session_id="s9", state="failed",
+                                                            gpus=[1], cause="gpu_oom")])
+    rows = cache.rows(views, NOW, 1.0)
+    assert rows == [fleet_row(v, NOW, 1.0) for v in views.values()] and rows[2].trouble == "FAILED"
+    del views["b-down"]
+    assert [r.host for r in cache.rows(views, NOW, 1.0)] == ["a-ok", "c-idle"]
 
 
 def test_status_brief_local_and_a_dead_host(tmp_path, runs_dir):

@@ -17,11 +17,12 @@ from textual.content import Content
 from textual.widgets import DataTable, Input
 from textual.widgets.data_table import ColumnKey
 
-from console.core.fleet import FleetRow, age_text, fleet_row, legend, matches, power_text, sort_rows
+from console.core.fleet import FleetRow, RowCache, age_text, legend, matches, power_text, sort_rows
 from console.model import HostView
 from console.ui.format import clean, short
 from console.ui.protocols import Console
 from console.ui.screens.table import TableScreen, closing
+from console.ui.widgets.table_pages import Rows, put_back, set_aside
 
 FLEET_START_GPUS = 64
 """At this many GPUs (8 hosts of 8) or more the console starts on the fleet overview, not the GPU panels: past
@@ -55,8 +56,15 @@ class FleetScreen(TableScreen):
         super().__init__()
         self.views, self.on_open, self.clock, self.interval = views, on_open, clock, interval
         self.rows: list[FleetRow] = []
+        """The rows the table shows (the filter applied), in its order; :attr:`_drawn` their cells."""
+        self.all_rows: list[FleetRow] = []
+        """Every host's row, trouble first, as the last refresh found them."""
         self.filter_text = ""
         self._drawn: list[tuple] = []
+        self._cells: dict[str, tuple[FleetRow, tuple]] = {}
+        self.cache = RowCache()
+        self.aside: tuple[Rows, list[FleetRow], list[tuple]] | None = None
+        """While a filter shows a few hosts: the whole fleet's table rows (and their rows and cells), set aside."""
         self.col_keys: list[ColumnKey] = []
 
     def compose(self):
@@ -68,9 +76,8 @@ class FleetScreen(TableScreen):
         self.col_keys = table.add_columns(*COLUMNS)
 
     def find(self) -> list[FleetRow]:
-        now = self.clock()
-        rows = sort_rows(fleet_row(v, now, self.interval) for v in self.views().values())
-        return [r for r in rows if matches(r, self.filter_text)]
+        """Every host's row as the views say now, trouble first, the filter not applied (kept: :attr:`all_rows`)."""
+        return sort_rows(self.cache.rows(self.views(), self.clock(), self.interval))
 
     def tick(self) -> None:
         """The once-a-second refresh: nothing while the screen is not on top (it stays installed when closed)."""
@@ -87,41 +94,66 @@ class FleetScreen(TableScreen):
         if self.filter_text or self.query_one("#fleet-filter", Input).has_class("shown"):
             self.filter_text = ""
             self.query_one("#fleet-filter", Input).remove_class("shown")
+            self.show_rows()  # the kept rows, unfiltered
         self.call_after_refresh(self.refresh_rows)  # the rows kept since the close first, brought up to date next
-        self.ticker.resume()
+        self.ticker.reset()  # the next tick a second from now (a resumed timer ticks at once: before that frame)
         self.table.focus()
 
     def refresh_rows(self) -> None:
-        rows = self.find()
-        cells = [(clean(r.host, 40), r.connection, age_text(r.age_s), r.glyphs or "-", short(clean(r.worst_label), 40),
-                  power_text(r), " ".join(x for x in (r.trouble or "",
-                                                        f"orphans {r.orphans}" if r.orphans else "",
-                                                        f"advice {r.advice}" if r.advice else "") if x))
-                 for r in rows]
+        """The rows from the views now (:meth:`find`), filtered, drawn."""
+        self.all_rows = self.find()
+        if len(self._cells) > len(self.all_rows):  # hosts gone from the views: their cells forgotten
+            hosts = {r.host for r in self.all_rows}
+            self._cells = {h: c for h, c in self._cells.items() if h in hosts}
+        self.show_rows()
+
+    def show_rows(self) -> None:
+        """:attr:`all_rows` (as the last :meth:`refresh_rows` found them) through the filter, drawn: what a key that
+        changes only the filter shows at once, no host's row computed again (the next tick brings them up to date)."""
+        rows = [r for r in self.all_rows if matches(r, self.filter_text)]
+        cells = [self.cells(r) for r in rows]
         trouble = sum(1 for r in rows if r.trouble)
         self.title_box.update(f"Fleet: {len(rows)} host(s)" + (f" matching {self.filter_text!r}" if self.filter_text
                                                                else "") + f", {trouble} with trouble (first)")
-        if cells == self._drawn:
-            return
         keep = self.selected()
-        self.redraw(rows, cells)
-        self.rows, self._drawn = rows, cells
+        if self.aside is not None and not self.filter_text:  # the whole fleet again: its rows put back as they were
+            kept, self.rows, self._drawn = self.aside
+            self.aside = None
+            put_back(self.table, kept)
+        if cells != self._drawn:
+            self.redraw(rows, cells)
+            self.rows, self._drawn = rows, cells
         if keep is not None:
             idx = next((i for i, r in enumerate(rows) if r.host == keep.host), None)
             if idx is not None and idx != self.table.cursor_row:
                 self.table.move_cursor(row=idx)
         self.show_detail()
 
+    def cells(self, r: FleetRow) -> tuple:
+        """The table's cells of a row (the same row object: the same tuple, not made again)."""
+        was = self._cells.get(r.host)
+        if was is not None and was[0] is r:
+            return was[1]
+        c = (clean(r.host, 40), r.connection, age_text(r.age_s), r.glyphs or "-", short(clean(r.worst_label), 40),
+             power_text(r), " ".join(x for x in (r.trouble or "", f"orphans {r.orphans}" if r.orphans else "",
+                                                 f"advice {r.advice}" if r.advice else "") if x))
+        self._cells[r.host] = (r, c)
+        return c
+
     def redraw(self, rows: list[FleetRow], cells: list[tuple]) -> None:
         """Bring the table from :attr:`_drawn` to ``cells`` in place (at 512 hosts a clear and 512 new rows, each
         measured again, cost 150-300 ms a key): a changed cell is updated, a host no longer shown removed (or, when
-        most go, the few left added to an emptied table), a new one added, and the order set by a sort."""
+        most go, the few left added to an emptied table: the whole fleet's rows set aside, to be put back when the
+        filter is cleared), a new one added, and the order set by a sort."""
         t = self.table
         drawn = dict(zip((r.host for r in self.rows), self._drawn))
         now = {r.host: c for r, c in zip(rows, cells)}
         gone = [h for h in drawn if h not in now]
         if len(gone) > len(now) or len({c[0] for c in cells}) < len(cells):
-            t.clear()
+            if self.aside is None and self.filter_text and len({c[0] for c in cells}) == len(cells):
+                self.aside = (set_aside(t), self.rows, self._drawn)
+            else:
+                t.clear()
             drawn = {}
         else:
             for h in gone:
@@ -174,7 +206,7 @@ class FleetScreen(TableScreen):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.filter_text = event.value.strip()
         event.input.remove_class("shown")
-        self.refresh_rows()
+        self.show_rows()
         self.table.focus()
 
     def action_close(self) -> None:
@@ -183,7 +215,7 @@ class FleetScreen(TableScreen):
         if box.has_focus or self.filter_text:
             self.filter_text = ""
             box.remove_class("shown")
-            self.refresh_rows()
+            self.show_rows()
             self.table.focus()
         else:
             self.dismiss()
