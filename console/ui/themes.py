@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from textual.css.model import RuleSet
-from textual.css.stylesheet import Stylesheet
+from textual.css.stylesheet import RulesMap, Stylesheet
+from textual.dom import DOMNode
 from textual.theme import Theme
 
 from console.config import THEME_NAMES, ThemeName
@@ -73,6 +74,52 @@ class ThemeStylesheet(Stylesheet):
         super().__init__(variables=variables)
         self._parsed: dict[tuple, dict[tuple, list[RuleSet]]] = {}
         """The theme's variables -> (css, where, default, tie breaker, scope) -> its rules."""
+        self._deferred: dict[DOMNode, list[bool]] | None = None
+        """While :meth:`update_nodes` runs: node -> [layout, repaint] of the refreshes its new styles asked for."""
+
+    def update_nodes(self, nodes: Iterable[DOMNode], animate: bool = False) -> None:
+        """Textual's, with each node refreshed once at the end, not once per changed style property: a property's
+        setter refreshes the node (a colour the node and every descendant, again for each colour: a theme switch
+        changes dozens a node, some 40 ms of ``t`` on a 2-core machine). The refreshes asked for are the same,
+        merged (layout if any asked for a layout)."""
+        if self._deferred is not None:  # nested: the outer call refreshes
+            super().update_nodes(nodes, animate)
+            return
+        deferred = self._deferred = {}
+        try:
+            super().update_nodes(nodes, animate)
+        finally:
+            self._deferred = None
+            for node, (layout, repaint) in deferred.items():
+                node.refresh(layout=layout, repaint=repaint)
+
+    def replace_rules(self, node: DOMNode, rules: RulesMap, animate: bool = False) -> None:  # type: ignore[override]
+        """Textual's (a classmethod there, called on the instance), its style refreshes recorded while
+        :meth:`update_nodes` runs (see there)."""
+        deferred = self._deferred
+        base = node.styles.base
+        if deferred is None or not node._is_mounted or "refresh" in vars(base):
+            super().replace_rules(node, rules, animate)
+            return
+
+        def later(*, layout: bool = False, children: bool = False, parent: bool = False, repaint: bool = True,
+                  **_: Any) -> None:  # Styles.refresh's effects, recorded
+            def add(n: DOMNode, lay: bool, rep: bool) -> None:
+                got = deferred.setdefault(n, [False, False])
+                got[0] |= lay
+                got[1] |= rep
+            if parent and isinstance(node._parent, DOMNode):
+                add(node._parent, False, repaint)
+            add(node, layout, True)
+            if children:
+                for child in node.walk_children(with_self=False):
+                    add(child, layout, repaint)
+
+        base.refresh = later  # type: ignore[method-assign]
+        try:
+            super().replace_rules(node, rules, animate)
+        finally:
+            del base.refresh
 
     @staticmethod
     def _key(variables: dict[str, str]) -> tuple:
