@@ -119,11 +119,9 @@ async def load(port: int, requests: int) -> tuple[bool, str]:
 
 
 def free_port() -> int:
-    import socket
+    from tests.helpers.sshd import free_port as block
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return block()
 
 
 async def soak(seconds: float, speed: float, use_ssh: bool, verbose: bool) -> dict:

@@ -4,7 +4,6 @@ bounded in time and size, fetched off its loop (a slow endpoint never delays sam
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,12 +14,7 @@ from console.host.metrics import MAX_BYTES, fetch, metrics_port
 from console.model import ServerProc
 from tests.helpers import metrics_server
 from tests.helpers.agent_proc import AgentProc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers.sshd import free_port
 
 
 @pytest.mark.parametrize("argv,port", [

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from console.sim.loadgen import one_request
 from tests.conftest import IN_CI
 from tests.helpers.rel_util import cleanup_runs
 from tests.helpers.sim_files import REPO, make_sim, sim_env
+from tests.helpers.sshd import free_port
 
 CLIENTS = 8
 LATENCY_S = "0.3"
@@ -46,23 +46,7 @@ def smg_installed() -> None:
 
 def free_ports(n: int) -> int:
     """A base port with ``n`` consecutive ports free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port range")
+    return free_port(n)
 
 
 class Dep:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.sshd import free_port
 from tests.helpers.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,10 +41,6 @@ def _load_module():
 gl = _load_module()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def health(port: int) -> int:

@@ -23,13 +23,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.sim_files import make_sim, sim_env
+from tests.helpers.sshd import free_port as _free_port
 from tests.helpers.wait import holds_for, wait_until
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _health(port: int) -> int | None:

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,15 +17,12 @@ import pytest
 from console.cli import main as cli_main
 from console.sim import simgpu
 from console.sim.loadgen import run_load
+from tests.helpers.sshd import free_port as _free_port
 from tests.helpers.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

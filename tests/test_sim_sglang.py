@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import pytest
 
 from console.sim import simgpu
 from console.sim.sglang import RETITLE_S_DEFAULT
+from tests.helpers.sshd import free_port
 from tests.helpers.wait import holds_for, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,10 +30,6 @@ INCIDENT = ["--mem-fraction-static", "0.90", "--max-running-requests", "512", *E
 CORRECTED = ["--mem-fraction-static", "0.90", "--max-running-requests", "32", *EAGLE_314, "--context-length", "32768"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

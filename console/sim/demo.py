@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 from console.config import Config, HostConfig, Profile
-from console.host import hostlib
+from console.host import hostlib, ports
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 GPU_MEM_MIB = 97887
@@ -67,9 +67,11 @@ FOREIGN_FLAGS = ["--mem-fraction-static", "0.85", "--max-running-requests", "32"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port outside the ephemeral range (``console.host.ports``: no outgoing connection takes it)."""
+    p = ports.listen_port(host="127.0.0.1")
+    if p is None:
+        raise OSError("no free TCP port on 127.0.0.1")
+    return p
 
 
 def model_dir(root: Path) -> Path:

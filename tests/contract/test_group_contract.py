@@ -19,6 +19,7 @@ import pytest
 
 from tests.contract.conftest import REPO, offline_env
 from tests.contract.test_standin_contract import CPU, TINY
+from tests.helpers.sshd import free_port as _free
 
 pytestmark = pytest.mark.real_sglang
 
@@ -103,7 +104,3 @@ def test_a_lone_rank_waits_at_init_parallel_until_rank0_joins_alike(sglang_pytho
                 p.wait(timeout=30)
 
 
-def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -15,15 +15,19 @@ import subprocess
 import time
 from pathlib import Path
 
+from console.host import ports
+
 
 class SshdUnavailable(Exception):
     """OpenSSH's sshd is not installed or did not start."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(block: int = 8) -> int:
+    """A loopback port with the ``block - 1`` ports after it free too, below the ephemeral range: no outgoing
+    connection of the suite takes it (or ``port + 1``, a second rank's port) before the server binds it."""
+    p = ports.listen_port(range(block), host="127.0.0.1")
+    assert p is not None, "no free block of loopback ports"
+    return p
 
 
 class Sshd:

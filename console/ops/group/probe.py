@@ -4,7 +4,7 @@ Its one argument is a JSON object: ``{"env": [names], "paths": [paths], "resolve
 "derived": [offsets], "listen": port, "expect": n, "connect": [host, port], "say": text, "for": s,
 "generate": {"port": p, "timeout": s}}``; it prints one JSON object back: the named environment variables of
 the agent's environment, which paths exist, whether ``resolve`` resolves here, a free port whose ``+offsets``
-are free too, what a listener on ``listen`` heard from ``expect`` peers within ``for`` seconds (the head), whether
+are free too (below the ephemeral range: ``console.host.ports``), what a listener on ``listen`` heard from ``expect`` peers within ``for`` seconds (the head), whether
 ``connect`` reached it (the others: the dist-init address reachable from every node), and a one-token
 ``POST /generate`` on 127.0.0.1's answer.
 """
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from console.host import ports
 from console.link.client import HostClient
 from console.link.link import HostLink
 
-PROGRAM = r"""
+_BODY = r"""
 import json, os, socket, sys, urllib.request
 a = json.loads(sys.argv[1]); out = {}
 out["env"] = {k: os.environ.get(k) for k in a.get("env", [])}
@@ -28,18 +30,10 @@ if a.get("resolve"):
         socket.getaddrinfo(a["resolve"], None); out["resolves"] = True
     except OSError as e:
         out["resolves"] = False; out["resolve_error"] = str(e)
-def free(p):
-    try:
-        with socket.socket() as s:
-            s.bind(("", p)); return True
-    except OSError:
-        return False
 if a.get("free_port"):
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("", 0)); p = s.getsockname()[1]
-        if p + 6 < 65536 and all(free(p + d) for d in a.get("derived", [])):
-            out["free_port"] = p; break
+    p = listen_port([0] + list(a.get("derived", [])))
+    if p is not None:
+        out["free_port"] = p
 if a.get("listen"):
     import time
     port, until = a["listen"], time.monotonic() + float(a.get("for", 5))
@@ -83,6 +77,8 @@ if g:
         out["generate"] = {"status": getattr(e, "code", 0) or 0, "body": str(e)[:300]}
 print(json.dumps(out))
 """
+PROGRAM = Path(ports.__file__).read_text(encoding="utf-8") + _BODY
+"""The probe: the port chooser of ``console.host.ports`` (one definition, shipped as text) and the checks."""
 
 
 async def probe(link: HostLink, args: dict[str, Any], *, timeout: float = 40.0,
