@@ -195,3 +195,27 @@ def test_a_decisive_line_is_never_a_source_or_caret_line():
     c = classify(text)
     assert c.state == "failed" and c.cause == "cuda_driver"
     assert "raise" not in (c.line or "") and "^^^" not in (c.line or "")
+
+
+def test_a_cut_traceback_after_a_going_down_line_takes_that_line():
+    """A traceback cut before its exception names nothing: the launcher's going-down line just before it (no normal
+    event between) is the failure's first line and its decisive line; the cause stays what the file shows."""
+    text = ("[2026-01-02 03:04:05] Received sigquit from a child process. It usually means the child failed.\n"
+            "wrapper 12 ERROR    could not start model m-0\n"
+            "Traceback (most recent call last):\n"
+            '  File "/opt/wrap/worker.py", line 10, in start\n'
+            "    await ref.load()\n")
+    c = classify(text)
+    assert c.state == "failed" and c.cause == "other"
+    assert c.line is not None and c.line.startswith("[2026-01-02 03:04:05] Received sigquit")
+
+
+def test_a_faulthandler_dump_without_its_fatal_line_is_headed_by_its_thread_line():
+    """faulthandler's thread header opens the failure when the ``Fatal Python error`` line is cut off: the decisive
+    line is a line of the file, never an invented traceback header."""
+    text = ("Current thread 0x00007f00deadbeef (most recent call first):\n"
+            '  File "/venv/site-packages/pkg/comm.py", line 351 in init_rank\n'
+            '  File "/venv/site-packages/pkg/worker.py", line 68 in __init__\n')
+    c = classify(text)
+    assert c.state == "failed"
+    assert c.line in text.splitlines()

@@ -53,7 +53,7 @@ def labels() -> list[dict]:
     return out
 
 
-SLICES = ("test2", "dev2", "dev3", "test3")
+SLICES = ("test2", "dev2", "dev3", "test3", "dev4")
 """The corpus's later slices, each a folder of its own with ``labels-<name>.jsonl`` (same keys): ``test2`` (measured,
 never tuned on) and ``dev2``/``dev3`` (issue 28, 2026-12-02: fresh threads labelled by sessions that never saw the
 classifier, for rule development; reported, not gated). test2 holds logs collected only after the rules of issue 28
@@ -277,7 +277,7 @@ def test_slice_is_labelled_like_the_corpus(name):
             assert lab["decisive_line"] in (folder / lab["file"]).read_text(encoding="utf-8").split("\n"), lab["file"]
 
 
-@pytest.mark.parametrize("name", ["dev2", "dev3"])
+@pytest.mark.parametrize("name", ["dev2", "dev3", "dev4"])
 def test_real_logs_fresh_dev_report(tmp_path, name):
     """The fresh development slices (issue 28): reported, not gated (rules may be written looking at them)."""
     rows = evaluate(name)

@@ -354,6 +354,10 @@ class Reader:
             sink.metric(m.field, int(v) if m.integer else round(v, 6))
 
     def _failure_line(self, ln: Line, body: str, seq: int, sink: Sink) -> None:
+        if FAULTHANDLER_THREAD.match(body):  # faulthandler's dump with its ``Fatal Python error`` line cut off
+            self.close(sink)
+            self.ep = Episode(seq=seq, header=ln.raw)
+            return
         if TRACEBACK in body:
             self.close(sink)
             ep = Episode(seq=seq, header=ln.raw)

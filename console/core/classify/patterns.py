@@ -86,8 +86,8 @@ VLLM = Framework(
     # vLLM builds its engine, then lists its routes, then starts uvicorn: the route list is not ready
     # yet (the port is not bound), uvicorn's own start is.
     ready=_rx(r"Application startup complete", r"Uvicorn running on", r"Started server process"),
-    serving=_rx(r"Avg (?:prompt|generation) throughput", r"\bAdded request \S", r"\bReceived request \S",
-                r"Finished request \S"),
+    serving=_rx(r"Avg (?:prompt|generation) throughput",
+                r"\b(?:Added|Received|Finished|Aborted) request \S"),  # a request's lifecycle: it was served
     progress=_rx(
         r"Loading safetensors checkpoint shards", r"Loading (?:pt |bin )?checkpoint shards",
         r"Loading weights took", r"Model loading took", r"Starting to load model",

@@ -157,6 +157,12 @@ class State:
 
     def failure(self, f: Failure) -> None:
         f = infer_cut(f)
+        prev = self.fresh.get(f.cause)
+        if f.rule == "traceback" and prev is not None and prev.terminal and prev.rule not in CUT_RULES and \
+                prev.seq < f.seq and not prev.request:
+            # a traceback cut before its exception names nothing: the going-down line just before it (no normal
+            # event between: a launcher's "Received sigquit ..."), the first line of this failure, says it
+            f = replace(f, line=prev.line, detail=prev.detail)
         if f.request and self.ready_line is None and f.phase != "warmup_failed":
             self.serving(f.line)  # a handled request error: the server was serving requests (the excerpt began later)
         if _better(self.fresh.get(f.cause), f):
