@@ -53,7 +53,7 @@ def labels() -> list[dict]:
     return out
 
 
-SLICES = ("test2", "dev2", "dev3", "test3", "dev4")
+SLICES = ("test2", "dev2", "dev3", "test3", "dev4", "test4")
 """The corpus's later slices, each a folder of its own with ``labels-<name>.jsonl`` (same keys): ``test2`` (measured,
 never tuned on) and ``dev2``/``dev3`` (issue 28, 2026-12-02: fresh threads labelled by sessions that never saw the
 classifier, for rule development; reported, not gated). test2 holds logs collected only after the rules of issue 28
@@ -330,5 +330,22 @@ def test_real_logs_test3_part_state(tmp_path):
                    "tuned on: test3 only measures. Strict, so that a later split's pass is seen and this mark removed.")
 def test_real_logs_test3_part_cause(tmp_path):
     s, report = _measured_slice(tmp_path, "test3")
+    assert s.cause >= TEST2_MIN[1], report
+    assert s.cause_exit >= TEST2_MIN[2], report
+
+
+@pytest.mark.xfail(strict=True, reason="test4 state gate (0.95) missed when first measured: 0.878 (36/41) on the 41 logs "
+                   "collected blind beside the rule work and opened only after the 8385c73 freeze. Not tuned on: "
+                   "test4 only measures. Strict, so that a later split's pass is seen and this mark removed.")
+def test_real_logs_test4_part_state(tmp_path):
+    s, report = _measured_slice(tmp_path, "test4")
+    assert s.state >= TEST2_MIN[0], report
+
+
+@pytest.mark.xfail(strict=True, reason="test4 cause gates (0.90 over failed logs, 0.92 when the exit is known) missed "
+                   "when first measured: 0.826 (19/23) both, after the 8385c73 freeze. Not tuned on: test4 only "
+                   "measures. Strict, so that a later split's pass is seen and this mark removed.")
+def test_real_logs_test4_part_cause(tmp_path):
+    s, report = _measured_slice(tmp_path, "test4")
     assert s.cause >= TEST2_MIN[1], report
     assert s.cause_exit >= TEST2_MIN[2], report
