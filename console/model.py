@@ -901,6 +901,42 @@ class AuditEntry(Frozen):
     elapsed_ms: float | None = None
 
 
+# ---------------------------------------------------------------- a server's own facts
+
+PROBE_EVERY_S = 30.0
+"""A session's facts are read once after READY, then at this cadence."""
+
+
+class ServerFacts(Frozen):
+    """The facts one read of a server's ``/server_info`` + ``/model_info`` gave (None: not in the answer); read
+    and parsed by ``console/core/server_info.py``, carried to the UI in :attr:`HostView.server_facts`."""
+
+    at: float
+    """When they were read (epoch seconds); the age of every fact here is now - at."""
+    server_info_offered: bool = False
+    model_info_offered: bool = False
+    version: str | None = None
+    model_path: str | None = None
+    served_model_name: str | None = None
+    architectures: tuple[str, ...] = ()
+    speculative_algorithm: str | None = None
+    spec_num_steps: int | None = None
+    """The speculative step count the server reports now (under ``--speculative-adaptive``, its current choice)."""
+    avg_spec_accept_length: float | None = None
+    """Mean accepted tokens per step, averaged over the ``internal_states`` that report one."""
+
+    @property
+    def offered(self) -> bool:
+        return self.server_info_offered or self.model_info_offered
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.at)
+
+    def stale(self, now: float) -> bool:
+        """Older than three probe periods: shown as stale."""
+        return self.age(now) > 3 * PROBE_EVERY_S
+
+
 # ---------------------------------------------------------------- views and requests
 
 class SessionView(Frozen):
@@ -1014,6 +1050,9 @@ class HostView(Frozen):
     """Recent events, oldest first (bounded)."""
     advice: list[Advice] = Field(default_factory=list)
     """The advisor's findings for this host's servers (``console/core/advisor.py``), newest sample."""
+    server_facts: dict[str, ServerFacts] = Field(default_factory=dict)
+    """session id -> the latest ``/server_info`` + ``/model_info`` facts of a GPU's current READY session (read
+    after READY, then every :data:`PROBE_EVERY_S`; each with its time ``at``); absent: never read."""
 
     def current_of(self, index: int) -> GpuCurrent | None:
         """The current-session entry of GPU ``index``, if computed."""

@@ -13,6 +13,7 @@ from console.errors import UserError
 from console.ops.backend import safe_name
 from console.ops.report_files import check_targets, write_report
 from console.ops.report_gather import ReportError, gather
+from console.ops.server_facts import facts_json
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -63,7 +64,8 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     out, svg = write_report(inp, args.out or default, overwrite=args.overwrite)
     if ctx.json_output:
         print(json.dumps({"report": str(out), "svg": str(svg), "session_id": inp.session_id,
-                          "state": inp.state, "cause": inp.classification.cause if inp.classification else None}))
+                          "state": inp.state, "cause": inp.classification.cause if inp.classification else None,
+                          "server_facts": facts_json(inp.server_facts, time.time()) if inp.server_facts else None}))
     else:
         print(f"wrote {out} and {svg}")
     return 0

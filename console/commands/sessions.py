@@ -1,4 +1,5 @@
-"""`mtpconsole sessions`: every session on a host with its true state (classified from its own log).
+"""`mtpconsole sessions`: every session on a host with its true state (classified from its own log); each GPU's
+current READY session with the facts its server offers (``/server_info`` + ``/model_info``, with their age).
 
 ``--prune SESSION`` removes a BROKEN run directory (one that never got a record: a full disk, an agent killed
 mid-launch; or a malformed one) once nothing of it runs, re-checked on the host by the agent's ``prune`` op;
@@ -13,11 +14,14 @@ import time
 
 from console.commands._ops import term
 from console.commands.context import CliContext, connect_hosts, single_host
+from console.core.current import current_by_gpu
 from console.core.redact import redact_obj
+from console.core.server_info import facts_line
 from console.core.sessions import derive_views
 from console.errors import UnknownSession, UserError
 from console.host.hostlib import SESSION_ID_RE
 from console.link.errors import NotFound, Refused, RequestError
+from console.ops.server_facts import attach_facts, link_facts
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -112,9 +116,15 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
             snap = snap.model_copy(update={"sessions": every})
         classes = await classify_sessions(link, snap)
         now = time.time()
-        views = [v for v in derive_views(snap, classes, now, interval=1e9) if wanted(v.state, args.state)]
+        derived = derive_views(snap, classes, now, interval=1e9)
+        views = [v for v in derived if wanted(v.state, args.state)]
+        # issue 28: each READY current session's /server_info + /model_info, read now (status's code path)
+        facts = await link_facts(link, current_by_gpu(derived, [g.index for g in snap.gpus]))
+    now = time.time()
     if ctx.json_output:
-        print(json.dumps(redact_obj([v.model_dump(mode="json") for v in views]), indent=2))
+        rows = [v.model_dump(mode="json") for v in views]
+        attach_facts(rows, facts, now)
+        print(json.dumps(redact_obj(rows), indent=2))
         return 0
     if not views:
         print(f"{term(link.name)}: no sessions")
@@ -130,4 +140,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         ack = "✓" if v.acknowledged else "-"
         print(f"{what:<36} {state:<10} GPU {','.join(map(str, v.gpus)) or '-':<5} "
               f"port {v.port or '-':<6} {age(v.up_since, now):<5} {ack:<3} {term(v.flags_summary + extra)}")
+        line = facts_line(facts.get(v.session_id or ""), now)
+        if line:
+            print(f"{'':<36} {term(line)}")
     return 0

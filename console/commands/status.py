@@ -17,12 +17,11 @@ import time
 from console.commands.context import CliContext, connect_hosts
 from console.core.flags.sources import bundled_schema
 from console.core.redact import redact_obj
-from console.core.server_info import ServerFacts
 from console.core.text import no_gpus_text
 from console.link.link import HostLink, LinkDown, RequestError
 from console.model import Advice, GpuCurrent, HostSnapshot
 from console.ops.advice_host import advise_link, schema_validator
-from console.ops.server_facts import facts_json, ready_facts
+from console.ops.server_facts import attach_facts, link_facts
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -111,16 +110,6 @@ async def current_sessions(link: HostLink, snap: HostSnapshot, now: float) -> li
     return current_by_gpu(derive_views(snap, classes, now, interval=1e9), indices)
 
 
-async def _facts(link: HostLink, current: list[GpuCurrent]) -> dict[str, ServerFacts]:
-    """The ``/server_info`` + ``/model_info`` facts of each READY current session (never a condition of READY)."""
-    if link.chan is None:
-        return {}
-    try:
-        return await ready_facts(link.client, [c.session for c in current if c.session is not None])
-    except (TimeoutError, LinkDown, RequestError):
-        return {}
-
-
 async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if args.group:  # status GROUP: a multi-node group's state and its members' (issue 30)
         from console.commands import group
@@ -132,7 +121,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
         extra = await asyncio.gather(*(_advice(lk, s, args.timeout, settle) for lk, s in zip(links, snaps)))
         current = await asyncio.gather(*(current_sessions(lk, s, time.time()) for lk, (s, _, _) in zip(links, extra)))
         facts = [] if not ctx.json_output or args.brief else await asyncio.gather(
-            *(_facts(lk, cur) for lk, cur in zip(links, current)))
+            *(link_facts(lk, cur) for lk, cur in zip(links, current)))
     ok = all(s.connection.state == "connected" for s in snaps)
     if args.brief:  # issue 31: the fleet overview's headless twin
         print_brief(extra, current, ctx)
@@ -140,9 +129,7 @@ async def run(ctx: CliContext, args: argparse.Namespace) -> int:
     if ctx.json_output:
         now = time.time()
         for (_, _, figs), fs in zip(extra, facts):  # issue 28: /server_info + /model_info, each with its age
-            for fig in figs:
-                if fig.get("session_id") in fs:
-                    fig["server_facts"] = facts_json(fs[fig["session_id"]], now)
+            attach_facts(figs, fs, now)
         hosts = [dict(snapshot_json(s), advice=redact_obj([a.model_dump(mode="json") for a in adv]),
                       figures=redact_obj(figs)) for s, adv, figs in extra]
         print(json.dumps({"hosts": hosts}, indent=2))

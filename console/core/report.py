@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from console.core.redact import redact_argv
+from console.core.server_info import age_text, facts_text
 from console.core.text import MAX_LINE, clean
 from console.model import (
     AuditEntry,
@@ -30,6 +31,7 @@ from console.model import (
     GpuPoint,
     LaunchSpec,
     ProcessExit,
+    ServerFacts,
     Step,
 )
 
@@ -86,6 +88,9 @@ class ReportInputs(Frozen):
     """File name of the panel's SVG beside the report, when one was written."""
     broken: str | None = None
     """Why the session's run directory cannot be trusted (the agent's reason): its files were not used."""
+    server_facts: ServerFacts | None = None
+    """What the session's server offered on ``/server_info`` + ``/model_info`` when the report was gathered (a
+    READY session only; None: not read)."""
 
 
 def _t(at: float | None) -> str:
@@ -163,7 +168,22 @@ def summary(inp: ReportInputs) -> list[str]:
         rows.append(("Hint", _md(c.hint)))
     if inp.planner:
         rows.append(("Memory planner", _md(inp.planner)))
+    if inp.server_facts is not None:
+        rows.append(("Server facts", server_facts_cell(inp.server_facts, inp.generated_at)))
     return ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+
+
+def server_facts_cell(f: ServerFacts, now: float) -> str:
+    """The summary's ``Server facts`` cell: the terse line, the model, and when it was read (its age at the
+    report, ``stale`` past three probe periods); a server without the endpoints reads "not offered"."""
+    when = f"read {_t(f.at)}, {age_text(f.age(now))} before this report" + (", stale" if f.stale(now) else "")
+    text = facts_text(f)
+    if text is None:
+        return f"not offered (`/server_info`, `/model_info`: nothing usable; {when})"
+    model = f.served_model_name or f.model_path
+    arch = ", ".join(f.architectures)
+    what = "; ".join(filter(None, (text, f"model {model}" if model else "", arch)))
+    return f"{_md(what)} ({when})"
 
 
 HELPER_ROLES = ("other", "resource_tracker")

@@ -18,43 +18,13 @@ import json
 import math
 from typing import Any
 
-from console.model import Frozen
+from console.model import PROBE_EVERY_S as PROBE_EVERY_S  # re-exported: the one definition is the model's
+from console.model import ServerFacts
 
 SERVER_INFO_PATH = "/server_info"
 MODEL_INFO_PATH = "/model_info"
 DEPRECATED_PATHS = ("/get_server_info", "/get_model_info")
 """Never called by the console (tests assert it on the stand-in's log)."""
-PROBE_EVERY_S = 30.0
-"""A session's facts are read once after READY, then at this cadence."""
-
-
-class ServerFacts(Frozen):
-    """The facts one read of ``/server_info`` + ``/model_info`` gave (None: not in the answer)."""
-
-    at: float
-    """When they were read (epoch seconds); the age of every fact here is now - at."""
-    server_info_offered: bool = False
-    model_info_offered: bool = False
-    version: str | None = None
-    model_path: str | None = None
-    served_model_name: str | None = None
-    architectures: tuple[str, ...] = ()
-    speculative_algorithm: str | None = None
-    spec_num_steps: int | None = None
-    """The speculative step count the server reports now (under ``--speculative-adaptive``, its current choice)."""
-    avg_spec_accept_length: float | None = None
-    """Mean accepted tokens per step, averaged over the ``internal_states`` that report one."""
-
-    @property
-    def offered(self) -> bool:
-        return self.server_info_offered or self.model_info_offered
-
-    def age(self, now: float) -> float:
-        return max(0.0, now - self.at)
-
-    def stale(self, now: float) -> bool:
-        """Older than three probe periods: shown as stale."""
-        return self.age(now) > 3 * PROBE_EVERY_S
 
 
 def json_object(status: int, body: str | bytes) -> dict[str, Any] | None:
@@ -103,3 +73,33 @@ def facts(at: float, server_info: dict[str, Any] | None, model_info: dict[str, A
         spec_num_steps=_int(si.get("speculative_num_steps")),
         avg_spec_accept_length=sum(lengths) / len(lengths) if lengths else None,
     )
+
+
+def age_text(age_s: float) -> str:
+    """A fact's age, terse: ``12s``, ``4m``, ``2h``, ``3d``."""
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if age_s >= n:
+            return f"{int(age_s // n)}{unit}"
+    return f"{int(age_s)}s"
+
+
+def facts_text(f: ServerFacts) -> str | None:
+    """The facts in one terse line without their age (``sglang 0.5.23 · EAGLE 3 steps · accept 2.41``); None
+    when the server offered none of them."""
+    parts = [f"sglang {f.version}"] if f.version else []
+    steps = f"{f.spec_num_steps} steps" if f.spec_num_steps is not None else None
+    spec = " ".join(x for x in (f.speculative_algorithm, steps) if x)
+    if spec:
+        parts.append(spec)
+    if f.avg_spec_accept_length is not None:
+        parts.append(f"accept {f.avg_spec_accept_length:.2f}")
+    return " · ".join(parts) if f.offered and parts else None
+
+
+def facts_line(f: ServerFacts | None, now: float) -> str | None:
+    """:func:`facts_text` with the read's age, ``stale`` past three probe periods
+    (``sglang 0.5.23 · EAGLE 3 steps · accept 2.41 · 12s``); None when there is nothing to show."""
+    text = facts_text(f) if f is not None else None
+    if f is None or text is None:
+        return None
+    return f"{text} · {age_text(f.age(now))}" + (" stale" if f.stale(now) else "")

@@ -19,6 +19,7 @@ from console.link.errors import LinkDown, RequestError
 from console.link.link import HostLink
 from console.model import AuditEntry, GpuPoint, HostSnapshot, LaunchRequest, SessionInfo, Step
 from console.ops.lifecycle import memory_verdict
+from console.ops.server_facts import probe
 
 LOG_TAIL_BYTES = 2 << 20
 """The report's excerpt and classification read at most the last 2 MiB of the session's log."""
@@ -135,4 +136,7 @@ async def gather(link: HostLink, session_id: str, *, audit_path: str, since_s: f
         audit=audit, events=events, log_lines=run.splitlines(), generated_at=now, broken=s.broken)
     # the GPU table shows the samples around the failure (its own window), not the ring since --since
     samples = await _samples(client, s.spec.gpus if s.spec else [], *gpu_window(inp))
-    return inp.model_copy(update={"samples": samples})
+    facts = None
+    if state == "ready" and s.exit is None and s.spec is not None and s.spec.port:  # issue 28: never a condition
+        facts = await probe(client, s.spec.port)
+    return inp.model_copy(update={"samples": samples, "server_facts": facts})

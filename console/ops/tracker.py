@@ -9,6 +9,8 @@ then :meth:`HostTracker.schedule` starts, in the background, the reads that view
   its ring of lines kept for the UI;
 - an ended session classified once from the tail of its own log;
 - GET /health of READY sessions (:func:`~console.ops.session_log.probe_health`) so a green badge is verified now;
+- ``/server_info`` + ``/model_info`` of READY sessions (:class:`~console.ops.server_facts.FactsProbe`: after
+  READY, then every ``PROBE_EVERY_S``; never a condition of READY), carried in ``HostView.server_facts``;
 - the served models' shapes (read once) and the hand-started servers' own output (their stdout files, as
   ``status`` reads them, every few seconds) for the advice each view carries (at most once a second, from
   a ring of each server's serving figures, the followed logs and those shapes).
@@ -59,6 +61,7 @@ from console.ops.advice_host import (
     schema_validator,
     view_key,
 )
+from console.ops.server_facts import FactsProbe
 from console.ops.session_log import TAIL_BYTES, SessionLog, SessionLogs, probe_health, read_whole
 
 HEALTH_EVERY_S = 5.0
@@ -135,6 +138,8 @@ class HostTracker:
         """The last read of the hand-started servers' own output (figures dated when read)."""
         self.foreign_logs_at = float("-inf")
         """When the last read ended (this tracker's clock): the next starts FOREIGN_LOG_EVERY_S later at the earliest."""
+        self.facts = FactsProbe(every_session=True)
+        """Each READY session's latest ``/server_info`` + ``/model_info`` facts (the panels show them, aged)."""
         self.emitted_at = float("-inf")
         """When the last view was emitted (``time.monotonic``): a tick re-derives one an interval old."""
         link.listen(_Stream(self))
@@ -205,8 +210,12 @@ class HostTracker:
         views = self.memo.views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
                              launching=self.launching)
         view = self.current.apply(HostView(snapshot=snap, sessions=views))
+        ready = {c.session.session_id for c in view.current if c.session is not None and c.session.state == "ready"}
+        facts = {sid: f for sid, f in self.facts.latest.items() if sid in ready}
         if snap.connection.state == "connected":
-            view = view.model_copy(update={"advice": self.advise(view)})
+            view = view.model_copy(update={"advice": self.advise(view), "server_facts": facts})
+        elif facts:  # the host is gone: its last facts stay shown, and age
+            view = view.model_copy(update={"server_facts": facts})
         self.on_view(view)
         return view
 
@@ -230,6 +239,10 @@ class HostTracker:
                     and now - self.health_at.get(sid, 0) > HEALTH_EVERY_S and s.spec and s.spec.port):
                 self.health_at[sid] = now
                 self._spawn(f"health:{sid}", self.probe(sid, s.spec.port))
+            if (s.exit is None and c is not None and c.state == "ready" and s.spec and s.spec.port
+                    and self.facts.due(sid, s.spec.argv, now)):
+                self._spawn(f"facts:{sid}", self.facts.tick(self.client, sid, s.spec.port, s.spec.argv,
+                                                            clock=self.clock))
         self._forget(snap)
         self._schedule_advice_reads(view)
 
@@ -339,6 +352,8 @@ class HostTracker:
         for d in (self.logs, self.classes, self.health, self.health_at):
             for sid in [k for k in d if k not in keep]:
                 del d[sid]
+        for sid in [k for k in self.facts.latest if k not in keep]:
+            self.facts.forget(sid)
 
     async def _start_follow(self, sid: str) -> None:
         """Follow a live session's log (from its last TAIL_BYTES, or the follow a launch already runs)."""

@@ -22,7 +22,8 @@ from textual.strip import Strip
 from textual.style import Style
 from textual.widget import Widget
 
-from console.model import Advice, GpuSample, HostSnapshot, ServerProc, SessionView
+from console.core.server_info import facts_line
+from console.model import Advice, GpuSample, HostSnapshot, ServerFacts, ServerProc, SessionView
 from console.ui.format import NA, clean, gpu_list, hms, na, short
 from console.ui.widgets.badge import BADGE_KINDS, badge_for
 
@@ -153,6 +154,15 @@ def detail_line(s: SessionView | None) -> Content:
     )
 
 
+def facts_content(f: ServerFacts | None, now: float) -> Content:
+    """What the server says of itself (``/server_info`` + ``/model_info``), with its age: ``sglang 0.5.23 · EAGLE
+    3 steps · accept 2.41 · 12s``; dimmed and marked ``stale`` past three probe periods; empty when none."""
+    line = facts_line(f, now)
+    if f is None or line is None:
+        return Content("")
+    return Content.styled(short(clean(line, 300), 200), "$text-disabled" if f.stale(now) else "$text-muted")
+
+
 def cause_line(s: SessionView) -> Content:
     """A compact panel's last line for a FAILED session: its cause and the first words of its hint (else of its
     decisive line) — ``✗ gpu_oom · lower --max-running-requests or…`` (the panel cuts it at its width)."""
@@ -204,12 +214,14 @@ def spark_text(history: list[float], limit: float | None, width: int) -> str:
 
 
 def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc], compact: bool,
-              hist: dict[str, list[float]] | None = None, advice: Advice | None = None) -> Content:
+              hist: dict[str, list[float]] | None = None, advice: Advice | None = None,
+              facts: Content | None = None) -> Content:
     """Memory bar, utilisation, processes (muted), session and its serving/failure detail and serving
     history; compact: the memory bar (with utilisation) and the session (a FAILED one: its cause and hint).
 
     ``hist``: ``util``, ``mem`` (percent), ``tps``, ``queue`` histories, oldest first.
     ``advice``: the first advice about this GPU, shown in one line last (not in compact panels).
+    ``facts``: the READY server's own facts (:func:`facts_content`), below its detail (not in compact panels).
     """
     hist = hist or {}
     if compact:
@@ -222,6 +234,8 @@ def body_text(g: GpuSample, s: SessionView | None, servers: dict[int, ServerProc
         detail = detail_line(s)
         if detail.plain:
             parts.append(detail)
+        if facts is not None and facts.plain and s is not None and s.state == "ready":
+            parts.append(facts)
         if s is not None and s.state in ("ready", "foreign"):
             serving = serving_line(hist.get("tps") or [], hist.get("queue") or [])
             if serving.plain:
@@ -282,6 +296,9 @@ class GpuPanel(Widget, can_focus=True):
         self.stale = False
         self.advice: Advice | None = None
         """The first advice about this GPU (its one line in the body; ``i`` shows them all)."""
+        self.facts: ServerFacts | None = None
+        """The current session's server facts (``HostView.server_facts``); their line ages in :meth:`age`."""
+        self.facts_line = Content("")
 
     @property
     def badge_label(self) -> str:
@@ -294,7 +311,12 @@ class GpuPanel(Widget, can_focus=True):
         """Compact: four lines (title and badge, power, stats, session); no processes or detail."""
         self.compact = on
         if self.gpu is not None:
-            self._body(body_text(self.gpu, self.session, self.servers, on, self.histories(), self.advice))
+            self._body(self._body_text())
+
+    def _body_text(self) -> Content:
+        assert self.gpu is not None
+        return body_text(self.gpu, self.session, self.servers, self.compact, self.histories(), self.advice,
+                         self.facts_line)
 
     def _body(self, content: Content) -> None:
         """Show the body; the height is set here, in cells, so a layout pass never measures text
@@ -308,10 +330,11 @@ class GpuPanel(Widget, can_focus=True):
         self.refresh()
 
     def apply(self, g: GpuSample, s: SessionView | None, snap: HostSnapshot, servers: dict[int, ServerProc],
-              now: float, interval: float, advice: Advice | None = None) -> None:
-        """Show one sample of this GPU and the session on it (and the first advice about it); redraws
-        only when what it shows changes."""
+              now: float, interval: float, advice: Advice | None = None, facts: ServerFacts | None = None) -> None:
+        """Show one sample of this GPU and the session on it (and the first advice about it, its server's facts);
+        redraws only when what it shows changes."""
         self.session, self.gpu, self.snap, self.servers, self.advice = s, g, snap, servers, advice
+        self.facts, self.facts_line = facts, facts_content(facts, now)
         if snap.sampled_at != self._last_sample:
             self._last_sample = snap.sampled_at
             self.history.append(g.power_w or 0.0)
@@ -322,7 +345,7 @@ class GpuPanel(Widget, can_focus=True):
             self.title_text, self.power = title, power
             self.refresh()  # fixed size: no layout pass
         self.age(snap, now, interval)
-        self._body(body_text(g, s, servers, self.compact, self.histories(), advice))
+        self._body(self._body_text())
 
     def _record(self, g: GpuSample, s: SessionView | None) -> None:
         """One sample into the histories; tok/s and queue restart with each session (after READY only)."""
@@ -347,7 +370,12 @@ class GpuPanel(Widget, can_focus=True):
         return {k: list(v) for k, v in self.hist.items()}
 
     def age(self, snap: HostSnapshot, now: float, interval: float) -> None:
-        """Only what depends on the sample's age: the badge and the dimming of old data."""
+        """Only what depends on the sample's age: the badge, the dimming of old data, the server facts' age."""
+        if self.facts is not None and self.gpu is not None:
+            line = facts_content(self.facts, now)
+            if line != self.facts_line:
+                self.facts_line = line
+                self._body(self._body_text())
         badge = badge_for(self.session, snap, now, interval)
         stale = badge[1] in ("stale", "unreachable")  # old data looks old
         if badge != self.badge or stale != self.stale:

@@ -106,7 +106,8 @@ class HostSection(Vertical):
             if g is not None:
                 s = current[idx] if idx in current else panel.session  # a GPU no longer sampled keeps its last
                 mine = gpu_advice(view.advice, idx, s)
-                panel.apply(g, s, snap, servers, now, interval, mine[0] if mine else None)
+                facts = view.server_facts.get(s.session_id) if s is not None and s.session_id else None
+                panel.apply(g, s, snap, servers, now, interval, mine[0] if mine else None, facts)
         note = self._note(view)
         if note != getattr(self, "_note_text", None):
             self._note_text = note
