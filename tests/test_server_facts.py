@@ -247,3 +247,25 @@ async def test_sessions_report_and_the_tracker_show_a_ready_stand_in_s_facts(sim
         assert "is deprecated" not in log and not any(p in log for p in DEPRECATED_PATHS)
         k = await lifecycle.kill(link, KillTarget(host="local", session_id=sid), grace=10)
         assert k.ok, k
+
+
+async def test_the_panel_of_a_ready_gpu_shows_its_server_s_facts_and_they_age_to_stale_on_screen():
+    """The view's ``server_facts`` of GPU 0/1's READY session: one line on both panels with its age, which the
+    once-a-second age tick moves on (no new view needed) to ``stale``; other GPUs show none."""
+    from console.ui.widgets.gpu_panel import GpuPanel
+    from tests.helpers.wait import until
+    from tests.ui_fakes import NOW, FakeBackend, frozen_app, started, view_a
+
+    clock = [NOW]
+    f = facts(NOW - 12, {"version": "0.5.23", "speculative_algorithm": "EAGLE", "speculative_num_steps": 3,
+                         "internal_states": [{"avg_spec_accept_length": 2.41}]}, None)
+    app = frozen_app(FakeBackend([view_a().model_copy(update={"server_facts": {"s-ready": f}})]))
+    app.clock = lambda: clock[0]
+    async with app.run_test(size=(140, 60)) as pilot:
+        await started(pilot)
+        panels = {p.index: p for p in app.query(GpuPanel) if p.host == "host-a"}
+        line = "sglang 0.5.23 · EAGLE 3 steps · accept 2.41 · 12s"
+        await until(pilot, lambda: all(line in panels[i].body.plain.splitlines() for i in (0, 1)))
+        assert not any("sglang 0.5.23" in panels[i].body.plain for i in (2, 3))
+        clock[0] = NOW + 100
+        await until(pilot, lambda: "accept 2.41 · 1m stale" in panels[0].body.plain, what=lambda: panels[0].body)
