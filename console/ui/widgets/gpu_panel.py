@@ -371,7 +371,7 @@ class GpuPanel(Widget, can_focus=True):
 
     def age(self, snap: HostSnapshot, now: float, interval: float) -> None:
         """Only what depends on the sample's age: the badge, the dimming of old data, the server facts' age."""
-        if self.facts is not None and self.gpu is not None:
+        if self.facts is not None and self.gpu is not None and not self.compact:  # compact panels show none
             line = facts_content(self.facts, now)
             if line != self.facts_line:
                 self.facts_line = line
