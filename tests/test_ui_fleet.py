@@ -180,3 +180,26 @@ async def test_a_filter_sets_the_fleet_rows_aside_and_clearing_it_puts_them_back
         assert table.get_row_at(0)[1] == "unreachable"
         for i, r in enumerate(fleet.rows):
             assert [str(c) for c in table.get_row_at(i)] == list(fleet._drawn[i])
+
+
+async def test_the_age_tick_redraws_only_the_host_sections_in_view():
+    """Issue 31: the once-a-second age redraw touches the host sections on screen only (at 512 hosts all 4096
+    panels' redraw took ~450 ms a second on 2 cores and delayed every key); one scrolled into view is aged by the
+    next tick."""
+    be = FakeBackend([view_a()] + [view_idle(f"host-{i:02d}", 8) for i in range(12)])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        if isinstance(app.screen, FleetScreen):
+            await pilot.press("escape")
+            await until(pilot, lambda: isinstance(app.screen, MainScreen))
+        await pilot.pause()
+        sections = {h: app.main.section(h) for h in ["host-a"] + [f"host-{i:02d}" for i in range(12)]}
+        aged: list[str] = []
+        for host, sec in sections.items():
+            real = sec.age
+            sec.age = (lambda h, r: lambda *a: aged.append(h) or r(*a))(host, real)
+        app.pipeline.refresh_ages()
+        on = {h for h, s in sections.items() if app.main.in_view(s)}
+        assert on and len(on) < len(sections), on  # the test needs some sections out of view
+        assert set(aged) == on

@@ -14,7 +14,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.command import CommandPalette
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.dom import NoScreen
+from textual.errors import NoWidget
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Header
 
 from console.model import DeploymentRow, HostView
@@ -181,6 +184,14 @@ class MainScreen(Screen):
     def show_deployment(self, row: DeploymentRow) -> None:
         """A deployment's row (issue 29), above its host's GPU panels."""
         self.section(row.host).show_deployment(row, self.console.clock())
+
+    def in_view(self, widget: Widget) -> bool:
+        """Some of ``widget`` lies in the screen's visible part (not scrolled out of its container)."""
+        try:
+            geo = self.find_widget(widget)
+        except (NoWidget, NoScreen):
+            return False
+        return geo.region.overlaps(geo.clip)
 
     def section(self, host: str) -> HostSection:
         """The section of ``host``; a host the backend did not list at start gets one now."""

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Callable, Coroutine, Protocol
 
 from textual.screen import Screen
+from textual.widget import Widget
 
 from console.backend import Backend, OnSteps
 from console.model import DeploymentRow, HostView, LaunchRequest, OperationResult
@@ -73,6 +74,9 @@ class Panels(Protocol):
 
     def section(self, host: str) -> HostSection:
         """The section of ``host``, mounted now when the host is new."""
+
+    def in_view(self, widget: Widget) -> bool:
+        """Some of ``widget`` is visible now (not scrolled out of its container)."""
 
 
 class Follower(Protocol):
