@@ -203,3 +203,34 @@ async def test_the_age_tick_redraws_only_the_host_sections_in_view():
         on = {h for h, s in sections.items() if app.main.in_view(s)}
         assert on and len(on) < len(sections), on  # the test needs some sections out of view
         assert set(aged) == on
+
+
+async def test_the_overview_shown_again_is_restyled_only_when_the_theme_or_css_changed_meanwhile():
+    """Issue 31: Textual restyles a resumed screen, which empties the table's render caches (every visible cell
+    rendered again: ~100 ms of ``f`` at 512 hosts). Nothing changed while it was hidden: no restyle; a theme switched
+    meanwhile (``t`` on the GPU panels): restyled, the table in the new theme's colours."""
+    be = FakeBackend([view_idle("host-c", 2), view_b(), view_a()])
+    app = frozen_app(be)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot)
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        fleet = app.screen
+        restyled: list[int] = []
+        real = fleet.update_node_styles
+        fleet.update_node_styles = lambda *a, **k: restyled.append(1) or real(*a, **k)
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen))
+        await pilot.press("f")
+        await until(pilot, lambda: app.screen is fleet)
+        await pilot.pause()
+        assert restyled == []
+        before = fleet.query_one(DataTable).styles.background
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen))
+        await pilot.press("t")
+        await pilot.pause()
+        await pilot.press("f")
+        await until(pilot, lambda: app.screen is fleet and bool(restyled))
+        await pilot.pause()
+        assert fleet.query_one(DataTable).styles.background != before

@@ -74,6 +74,9 @@ class ThemeStylesheet(Stylesheet):
         super().__init__(variables=variables)
         self._parsed: dict[tuple, dict[tuple, list[RuleSet]]] = {}
         """The theme's variables -> (css, where, default, tie breaker, scope) -> its rules."""
+        self.generation = 0
+        """Counts the rule sets built (a theme switch, a new CSS source): a screen shown again with the same
+        generation needs no restyle (``console/ui/screens/fleet.py``)."""
         self._deferred: dict[DOMNode, list[bool]] | None = None
         """While :meth:`update_nodes` runs: node -> [layout, repaint] of the refreshes its new styles asked for."""
 
@@ -147,6 +150,7 @@ class ThemeStylesheet(Stylesheet):
         return rules
 
     def parse(self) -> None:
+        self.generation += 1
         rules = self._cached_rules(self._parse_rules, self._variables)
         if rules is None:
             super().parse()
