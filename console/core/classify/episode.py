@@ -22,6 +22,7 @@ from console.core.classify.patterns import (
     IGNORED_EXCEPTIONS,
     KEYWORDS,
     REQUEST_REFUSED,
+    RESPONSE_EXCEPTIONS,
     STEP_CAUSES,
     STOP_EXCEPTIONS,
     WRAPPED_FRAME_TAIL,
@@ -54,6 +55,8 @@ class Failure:
     the hint only; the cause stays ``other``)."""
     request: bool = False
     """A request handler's error (its frames are the HTTP server's, not the engine's): the server was serving."""
+    tag: str | None = None
+    """The process tag of the failure's first line (``lines.Line.tag``): failures of one process share it."""
 
 
 FOLLOW_UP_SCORE = 13
@@ -123,6 +126,8 @@ class Episode:
     """The process tag of the announcing line (``(Worker_TP0 pid=1)``), when it had one."""
     message: tuple[str, str] | None = None
     """(raw, body) of the message line under a generic header exception (pydantic's ``Value error, ...``)."""
+    header_tag: str | None = None
+    """The process tag of the ``Traceback`` header that opened the episode."""
 
     def consider(self, raw: str, body: str, seq: int, exception: bool, *, weak: bool = False) -> None:
         c = best_of(causes_of(body, exception))
@@ -159,6 +164,8 @@ class Episode:
         short = name.rsplit(".", 1)[-1].split("(", 1)[0]
         if short not in STOP_EXCEPTIONS and short not in IGNORED_EXCEPTIONS:
             self.stop_only = False
+        if short in RESPONSE_EXCEPTIONS:
+            self.flags.add("request")  # raised to answer a request with an error status: a request's error
         entry = (raw, body, name)
         if self.first_exc is None:
             self.first_exc = entry
@@ -230,7 +237,8 @@ class Episode:
         served = request and not (best is not None and best[0].terminal)
         guess = (self.where or self.step) if cause == "other" and self.last_exc is None else None
         return Failure(cause=cause, score=score, seq=self.seq, line=line, rule=name, crash=crash,
-                       terminal=terminal, detail=detail, request=served, guess=guess)
+                       terminal=terminal, detail=detail, request=served, guess=guess,
+                       tag=self.tag if self.tag is not None else self.header_tag)
 
     @staticmethod
     def _shown(cause: FailureCause | None) -> FailureCause | None:

@@ -28,6 +28,7 @@ from console.core.classify.patterns import (
     EXIT_CODE,
     FAULTHANDLER_THREAD,
     FRAME_LINE,
+    GIVING_UP,
     HTTP,
     IGNORED_EXCEPTIONS,
     PHASES,
@@ -35,9 +36,11 @@ from console.core.classify.patterns import (
     RANK_DIED,
     READY_GATE,
     RESTART_LINE,
+    RETRYING,
     SERVING_GATE,
     SGLANG,
     SGLANG_WARMUP_PHASE,
+    SIGTERM_NUMBER,
     SPEC_CONTEXT,
     SPEC_CONTEXT_OFF,
     SPEC_PROGRESS,
@@ -62,6 +65,9 @@ FATAL_DUMP_RULES = ("native_crash", "signal_crash")
 GLOG_FATAL_SCORE = 14
 """A glog FATAL line (``[F1019 ... file.cpp:N] ...``) naming no known cause: it proves the abort, not why."""
 
+SYMPTOM_ERROR_SCORE = 60
+"""A ``SYMPTOMS`` line at ERROR/FATAL severity: it names its cause on its own (``rules.SPECIFIC_SCORE``)."""
+
 USAGE_SCORE = 80
 """A usage dump cut before its ``error:`` line: argparse's refusal, though the flag it names is not shown."""
 
@@ -84,6 +90,7 @@ class Sink(Protocol):
     def run_over(self) -> bool: ...
     def new_run(self, raw: str, same_program: bool = False) -> None: ...
     def stopped_run(self) -> bool: ...
+    def retried(self) -> None: ...
 
 
 class Reader:
@@ -163,6 +170,9 @@ class Reader:
         sink.seen(ln)
         if not self.spec_seen and SPEC_CONTEXT.search(ln.raw):
             self.spec_seen = SPEC_CONTEXT.search(SPEC_CONTEXT_OFF.sub("", ln.raw)) is not None
+        if "etr" in body and RETRYING.search(body) and not GIVING_UP.search(body):
+            self.close(sink)
+            sink.retried()  # what just failed is tried again: a handled error (its line may go on to say so)
         ep = self.ep
         if ep is not None and self._continues(ep, ln, body, seq):
             return
@@ -201,9 +211,22 @@ class Reader:
             return
         if self._normal(ln, body, seq, sink):
             return
-        if BENIGN.search(body) or quiet or body.startswith(("frame #", "Exception raised from")):
+        if quiet:
+            self._symptom(body)  # a warning that says what is going wrong (a c10d socket timing out)
+            return
+        if BENIGN.search(body) or body.startswith(("frame #", "Exception raised from")):
             return
         self._failure_line(ln, body, seq, sink)
+
+    def _symptom(self, body: str) -> bool:
+        """A warning that is no failure yet but says what is going wrong (``SYMPTOMS``): the step's cause."""
+        if "[c10d]" in body or "capability" in body:
+            for cause, durable, rx in SYMPTOMS:
+                if rx.search(body):
+                    self.phase, self.phase_guess = cause, False
+                    self.symptom = cause if durable else self.symptom
+                    return True
+        return False
 
     def _continues(self, ep: Episode, ln: Line, body: str, seq: int) -> bool:
         """The line belongs to the open episode (frame, chain, exception, message)."""
@@ -328,7 +351,7 @@ class Reader:
             return True
         if any(g in body for g in STOP_GATE) and STOP_ANY.search(body):
             self.close(sink)
-            sink.stop(ln.raw, seq, "SIGTERM" in body or "signum=15" in body)
+            sink.stop(ln.raw, seq, "SIGTERM" in body or "signum=15" in body or SIGTERM_NUMBER.search(body) is not None)
             return True
         if PROGRESS_ANY.search(body):
             self.close(sink)
@@ -360,7 +383,7 @@ class Reader:
             return
         if TRACEBACK in body:
             self.close(sink)
-            ep = Episode(seq=seq, header=ln.raw)
+            ep = Episode(seq=seq, header=ln.raw, header_tag=ln.tag)
             head = body.split(TRACEBACK, 1)[0]
             if head.strip():
                 announce_into(ep, ln.raw, head, causes_of(head, False))
@@ -392,6 +415,17 @@ class Reader:
             self._emit(sink, f)
             return
         causes = causes_of(body, False)
+        if not causes and ln.glog_source is not None:
+            # the message names no cause: the C++ component that reports it says which family (``ProcessGroupGloo``
+            # receiving errors from a rank); a message that names one (a CUDA error the NCCL watchdog caught) decides
+            causes = causes_of(f"{ln.glog_source} {body}", False)
+        if not causes and ln.level in ("ERROR", "FATAL") and self._symptom(body):
+            # a symptom logged as an error: the component gave up (a c10d client that timed out connecting), so it
+            # is the failure itself, not a warning of one
+            assert self.phase is not None
+            self._emit(sink, Failure(self.phase, SYMPTOM_ERROR_SCORE, seq, ln.raw, "symptom_error", crash=True,
+                                     terminal=ln.level == "FATAL", detail=body))
+            return
         if ln.level == "FATAL":  # glog's FATAL (torch's C++ code): the process aborts right after this line
             best = best_of(causes)
             if best is None or best.announce:
@@ -402,12 +436,7 @@ class Reader:
                                          detail=body))
             return
         if not causes:
-            if "[c10d]" in body or "capability" in body:
-                for cause, durable, rx in SYMPTOMS:
-                    if rx.search(body):
-                        self.phase, self.phase_guess = cause, False
-                        self.symptom = cause if durable else self.symptom
-                        break
+            self._symptom(body)
             return
         best = best_of(causes)
         assert best is not None
@@ -420,7 +449,7 @@ class Reader:
             return
         self._emit(sink, Failure(best.cause, best.score, seq, ln.raw, best.name,
                                  crash=best.crash or (best.terminal and not best.stop_induced),
-                                 terminal=best.terminal, stop_induced=best.stop_induced, detail=body))
+                                 terminal=best.terminal, stop_induced=best.stop_induced, detail=body, tag=ln.tag))
 
 
 def _announces(body: str) -> bool:

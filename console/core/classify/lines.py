@@ -46,9 +46,10 @@ _VLLM_LEVEL = re.compile(
 _UVICORN_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):(?: +|$)")
 _PYLOG_LEVEL = re.compile(r"(INFO|WARNING|ERROR|DEBUG|CRITICAL):[A-Za-z_][\w.]{0,120}:")
 """Python logging's default format, ``WARNING:sglang.srt.models.registry:message`` (an in-process engine)."""
-_GLOG = re.compile(r"\[?([IWEF])\d{4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d{1,10})? [\w.\-]{1,120}:\d{1,6}\] ?")
+_GLOG = re.compile(r"\[?([IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d{1,9}(?: +\d{1,10})? ([\w.\-]{1,120}):\d{1,6}\] ?")
 """glog's prefix, as torch's C++ code (c10d, ProcessGroupNCCL) writes it: severity letter, ``MMDD time [thread]
-file:line]`` (``[F1019 01:14:03.358291284 ProcessGroupNCCL.cpp:1224] ``); ``F`` is FATAL: glog aborts after it."""
+file:line]`` (``[F1019 01:14:03.358291284 ProcessGroupNCCL.cpp:1224] ``); ``F`` is FATAL: glog aborts after it.
+torch's own writer drops the month's leading zero (``[E416 13:29:57.33 ProcessGroupNCCL.cpp:2057] ``: April 16)."""
 GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
 _CARET_C = "^C"
 _RANKED = re.compile(r" (?:TP|DP|PP|EP)\d{1,5}\]")
@@ -85,6 +86,8 @@ class Line:
     """The SGLang prefix named a rank (``[... TP0]``, ``[... DP1 TP4]``): only SGLang prints that."""
     glog: bool = False
     """A glog prefix gave the level (torch's C++ code: ``[W1119 17:59:26.27 TCPStore.cpp:125] ``)."""
+    glog_source: str | None = None
+    """The source file a glog prefix named (``TCPStore.cpp``): the component that reports the message."""
 
 
 def read_line(raw: str) -> Line:
@@ -99,6 +102,7 @@ def read_line(raw: str) -> Line:
         interrupt = True
         s = s[2:]
     sglang = vllm = ranked = glog = False
+    glog_source: str | None = None
     level: str | None = None
     tag: str | None = None
     for i in range(8):  # every wrapper at most once or twice; bounded
@@ -136,7 +140,7 @@ def read_line(raw: str) -> Line:
             if m:
                 s = s[m.end():]
             elif g and level is None:
-                level, glog = GLOG_LEVELS[g.group(1)], True
+                level, glog, glog_source = GLOG_LEVELS[g.group(1)], True, g.group(2)
                 s = s[g.end():]
             else:
                 m = SGLANG_PREFIX.match(s)
@@ -160,7 +164,7 @@ def read_line(raw: str) -> Line:
                     level = m.group(1)
                     s = s[m.end():]
                 elif (g := _GLOG.match(s)) is not None:
-                    level, glog = GLOG_LEVELS[g.group(1)], True
+                    level, glog, glog_source = GLOG_LEVELS[g.group(1)], True, g.group(2)
                     s = s[g.end():]
         if s is start and c.isalnum() and "|" in s[:120]:
             m = _COMPOSE.match(s)
@@ -171,7 +175,8 @@ def read_line(raw: str) -> Line:
     body = s.strip()
     indented = s[:1] in (" ", "\t") and bool(body)
     return Line(raw=raw, body=body, level=level, indented=indented, sglang=sglang, vllm=vllm,
-                interrupt=interrupt, tag=tag, sglang_rank=ranked, glog=glog)
+                interrupt=interrupt, tag=tag, sglang_rank=ranked, glog=glog,
+                glog_source=glog_source)
 
 
 def clean(line: str, limit: int) -> str:

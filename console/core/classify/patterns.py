@@ -55,11 +55,18 @@ class Framework:
 
 _NUM = r"(\d+(?:\.\d+)?)"
 
+SIGNAL_STOP = (r"\b[Ss]ignal [Rr]eceived: ?(?:15|2)\b(?!\.\d)", r"\b(?:[Cc]aught|[Rr]eceived|[Gg]ot) signal:? ?(?:15|2)\b(?!\.\d)")
+"""A crash handler's or runtime's report of SIGTERM/SIGINT by number (``Signal Received: 15 (Terminated)``, then its
+backtrace): the process was told to stop from outside, whichever server runs it."""
+SIGTERM_NUMBER = re.compile(r"\b[Ss]ignal(?: [Rr]eceived)?:? ?15\b(?!\.\d)")
+"""SIGTERM named by its number (``signal 15``)."""
+
 SGLANG = Framework(
     name="sglang",
     ready=_rx(r"fired up and ready to roll"),
     # (diffusion: a request's ``Sampling params:`` block, then its pipeline stages)
-    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]", r"^\[\w+Stage\] (?:finished in|average time per step)", r"^Sampling params:$",
+    # (a retraction: SGLang takes back running requests when its KV pool fills mid-decode, so it was decoding)
+    serving=_rx(r"\b(?:Decode|Prefill) batch[.,]", r"\bRetract requests\b", r"#retracted_reqs: \d+", r"^\[\w+Stage\] (?:finished in|average time per step)", r"^Sampling params:$",
                 r"^new fill batch\.", r"^#running-req: \d+, #token: "),
     progress=_rx(
         r"Load weight (?:begin|end)", r"(?:KV )?Cache is allocated", r"Memory pool end",
@@ -78,7 +85,7 @@ SGLANG = Framework(
         Metric("accept_len", re.compile(r"accept len: " + _NUM)),
     ),
     stop=_rx(r"SIGTERM received", r"signum=(?:15|2)\b",
-             r"Received SIG(?:TERM|INT)\b", r"Gracefully exiting"),
+             r"Received SIG(?:TERM|INT)\b", r"Gracefully exiting", *SIGNAL_STOP),
 )
 
 VLLM = Framework(
@@ -115,16 +122,21 @@ VLLM = Framework(
              # a V1 worker's own report of the SIGTERM/SIGINT it got (older wording of ``terminated by shutdown signal``)
              r"WorkerProc was terminated",
              # a sidecar of the server's pod (klog: ``"shutting down" logger="proxy server"``): the pod is terminated
-             r'^"[Ss]hutting down"(?: \w+=|$)'),
+             r'^"[Ss]hutting down"(?: \w+=|$)', *SIGNAL_STOP),
 )
 
 FRAMEWORKS = (SGLANG, VLLM)
 PROGRESS_ANY = re.compile(SGLANG.progress.pattern + "|" + VLLM.progress.pattern)
 STOP_ANY = re.compile(SGLANG.stop.pattern + "|" + VLLM.stop.pattern)
-STOP_GATE = ("SIG", "signum=", "kill_process_tree", "shutdown", "hutting down", "Finished server", "Gracefully",
+STOP_GATE = ("SIG", "ignal", "signum=", "kill_process_tree", "shutdown", "hutting down", "Finished server", "Gracefully",
              "was terminated")
 READY_GATE = ("ready to roll", "startup complete", "Uvicorn running", "Started server process")
-SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ", "Sampling params")
+SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ", "Sampling params", "etract")
+
+RETRYING = re.compile(r"\b[Rr]etrying\b|\bwill (?:be )?retr(?:y|ied)\b|\b[Rr]etry(?:ing)? \d+ ?(?:/|of) ?\d+\b")
+"""A line saying that what just failed is tried again (``..., retrying 1 of 2``): the error was handled."""
+GIVING_UP = re.compile(r"\bgiv(?:ing|e) up\b|\bgave up\b|\bexhausted\b|\bno (?:more )?retries left\b")
+"""... unless the same line says the retries are over."""
 
 RESTART_LINE = re.compile(r"^Started server process \[\d+\]|^Waiting for application startup")
 """uvicorn starting (again): after a stop, the server is being started anew (loading, not stopped)."""
@@ -176,6 +188,9 @@ engine's loop, is a handled request error - and evidence that the server was ser
 CONNECTION_EXCEPTIONS = ("ConnectionResetError", "BrokenPipeError", "ConnectionAbortedError")
 """A socket dropped by its peer: between ranks when raised in torch.distributed's frames (``FRAME_FLAGS`` dist)."""
 IGNORED_EXCEPTIONS = ("SystemExit", "CancelledError", "GeneratorExit")
+RESPONSE_EXCEPTIONS = ("HTTPException", "RequestValidationError", "WebSocketException")
+"""Exceptions a web framework (FastAPI, Starlette) raises to answer one request with an error status
+(``fastapi.exceptions.HTTPException: 500: ...``): a request's error, whatever status it carries; the server serves."""
 STOP_EXCEPTIONS = ("KeyboardInterrupt",)
 
 # Frames and source lines that tell what a traceback was doing.
@@ -504,6 +519,8 @@ CAUSES: tuple[Cause, ...] = (
         r"hit an exception", r"Exception in worker \S+ while processing method", r"Error executing method",
         r"EngineCore failed to start", r"WorkerProc failed to start", r"Error in inspecting model architecture",
         r"EngineCore encountered an issue", r"WorkerProc hit an exception", r"^Exception in [\w.]+:$",
+        # Python's own report of an exception no handler caught in a thread (``threading.excepthook``)
+        r"^Exception in thread \S{1,120}(?: \([\w.<>]{1,120}\))?:$",
         r"EngineCore encountered a fatal error"),
         terminal=True, announce=True),
     Cause("engine_dead", "other", 12, _rx(
@@ -516,8 +533,12 @@ CAUSES: tuple[Cause, ...] = (
         follow_up=True),
     # A worker's death as its executor reports it: the first death, worth more than a bare traceback after it.
     Cause("worker_died", "other", 18, _rx(
-        r"Worker proc \S+ died unexpectedly", r"got fatal signal from worker processes",
-        r"Engine core proc \S+ died unexpectedly"), crash=True, terminal=True),
+        r"Worker proc \S+ died unexpectedly", r"Engine core proc \S+ died unexpectedly"), crash=True, terminal=True),
+    # A launcher saying a *signal* came from its workers (vLLM's executor: ``got fatal signal from worker processes``):
+    # with no worker traceback in the file, the signal is all it shows of the death (README, rule 6); a traceback of
+    # the worker, even cut, says more (it outscores this).
+    Cause("worker_signal", "signal_killed", 14, _rx(r"\b[Gg]ot (?:a )?fatal signal from (?:its |the )?(?:worker|child)"),
+          crash=True, terminal=True),
     # A process ended by a signal, as its own crash handler reports it: no cause of its own.
     # ``Fatal Python error: ...`` is followed by faulthandler's dump of every thread's stack
     # (``Thread 0x... (most recent call first):``): the dump belongs to that line, whose frames only say where.
@@ -525,6 +546,17 @@ CAUSES: tuple[Cause, ...] = (
         r"Fatal Python error: (?:Segmentation fault|Bus error|Floating point exception|Illegal instruction)",
         r"\*\*\* SIG(?:SEGV|BUS|FPE|ILL|KILL) received at time=", r"^Segmentation fault\b", r"^Bus error\b",
         r"!!+ Segfault encountered !!+"),
+        terminal=True),
+    # Any crash handler's or wrapper's report of a fatal signal, by number or name, whatever its wording (UCX's
+    # ``Caught signal 11 (Segmentation fault: ...)``, ``Signal Received: 11``, ``process killed by signal 9``). Such a
+    # handler may catch the signal in one thread and the process go on (UCX): when start-up then goes on and a later
+    # failure is announced, that announcement (15, fresh +10) outranks this report, which progress demoted.
+    Cause("signal_report", "signal_killed", 22, _rx(
+        r"\b(?:[Cc]aught|[Rr]eceived|[Gg]ot) (?:fatal )?signal:? ?(?:11|7|4|8)\b(?!\.\d)",
+        r"\b[Ss]ignal [Rr]eceived: ?(?:11|7|4|8)\b(?!\.\d)",
+        r"\b(?:[Cc]aught|[Rr]eceived|[Gg]ot) (?:fatal )?(?:signal )?SIG(?:SEGV|BUS|ILL|FPE)\b",
+        r"\b(?:killed|terminated|died|exited|crashed) (?:by|with|from|of|on|due to) (?:a |the )?(?:fatal )?signal:? ?"
+        r"(?:(?:11|7|4|8|9)\b(?!\.\d)|SIG(?:SEGV|BUS|ILL|FPE|KILL)\b)"),
         terminal=True),
     # vLLM's API server names the engine core that died and its exit code; a negative one is a signal.
     Cause("engine_signal", "signal_killed", 30, _rx(r"Failed core proc\(s\): \{'[^']{1,80}': -\d+"), terminal=True),
@@ -540,7 +572,11 @@ CAUSES: tuple[Cause, ...] = (
         r"Application startup failed\. Exiting", r"\b[Ss]tartup failed[,;:.]? (?:[Ee]xiting|[Aa]borting)",
         r"\baborting startup\b", r"\b(?:[Ss]erver|[Ww]orker|[Ee]ngine|[Pp]rocess|[Ss]ubprocess|[Cc]ontainer)"
         r"(?: \S{1,80})? (?:exited|terminated|died) (?:unexpectedly )?with (?:exit )?(?:code|status)[ :=]*-?[1-9]\d*",
-        r"\bexited with (?:a )?non-?zero (?:exit )?(?:code|status)", r"\b(?:[Ss]erver|[Ee]ngine) process exited unexpectedly"),
+        r"\bexited with (?:a )?non-?zero (?:exit )?(?:code|status)", r"\b(?:[Ss]erver|[Ee]ngine) process exited unexpectedly",
+        # a wrapper that launched the server reporting, by the server's name, that it never came up (InstructLab's
+        # ``vLLM failed to start.``)
+        r"^(?:[Tt]he )?(?:vLLM|vllm|SGLang|sglang)(?: [\w-]{1,40}){0,2} (?:server |engine |process )?failed to "
+        r"(?:start|launch|come up|initiali[sz]e)\b"),
         terminal=True),
     Cause("native_crash", "other", 12, _rx(
         r"Fatal Python error", r"core dumped", r"terminate called after throwing",
@@ -587,7 +623,7 @@ KEYWORDS = (
     "jit", "compute capability", "infer device", "hip", "hsa_", "cublas", "cudnn", "nvml", "cannot import",
     "sigsegv", "sigbus", "sigill", "sigfpe", "sigkill", "bus error", "illegal instruction", "floating point",
     "could not load", "cannot find any", "max_model_len", "quantization", "deepep", "ncclunique",
-    "segfault", "gpus", "world_size", "unexpected keyword", "client error", "credentials", "config format",
+    "segfault", "signal", "gpus", "world_size", "unexpected keyword", "client error", "credentials", "config format",
     "socket address", "triton error", "adapter", "safetensor", "permission denied", "lora rank", "ampere",
     "hopper", "turing", "blackwell", "available", "without", "cur_batch", "pyspy dump", "output_handler", "ptxas", ".target sm_", "path-like", "installed", "untagged enum", "calledprocesserror", "divisible", "python.h", "compiler", "ptx", "json", "fatal error ::", "deserializing", "xid", "code object", "kernel image", "low on memory",
 )

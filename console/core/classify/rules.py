@@ -63,6 +63,18 @@ def infer_cut(f: Failure) -> Failure:
     return f
 
 
+MAX_RETRIED = 8
+"""Message heads of retried failures remembered."""
+
+
+def _head(detail: str | None) -> str | None:
+    """What a failure message says before its first ``: `` (``Error retrieving safetensors``), when it has one."""
+    if not detail or ": " not in detail:
+        return None
+    head = detail.split(": ", 1)[0].strip()
+    return head if 8 <= len(head) <= 120 else None
+
+
 def _better(a: Failure | None, b: Failure) -> bool:
     """``b`` beats ``a``: more specific, or as specific and earlier (the root cause)."""
     return a is None or b.score > a.score or (b.score == a.score and b.seq < a.seq)
@@ -88,11 +100,14 @@ class State:
     """Earlier server runs of the log, forgotten when the next one started (:meth:`new_run`)."""
     run_line: str | None = None
     """The start banner of the run being read (set once an earlier run was skipped)."""
+    retried_heads: tuple[str, ...] = ()
+    """The message heads (``Error retrieving safetensors``) of failures said to be retried: their repeats are
+    the retries' own reports, handled as the first one was (bounded: the last few)."""
 
     def copy(self) -> State:
         return State(self.sglang, self.vllm, self.ready_line, self.sglang_rank, self.ready_explicit, dict(self.fresh),
                      dict(self.demoted), self.stop_line, self.stop_seq, self.sigterm_line, dict(self.metrics),
-                     self.runs_skipped, self.run_line)
+                     self.runs_skipped, self.run_line, self.retried_heads)
 
     # ------------------------------------------------------------ the Sink protocol
 
@@ -155,11 +170,33 @@ class State:
         if sigterm and self.sigterm_line is None:
             self.sigterm_line = raw
 
+    def retried(self) -> None:
+        """The last failure is tried again (``retrying 1 of 2``): handled, like one that progress followed; its
+        message head is remembered, so that the retries' own reports of it are handled too."""
+        last = max(self.fresh.values(), key=lambda c: c.seq, default=None)
+        if last is None or last.terminal:
+            return  # nothing reported yet, or a process going down (its retry is a restart)
+        self.fresh.pop(last.cause)
+        if _better(self.demoted.get(last.cause), last):
+            self.demoted[last.cause] = last
+        head = _head(last.detail)
+        if head is not None and head not in self.retried_heads:
+            self.retried_heads = (self.retried_heads + (head,))[-MAX_RETRIED:]
+
     def failure(self, f: Failure) -> None:
         f = infer_cut(f)
+        if not f.terminal and self.retried_heads and _head(f.detail) in self.retried_heads:
+            if _better(self.demoted.get(f.cause), f):  # one more report of an error that is being retried
+                self.demoted[f.cause] = f
+            return
         prev = self.fresh.get(f.cause)
-        if f.rule == "traceback" and prev is not None and prev.terminal and prev.rule not in CUT_RULES and \
-                prev.seq < f.seq and not prev.request:
+        if f.rule == "traceback" and not (prev is not None and self._going_down(prev, f)):
+            # the same, from an unspecific going-down line of the same process with another cause (an executor's
+            # "got fatal signal from worker processes" before its own cut traceback); another process's traceback
+            # (a worker's, tagged) is that worker's own failure and keeps its header
+            prev = max((c for c in self.fresh.values() if c.cause in ("other", "signal_killed") and c.tag == f.tag
+                        and self._going_down(c, f)), key=lambda c: c.seq, default=None)
+        if f.rule == "traceback" and prev is not None and self._going_down(prev, f):
             # a traceback cut before its exception names nothing: the going-down line just before it (no normal
             # event between: a launcher's "Received sigquit ..."), the first line of this failure, says it
             f = replace(f, line=prev.line, detail=prev.detail)
@@ -167,6 +204,11 @@ class State:
             self.serving(f.line)  # a handled request error: the server was serving requests (the excerpt began later)
         if _better(self.fresh.get(f.cause), f):
             self.fresh[f.cause] = f
+
+    @staticmethod
+    def _going_down(prev: Failure, f: Failure) -> bool:
+        """``prev`` is a going-down line (not a cut traceback, not a request's error) seen before ``f``."""
+        return prev.terminal and prev.rule not in CUT_RULES and prev.seq < f.seq and not prev.request
 
     def metric(self, name: str, value: float) -> None:
         self.metrics[name] = value
