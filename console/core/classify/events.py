@@ -39,6 +39,7 @@ from console.core.classify.patterns import (
     RETRYING,
     SERVING_GATE,
     SGLANG,
+    SGLANG_WARMUP_PATH,
     SGLANG_WARMUP_PHASE,
     SIGTERM_NUMBER,
     SPEC_CONTEXT,
@@ -80,7 +81,7 @@ class Sink(Protocol):
 
     def seen(self, line: Line) -> None: ...
     def is_sglang(self) -> bool: ...
-    def ready(self, raw: str, explicit: bool) -> None: ...
+    def ready(self, raw: str, explicit: bool, front_end: bool = False) -> None: ...
     def serving(self, raw: str) -> None: ...
     def probe(self, raw: str) -> None: ...
     def progress(self) -> None: ...
@@ -91,6 +92,7 @@ class Sink(Protocol):
     def new_run(self, raw: str, same_program: bool = False) -> None: ...
     def stopped_run(self) -> bool: ...
     def retried(self) -> None: ...
+    def warmup_request(self) -> None: ...
 
 
 class Reader:
@@ -315,7 +317,11 @@ class Reader:
         if "HTTP/" in body:
             m = HTTP.search(body)
             if m is not None:
-                if m.group(3) == "200" and m.group(1) == "POST":
+                if m.group(1) == "GET" and m.group(2).startswith(SGLANG_WARMUP_PATH) and not self.fired_up:
+                    self.close(sink)  # SGLang's warmup asks for its model's info first: still starting
+                    self.phase, self.phase_guess = SGLANG_WARMUP_PHASE, False
+                    sink.warmup_request()
+                elif m.group(3) == "200" and m.group(1) == "POST":
                     self.close(sink)
                     self.phase = None
                     sink.serving(ln.raw)
@@ -344,7 +350,7 @@ class Reader:
                     sink.progress()  # SGLang: uvicorn is up, its warmup is still to come
                 else:
                     self.phase = None
-                    sink.ready(ln.raw, "Started server process" not in body)
+                    sink.ready(ln.raw, "Started server process" not in body, front_end=True)
                 return True
         if "Mean acceptance length" in body:
             self._metrics(VLLM.metrics, body, sink, decode=True)

@@ -100,7 +100,7 @@ VLLM = Framework(
         r"Loading weights took", r"Model loading took", r"Starting to load model",
         r"init engine \(profile", r"Capturing CUDA graphs", r"Graph capturing finished",
         r"GPU KV cache size", r"Available KV cache memory", r"Maximum concurrency for",
-        r"# (?:GPU|cpu) blocks:", r"torch\.compile takes", r"Compiling a graph", r"Dynamo bytecode transform",
+        r"# (?:GPU|cpu|CPU|cuda|CUDA|NPU|npu|XPU|xpu) blocks:", r"memory reserved for KV [Cc]ache is", r"torch\.compile takes", r"Compiling a graph", r"Dynamo bytecode transform",
         r"Found nccl from library", r"vLLM is using nccl", r"Initializing an? (?:V1 )?LLM engine",
         r"non-default args:", r"Waiting for output from MQLLMEngine", r"Starting (?:Startup|Engine) Loop",
         r"Supported_?tasks", r"vLLM API server version", r"Automatically detected platform",
@@ -268,7 +268,11 @@ PHASES: tuple[tuple[FailureCause, bool, re.Pattern[str]], ...] = (
     # what fails there is usually the memory (a pool too small for the weights' leftover, the profile run).
     ("gpu_oom", True, _rx(r"Load weight end", r"Model loading took", r"Loading weights took")),
     # The KV cache was sized and found no room: no blocks, or negative memory left for it (shown, not guessed).
-    ("gpu_oom", False, _rx(r"# GPU blocks: 0\b", r"Available KV cache memory: (?:-\d|0(?:\.0+)? ?GiB)")),
+    # Any device's word for the blocks (``# cuda blocks: 0``), the older wording of what is left (``the rest of the
+    # memory reserved for KV Cache is -1.05GiB``), and the concurrency that follows from no room (``0.00x``).
+    ("gpu_oom", False, _rx(r"# (?:GPU|cuda|CUDA|NPU|npu|XPU|xpu) blocks: 0\b", r"Available KV cache memory: (?:-\d|0(?:\.0+)? ?GiB)",
+                           r"memory reserved for KV [Cc]ache is (?:-\d|0(?:\.0+)? ?GiB)",
+                           r"Maximum concurrency for [\d,]+ tokens per request: 0(?:\.0+)?x")),
     # Capturing CUDA graphs: a failure inside capture is a capture failure (memory only when said).
     ("cuda_graph", False, _rx(r"Capture (?:cuda|\w+ \w+ CUDA) graph begin", r"Capturing CUDA graphs")),
 )
@@ -284,6 +288,8 @@ CONFIG_DUMP = re.compile(r"server_args=|ServerArgs\(|non-default args:|with conf
 """A dump of the whole configuration: it names the speculative settings but is no speculative step."""
 SPEC_CONTEXT_OFF = re.compile(r"(?<!\w)\w{0,80}?(?:speculative|draft)\w{0,80}?[=:] ?'?None\b", re.IGNORECASE)
 """The same words in a config dump that says speculative decoding is off (``speculative_config=None``)."""
+SGLANG_WARMUP_PATH = "/get_model_info"
+"""The first request of SGLang's own warmup (an endpoint vLLM does not serve): before ``fired up``, still starting."""
 SGLANG_WARMUP_PHASE: FailureCause = "warmup_failed"
 """SGLang's HTTP server is up and its own warmup request comes next: a crash now is the warmup."""
 

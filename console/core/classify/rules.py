@@ -100,6 +100,8 @@ class State:
     """Earlier server runs of the log, forgotten when the next one started (:meth:`new_run`)."""
     run_line: str | None = None
     """The start banner of the run being read (set once an earlier run was skipped)."""
+    ready_front_end: bool = False
+    """The ready line is an HTTP server's start (uvicorn's) and nothing served since: for SGLang only a step."""
     retried_heads: tuple[str, ...] = ()
     """The message heads (``Error retrieving safetensors``) of failures said to be retried: their repeats are
     the retries' own reports, handled as the first one was (bounded: the last few)."""
@@ -107,7 +109,7 @@ class State:
     def copy(self) -> State:
         return State(self.sglang, self.vllm, self.ready_line, self.sglang_rank, self.ready_explicit, dict(self.fresh),
                      dict(self.demoted), self.stop_line, self.stop_seq, self.sigterm_line, dict(self.metrics),
-                     self.runs_skipped, self.run_line, self.retried_heads)
+                     self.runs_skipped, self.run_line, self.ready_front_end, self.retried_heads)
 
     # ------------------------------------------------------------ the Sink protocol
 
@@ -123,13 +125,15 @@ class State:
         SGLang logs lines of vLLM modules it uses, e.g. custom all-reduce, in vLLM's format)."""
         return self.sglang and (not self.vllm or self.sglang_rank)
 
-    def ready(self, raw: str, explicit: bool) -> None:
+    def ready(self, raw: str, explicit: bool, front_end: bool = False) -> None:
         if explicit and not self.ready_explicit:
             self.ready_explicit = True
             self.ready_line = raw
+            self.ready_front_end = front_end
             self._reset()
         elif self.ready_line is None:
             self.ready_line = raw
+            self.ready_front_end = front_end
             self._reset()
         else:
             self.progress()
@@ -140,7 +144,17 @@ class State:
         if self.ready_line is None:
             self.ready(raw, False)
         elif not self.going_down():
+            self.ready_front_end = False
             self.progress()
+
+    def warmup_request(self) -> None:
+        """SGLang's own warmup asked for its model's info (``GET /get_model_info``, an endpoint only SGLang serves)
+        before it said it is ready: the log is SGLang's, and uvicorn's start line was a step of its start-up, not
+        ready (README: uvicorn's lines and that request are loading)."""
+        self.sglang = True
+        if self.ready_line is not None and self.ready_front_end:
+            self.ready_line, self.ready_explicit, self.ready_front_end = None, False, False
+        self.progress()
 
     def going_down(self) -> bool:
         """A process of the server was seen going down after it was ready: a stats line printed after that (one
