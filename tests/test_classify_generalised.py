@@ -219,3 +219,127 @@ def test_a_faulthandler_dump_without_its_fatal_line_is_headed_by_its_thread_line
     c = classify(text)
     assert c.state == "failed"
     assert c.line in text.splitlines()
+
+
+# ---------------------------------------------------------------- round 5 (test2-4 became development data)
+
+VLLM_LOAD = "(EngineCore_DP0 pid=40) INFO 03-05 08:00:01 [gpu_model_runner.py:1] Model loading took 14.1 GiB\n"
+UVICORN_PLAIN = ("INFO:     Started server process [7]\nINFO:     Waiting for application startup.\n"
+                 "INFO:     Application startup complete.\nINFO:     Uvicorn running on http://0.0.0.0:30000\n")
+
+ROUND5 = {
+    # a C++ component's report: its message decides, the component only when the message names nothing
+    "a CUDA error caught by the collective watchdog (3-digit glog date)": (
+        "[rank5]:[E305 08:01:02.123456789 ProcessGroupNCCL.cpp:1900] [PG ID 1 PG GUID 1 Rank 5] Process group "
+        "watchdog thread terminated with exception: CUDA error: device-side assert triggered\n", "failed",
+        "cuda_driver"),
+    "a gloo group's complaint naming no cause: the component says it": (
+        "[rank2]:[E907 11:12:13.000000001 ProcessGroupGloo.cpp:150] Rank 2 got errors while waiting on rank 0.\n",
+        "failed", "nccl_error"),
+    "a glog WARNING with a 3-digit date is a warning": (
+        READY + "[rank1]:[W305 10:00:05.27 Something.cpp:12] a passing note about sockets\n" + DECODE, "ready", None),
+    # a symptom at error severity is the failure itself; at warning severity it stays a symptom
+    "a c10d client that gave up connecting, at error severity": (
+        BANNER + LOAD + "[E1102 03:04:05.000000123 socket.cpp:900] [c10d] The client socket has timed out after "
+        "300000ms while trying to connect to (head-node, 29500).\n", "failed", "nccl_error"),
+    "the same c10d line at warning severity only warns": (
+        BANNER + LOAD + "[W1102 03:04:05.000000123 socket.cpp:900] [c10d] The client socket has timed out after "
+        "300000ms while trying to connect to (head-node, 29500).\n", "loading", None),
+    # fatal signals in any handler's or wrapper's words
+    "a native crash handler caught a bus error in a worker": (
+        VLLM_LOAD + "(RayWorker pid=88) [node7:88 :0:91] Caught signal 7 (Bus error: nonexistent physical address)\n"
+        "(RayWorker pid=88) ==== backtrace (tid:     91) ====\n", "failed", "signal_killed"),
+    "a supervisor says its child was killed by signal 9": (
+        BANNER + LOAD + "supervisor: server child (pid 4242) was killed by signal 9\n", "failed", "signal_killed"),
+    "a launcher says a rank exited on SIGSEGV": (
+        BANNER + LOAD + "launcher: rank 3 exited on signal SIGSEGV, shutting down the job\n", "failed",
+        "signal_killed"),
+    "an executor got a fatal signal from its workers, then the shell's Killed": (
+        "CRITICAL 03-05 08:00:09 [executor.py:50] Executor got fatal signal from worker processes, shutting down.\n"
+        "Killed\n", "failed", "signal_killed"),
+    "a handler caught a signal, start-up went on, then the engine failed": (
+        VLLM_LOAD + "[node1:50:0:61] Caught signal 11 (Segmentation fault: invalid permissions for mapped object)\n"
+        "INFO 03-05 08:00:02 [kv_cache_utils.py:1] GPU KV cache size: 100,000 tokens\n"
+        "ERROR 03-05 08:00:03 [core.py:1] EngineCore failed to start.\nERROR 03-05 08:00:03 [core.py:1] Traceback "
+        "(most recent call last):\n", "failed", "other"),
+    # SIGTERM/SIGINT reported by number: a stop, even with a native backtrace after it
+    "a runtime reports signal 15 by number, with its backtrace": (
+        "Signal Received: 15 (Terminated)\nSignal Received from pid=900\n*** BACKTRACE ***\n"
+        "/opt/rt/lib/liblog.so(+0x1234)[0x7f0000001234]\n/lib64/libc.so.6(+0x3ebf0)[0x7f0000003ebf]\n",
+        "stopped", None),
+    "a handler caught signal 2 by number": (
+        READY + DECODE + "[2026-11-30 10:00:20] caught signal 2, stopping\n", "stopped", None),
+    # a web framework's error response is a request's error
+    "an HTTPException answering one request, then uvicorn's shutdown": (
+        '(APIServer pid=9) ERROR 03-05 08:00:05 [serving.py:1] Error in chat completion\n'
+        "(APIServer pid=9) starlette.exceptions.HTTPException: 503: engine busy\n"
+        "(APIServer pid=9) INFO:     Shutting down\n(APIServer pid=9) INFO:     Waiting for application shutdown.\n"
+        "(APIServer pid=9) INFO:     Application shutdown complete.\n", "stopped", None),
+    "an HTTPException on a serving server is no crash": (
+        READY + DECODE + "fastapi.exceptions.HTTPException: 400: prompt too long\n", "ready", None),
+    # a retried error is handled; one that gives up is not
+    "an error said to be retried, then its repeat": (
+        "ERROR 03-05 08:00:01 [hub.py:9] Error listing files: 503 Server Error: Service Unavailable for url: "
+        "https://huggingface.co/api/models/org/m\nWARNING 03-05 08:00:01 [hub.py:9] will retry in 2 s\n"
+        "ERROR 03-05 08:00:03 [hub.py:9] Error listing files: 503 Server Error: Service Unavailable for url: "
+        "https://huggingface.co/api/models/org/m\n", "loading", None),
+    "a retried error whose last report gives up": (
+        "ERROR 03-05 08:00:01 [hub.py:9] Error listing files: 503 Server Error: Service Unavailable for url: "
+        "https://huggingface.co/api/models/org/m, retrying 1 of 2\n"
+        "ERROR 03-05 08:00:03 [hub.py:9] Error listing files: 503 Server Error: Service Unavailable for url: "
+        "https://huggingface.co/api/models/org/m, giving up\n", "failed", "model_not_found"),
+    # an exception no handler caught in a thread, after serving
+    "an uncaught exception in a background thread after serving": (
+        READY + DECODE + "Exception in thread Thread-7 (offload_loop):\n", "failed", "other"),
+    "an uncaught exception in an unnamed-target thread, with its exception": (
+        READY + DECODE + "Exception in thread worker-2:\nTraceback (most recent call last):\n"
+        '  File "/usr/lib/python3.12/threading.py", line 1073, in _bootstrap_inner\n'
+        "RuntimeError: store connection lost\n", "failed", "other"),
+    # a wrapper naming the server it launched
+    "a wrapper says the server it launched failed to start": (
+        "The SGLang server failed to start; see its log for details.\nCleaning up temporary files\n", "failed",
+        "other"),
+    # retraction is decoding
+    "one retraction line alone": (
+        "(Actor pid=5) [2026-11-30 10:00:10 TP3] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
+        "#new_token_ratio: 0.3000 -> 0.4000\n", "ready", None),
+    "a decode-time retraction report alone": (
+        "[2026-11-30 10:00:10 TP0] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.5 -> 0.9\n",
+        "ready", None),
+    # SGLang's warmup request is loading, whatever hides its prefix
+    "uvicorn lines without a prefix, then SGLang's warmup asking for its model info": (
+        UVICORN_PLAIN + 'INFO:     127.0.0.1:50000 - "GET /get_model_info HTTP/1.1" 200 OK\n', "loading", None),
+    "... and serving after it": (
+        UVICORN_PLAIN + 'INFO:     127.0.0.1:50000 - "GET /get_model_info HTTP/1.1" 200 OK\n'
+        'INFO:     127.0.0.1:50002 - "POST /generate HTTP/1.1" 200 OK\n', "ready", None),
+    # no room for the KV cache, in other words than the usual ones
+    "older wording of negative KV memory, then a cut traceback": (
+        "INFO 03-05 08:00:01 worker.py:1] the rest of the memory reserved for KV Cache is -0.40GiB.\n"
+        "INFO 03-05 08:00:01 executor_base.py:1] # npu blocks: 0, # CPU blocks: 100\n"
+        "INFO 03-05 08:00:01 executor_base.py:2] Maximum concurrency for 2048 tokens per request: 0.00x\n"
+        "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/app/run.py\", line 3, in <module>\n",
+        "failed", "gpu_oom"),
+}
+
+
+@pytest.mark.parametrize("name", list(ROUND5))
+def test_round5_shapes(name):
+    text, state, cause = ROUND5[name]
+    c = classify(text)
+    assert c.state == state, (name, c)
+    if cause is not None:
+        assert c.cause == cause, (name, c)
+
+
+def test_an_executors_fatal_signal_then_its_own_cut_traceback_keeps_the_signal_line():
+    """The executor's going-down line and its own (untagged) traceback cut before its exception are one failure:
+    the going-down line is its decisive line; a worker's tagged traceback is the worker's own failure instead."""
+    signal = "CRITICAL 03-05 08:00:09 [executor.py:50] Executor got fatal signal from worker processes, shutting down.\n"
+    own = signal + 'Traceback (most recent call last):\n  File "/srv/api.py", line 9, in <module>\n    run()\n'
+    c = classify(own)
+    assert c.state == "failed" and c.cause == "other"
+    assert c.line == signal.strip()
+    worker = signal + "(Worker rank=0 pid=77) Traceback (most recent call last):\n"
+    c = classify(worker)
+    assert c.state == "failed" and c.cause == "other"
+    assert c.line == "(Worker rank=0 pid=77) Traceback (most recent call last):"

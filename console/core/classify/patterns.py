@@ -133,7 +133,7 @@ STOP_GATE = ("SIG", "ignal", "signum=", "kill_process_tree", "shutdown", "huttin
 READY_GATE = ("ready to roll", "startup complete", "Uvicorn running", "Started server process")
 SERVING_GATE = (" batch", "throughput", " request ", "Stage] ", "#running-req: ", "Sampling params", "etract")
 
-RETRYING = re.compile(r"\b[Rr]etrying\b|\bwill (?:be )?retr(?:y|ied)\b|\b[Rr]etry(?:ing)? \d+ ?(?:/|of) ?\d+\b")
+RETRYING = re.compile(r"\b[Rr]etrying\b|\b[Ww]ill (?:be )?retr(?:y|ied)\b|\b[Rr]etry(?:ing)? \d+ ?(?:/|of) ?\d+\b")
 """A line saying that what just failed is tried again (``..., retrying 1 of 2``): the error was handled."""
 GIVING_UP = re.compile(r"\bgiv(?:ing|e) up\b|\bgave up\b|\bexhausted\b|\bno (?:more )?retries left\b")
 """... unless the same line says the retries are over."""

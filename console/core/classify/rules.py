@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from console.core.classify.episode import Failure
 from console.core.classify.hints import hint_for, signal_of, signame
 from console.core.classify.lines import Line, clean
+from console.core.classify.patterns import GIVING_UP
 from console.model import (
     Classification,
     ExitRecord,
@@ -199,7 +200,8 @@ class State:
 
     def failure(self, f: Failure) -> None:
         f = infer_cut(f)
-        if not f.terminal and self.retried_heads and _head(f.detail) in self.retried_heads:
+        if not f.terminal and self.retried_heads and _head(f.detail) in self.retried_heads and \
+                not GIVING_UP.search(f.detail or ""):
             if _better(self.demoted.get(f.cause), f):  # one more report of an error that is being retried
                 self.demoted[f.cause] = f
             return
