@@ -312,6 +312,21 @@ ROUND5 = {
     "... and serving after it": (
         UVICORN_PLAIN + 'INFO:     127.0.0.1:50000 - "GET /get_model_info HTTP/1.1" 200 OK\n'
         'INFO:     127.0.0.1:50002 - "POST /generate HTTP/1.1" 200 OK\n', "ready", None),
+    # a multi-pod tailer's prefix (pod, container) is a wrapper: the exception line under it is read
+    "a pod/container tailer's prefix over a traceback: its frames are read": (
+        "web-decode-7d9f8b6c5d-x2k4q server ERROR 03-05 08:00:05 [engine.py:1] Traceback (most recent call last):\n"
+        'web-decode-7d9f8b6c5d-x2k4q server ERROR 03-05 08:00:05 [engine.py:1]   File "/srv/model_runner/'
+        'cuda_graph_runner.py", line 3, in capture\nweb-decode-7d9f8b6c5d-x2k4q server ERROR 03-05 08:00:05 '
+        "[engine.py:1] RuntimeError: kernel launch refused\n", "failed", "cuda_graph"),
+    # Python's report of an exception it ignored is no failure
+    "an ignored exception's traceback on a serving server": (
+        READY + DECODE + "Exception ignored in: <function Pool.__del__ at 0x7f0000000001>\nTraceback (most recent "
+        'call last):\n  File "/usr/lib/python3.12/multiprocessing/pool.py", line 268, in __del__\n'
+        "ValueError: I/O operation on closed file\n", "ready", None),
+    "an ignored atexit exception after the launcher's sigquit (older spelling)": (
+        BANNER + LOAD + "[2026-11-30 10:00:05] Received sigquit from a child proces. It usually means the child "
+        "failed.\nException ignored in atexit callback: <function cleanup at 0x7f0000000002>\nTraceback (most recent "
+        'call last):\n  File "/opt/wrap/run.py", line 20, in cleanup\n    proc.terminate()\n', "failed", "other"),
     # no room for the KV cache, in other words than the usual ones
     "older wording of negative KV memory, then a cut traceback": (
         "INFO 03-05 08:00:01 worker.py:1] the rest of the memory reserved for KV Cache is -0.40GiB.\n"
@@ -343,3 +358,12 @@ def test_an_executors_fatal_signal_then_its_own_cut_traceback_keeps_the_signal_l
     c = classify(worker)
     assert c.state == "failed" and c.cause == "other"
     assert c.line == "(Worker rank=0 pid=77) Traceback (most recent call last):"
+
+
+def test_an_ignored_exception_leaves_the_failure_before_it_decisive():
+    """The launcher's going-down line stays the failure's line when Python then reports an exception it ignored."""
+    sigquit = "[2026-11-30 10:00:05] Received sigquit from a child proces. It usually means the child failed."
+    text = (BANNER + LOAD + sigquit + "\nException ignored in atexit callback: <function cleanup at 0x7f02>\n"
+            'Traceback (most recent call last):\n  File "/opt/wrap/run.py", line 20, in cleanup\n')
+    c = classify(text)
+    assert c.state == "failed" and c.line == sigquit

@@ -128,6 +128,8 @@ class Episode:
     """(raw, body) of the message line under a generic header exception (pydantic's ``Value error, ...``)."""
     header_tag: str | None = None
     """The process tag of the ``Traceback`` header that opened the episode."""
+    ignored: bool = False
+    """The traceback follows Python's ``Exception ignored in ...``: it reports an exception that nothing raised on."""
 
     def consider(self, raw: str, body: str, seq: int, exception: bool, *, weak: bool = False) -> None:
         c = best_of(causes_of(body, exception))

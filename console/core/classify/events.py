@@ -25,6 +25,7 @@ from console.core.classify.patterns import (
     CHILD_CRASH,
     CONFIG_DUMP,
     EXCEPTION,
+    EXCEPTION_IGNORED,
     EXIT_CODE,
     FAULTHANDLER_THREAD,
     FRAME_LINE,
@@ -119,6 +120,8 @@ class Reader:
         """The last line when it was a glog INFO/WARNING line (skipped): should ``Exception raised from ...`` follow,
         it was the message of a C++ exception being thrown (torch's c10::Error), not a warning."""
         """What the last start-up step points at should it fail (``PHASES``)."""
+        self.ignored_seq: int | None = None
+        """The line of Python's ``Exception ignored in ...`` report: the traceback right after it was ignored."""
 
     def copy(self) -> Reader:
         r = Reader()
@@ -126,6 +129,7 @@ class Reader:
         r.phase_guess = self.phase_guess
         r.spec_seen, r.fired_up, r.symptom = self.spec_seen, self.fired_up, self.symptom
         r.glog_quiet = self.glog_quiet
+        r.ignored_seq = self.ignored_seq
         if self.ep is not None:
             r.ep = replace(self.ep, flags=set(self.ep.flags))
         return r
@@ -143,7 +147,7 @@ class Reader:
     def close(self, sink: Sink) -> None:
         if self.ep is not None:
             ep, self.ep = self.ep, None
-            f = ep.to_failure()
+            f = None if ep.ignored else ep.to_failure()
             if f is not None:
                 sink.failure(self._where(f))
             elif ep.last_exc is not None and ep.last_exc[2].rsplit(".", 1)[-1] in STOP_EXCEPTIONS:
@@ -387,9 +391,13 @@ class Reader:
             self.close(sink)
             self.ep = Episode(seq=seq, header=ln.raw)
             return
+        if body.startswith(EXCEPTION_IGNORED):
+            self.close(sink)  # Python reports an exception it ignores (a finaliser's, an atexit callback's)
+            self.ignored_seq = seq
+            return
         if TRACEBACK in body:
             self.close(sink)
-            ep = Episode(seq=seq, header=ln.raw, header_tag=ln.tag)
+            ep = Episode(seq=seq, header=ln.raw, header_tag=ln.tag, ignored=self.ignored_seq == seq - 1)
             head = body.split(TRACEBACK, 1)[0]
             if head.strip():
                 announce_into(ep, ln.raw, head, causes_of(head, False))

@@ -22,6 +22,9 @@ ORPHAN_SGR = re.compile(r"(?<![\w\]])\[[0-9;]{1,12}m")
 """A colour code whose ESC byte was lost when the log was pasted (``[36m(WorkerDict pid=..)[0m``)."""
 
 _COMPOSE = re.compile(r"[\w.\-]{1,80} {1,40}\| ")
+_POD_CONTAINER = re.compile(r"[a-z0-9][a-z0-9.\-]{0,200}-[a-z0-9]{5} [a-z0-9][a-z0-9\-]{0,62} ")
+"""A multi-pod log tailer's prefix (stern, kubetail: ``<pod> <container> ``): a Deployment's pod name ends in its
+replica set's hash and a 5-character suffix (``decode-6c8f9c4df6-vh88z vllm ``)."""
 _CI = re.compile(r" {0,4}\| \[\d{4}-\d\d-\d\dT[\d:.]+Z?\] ")
 _BRACKET_ISO = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ")
 _K8S = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ")
@@ -168,6 +171,10 @@ def read_line(raw: str) -> Line:
                     s = s[g.end():]
         if s is start and c.isalnum() and "|" in s[:120]:
             m = _COMPOSE.match(s)
+            if m:
+                s = s[m.end():]
+        if s is start and first and c.isalnum() and c.islower():
+            m = _POD_CONTAINER.match(s)
             if m:
                 s = s[m.end():]
         if s is start:

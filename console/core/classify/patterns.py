@@ -188,6 +188,9 @@ engine's loop, is a handled request error - and evidence that the server was ser
 CONNECTION_EXCEPTIONS = ("ConnectionResetError", "BrokenPipeError", "ConnectionAbortedError")
 """A socket dropped by its peer: between ranks when raised in torch.distributed's frames (``FRAME_FLAGS`` dist)."""
 IGNORED_EXCEPTIONS = ("SystemExit", "CancelledError", "GeneratorExit")
+EXCEPTION_IGNORED = "Exception ignored in"
+"""Python's unraisable-exception report (``Exception ignored in atexit callback: <function ...>``, ``Exception ignored
+in: <function __del__ ...>``): the traceback under it was printed and dropped; nothing went down because of it."""
 RESPONSE_EXCEPTIONS = ("HTTPException", "RequestValidationError", "WebSocketException")
 """Exceptions a web framework (FastAPI, Starlette) raises to answer one request with an error status
 (``fastapi.exceptions.HTTPException: 500: ...``): a request's error, whatever status it carries; the server serves."""
@@ -587,7 +590,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("native_crash", "other", 12, _rx(
         r"Fatal Python error", r"core dumped", r"terminate called after throwing",
         r"^Aborted\b", r"^what\(\): "), terminal=True),
-    Cause("sigquit", "other", 10, _rx(r"Received sigquit from a child process", r"SIGQUIT received"),
+    # (``proces.``: some SGLang releases' own spelling of the same line)
+    Cause("sigquit", "other", 10, _rx(r"Received sigquit from a child proces", r"SIGQUIT received"),
           terminal=True, stop_induced=True),
     # The shell's note that the server got SIGKILL. With nothing more specific in the log and no stop
     # request, the kernel's OOM killer is by far the usual sender (the exit record's oom_kill says).

@@ -205,21 +205,27 @@ class State:
             if _better(self.demoted.get(f.cause), f):  # one more report of an error that is being retried
                 self.demoted[f.cause] = f
             return
-        prev = self.fresh.get(f.cause)
-        if f.rule == "traceback" and not (prev is not None and self._going_down(prev, f)):
-            # the same, from an unspecific going-down line of the same process with another cause (an executor's
-            # "got fatal signal from worker processes" before its own cut traceback); another process's traceback
-            # (a worker's, tagged) is that worker's own failure and keeps its header
-            prev = max((c for c in self.fresh.values() if c.cause in ("other", "signal_killed") and c.tag == f.tag
-                        and self._going_down(c, f)), key=lambda c: c.seq, default=None)
-        if f.rule == "traceback" and prev is not None and self._going_down(prev, f):
-            # a traceback cut before its exception names nothing: the going-down line just before it (no normal
-            # event between: a launcher's "Received sigquit ..."), the first line of this failure, says it
-            f = replace(f, line=prev.line, detail=prev.detail)
+        if f.rule == "traceback":
+            f = self._cut_takes_line(f)
         if f.request and self.ready_line is None and f.phase != "warmup_failed":
             self.serving(f.line)  # a handled request error: the server was serving requests (the excerpt began later)
         if _better(self.fresh.get(f.cause), f):
             self.fresh[f.cause] = f
+
+    def _cut_takes_line(self, f: Failure) -> Failure:
+        """A traceback cut before its exception names nothing: the failure's line said before it (no normal event
+        between) is its decisive line, the cause stays what the file shows."""
+        prev = self.fresh.get(f.cause)
+        if not (prev is not None and self._going_down(prev, f)):
+            # the going-down line just before it may have another, unspecific cause (an executor's "got fatal signal
+            # from worker processes" before its own cut traceback) when it is the same process's; another process's
+            # traceback (a worker's, tagged) is that worker's own failure and keeps its header
+            prev = max((c for c in self.fresh.values() if c.cause in ("other", "signal_killed") and c.tag == f.tag
+                        and self._going_down(c, f)), key=lambda c: c.seq, default=None)
+        if prev is not None:
+            # the going-down line just before it (a launcher's "Received sigquit ..."), the failure's first line
+            return replace(f, line=prev.line, detail=prev.detail)
+        return f
 
     @staticmethod
     def _going_down(prev: Failure, f: Failure) -> bool:
