@@ -327,6 +327,10 @@ ROUND5 = {
         BANNER + LOAD + "[2026-11-30 10:00:05] Received sigquit from a child proces. It usually means the child "
         "failed.\nException ignored in atexit callback: <function cleanup at 0x7f0000000002>\nTraceback (most recent "
         'call last):\n  File "/opt/wrap/run.py", line 20, in cleanup\n    proc.terminate()\n', "failed", "other"),
+    "a vLLM server refusing that path (404) stays ready": (
+        "(APIServer pid=3) INFO 03-05 08:00:09 [launcher.py:1] Route: /v1/models, Methods: GET\n"
+        "(APIServer pid=3) INFO:     Application startup complete.\n"
+        '(APIServer pid=3) INFO:     127.0.0.1:50000 - "GET /get_model_info HTTP/1.1" 404 Not Found\n', "ready", None),
     # no room for the KV cache, in other words than the usual ones
     "older wording of negative KV memory, then a cut traceback": (
         "INFO 03-05 08:00:01 worker.py:1] the rest of the memory reserved for KV Cache is -0.40GiB.\n"

@@ -321,7 +321,8 @@ class Reader:
         if "HTTP/" in body:
             m = HTTP.search(body)
             if m is not None:
-                if m.group(1) == "GET" and m.group(2).startswith(SGLANG_WARMUP_PATH) and not self.fired_up:
+                if m.group(1) == "GET" and m.group(3) == "200" and m.group(2).startswith(SGLANG_WARMUP_PATH) and \
+                        not self.fired_up:
                     self.close(sink)  # SGLang's warmup asks for its model's info first: still starting
                     self.phase, self.phase_guess = SGLANG_WARMUP_PHASE, False
                     sink.warmup_request()

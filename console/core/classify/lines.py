@@ -22,9 +22,9 @@ ORPHAN_SGR = re.compile(r"(?<![\w\]])\[[0-9;]{1,12}m")
 """A colour code whose ESC byte was lost when the log was pasted (``[36m(WorkerDict pid=..)[0m``)."""
 
 _COMPOSE = re.compile(r"[\w.\-]{1,80} {1,40}\| ")
-_POD_CONTAINER = re.compile(r"[a-z0-9][a-z0-9.\-]{0,200}-[a-z0-9]{5} [a-z0-9][a-z0-9\-]{0,62} ")
+_POD_CONTAINER = re.compile(r"[a-z0-9][a-z0-9.\-]{0,200}-[a-z0-9]{6,10}-[a-z0-9]{5} [a-z0-9][a-z0-9\-]{0,62} ")
 """A multi-pod log tailer's prefix (stern, kubetail: ``<pod> <container> ``): a Deployment's pod name ends in its
-replica set's hash and a 5-character suffix (``decode-6c8f9c4df6-vh88z vllm ``)."""
+replica set's hash (6-10 characters) and a 5-character suffix (``decode-6c8f9c4df6-vh88z vllm ``)."""
 _CI = re.compile(r" {0,4}\| \[\d{4}-\d\d-\d\dT[\d:.]+Z?\] ")
 _BRACKET_ISO = re.compile(r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\] ")
 _K8S = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (?:stdout|stderr) [FP] ")

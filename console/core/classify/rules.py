@@ -69,11 +69,12 @@ MAX_RETRIED = 8
 
 
 def _head(detail: str | None) -> str | None:
-    """What a failure message says before its first ``: `` (``Error retrieving safetensors``), when it has one."""
+    """What a failure message says before its first ``: `` (``Error retrieving safetensors``), when that is a phrase."""
     if not detail or ": " not in detail:
         return None
     head = detail.split(": ", 1)[0].strip()
-    return head if 8 <= len(head) <= 120 else None
+    # a phrase (``Error retrieving safetensors``), not an exception's class name, which other failures share
+    return head if 8 <= len(head) <= 120 and " " in head else None
 
 
 def _better(a: Failure | None, b: Failure) -> bool:
