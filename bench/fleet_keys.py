@@ -8,12 +8,14 @@ The real app (``make_app``) on ``tests/ui_fakes.py``'s ``FakeBackend`` with HOST
 ``bench/b_keys.py``) that shows its effect: ``down`` the highlighted row moved; the filter's ``enter`` (``/`` and a
 host's name typed before, outside the time) the rows filtered; ``escape`` every row back; ``enter`` on a row that
 host's GPU panels on top; ``f`` from there the overview again with all its rows. Prints one line per key and a JSON
-line (``{"hosts", "keys": {key: [ms, ...]}}``) last.
+line (``{"hosts", "keys": {key: [ms, ...]}, "gc_ms": {key: [ms, ...]}}``) last; ``gc_ms`` is the garbage collector's pauses inside
+each sample (``gc.callbacks``), the part of a slow sample the collector took (``console/ui/idle_gc.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import time
@@ -52,16 +54,29 @@ async def main(hosts: int, repeat: int) -> dict:
         return table().row_count if isinstance(app.screen, FleetScreen) else -1
 
     out: dict[str, list[float]] = {}
+    gc_ms: dict[str, list[float]] = {}
+    pauses: list[float] = []
+    began: list[float] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        """The collector's pauses inside a sample (between a key's press and its frame)."""
+        if phase == "start":
+            began[:] = [time.perf_counter()]
+        elif began and state["check"] is not None and state["hit"] is None:
+            pauses.append((time.perf_counter() - began[0]) * 1000)
+    gc.callbacks.append(on_gc)
 
     async def timed(name: str, key: str, cond) -> None:
         state["check"], state["hit"] = cond, None
         t = time.perf_counter()
+        pauses.clear()
         await pilot.press(key)
         end = t + 5
         while state["hit"] is None and time.perf_counter() < end:
             await asyncio.sleep(0.001)
         state["check"] = None
         out.setdefault(name, []).append((state["hit"] - t) * 1000 if state["hit"] else float("inf"))
+        gc_ms.setdefault(name, []).append(sum(pauses))
 
     async with app.run_test(size=(200, 50)) as pilot:
         t0 = time.perf_counter()
@@ -82,7 +97,8 @@ async def main(hosts: int, repeat: int) -> dict:
         for _ in range(repeat):
             await timed("enter (host's panels)", "enter", lambda: isinstance(app.screen, MainScreen))
             await timed("f (overview again)", "f", lambda: fleet_rows() == hosts)
-    return {"hosts": hosts, "keys": out}
+    gc.callbacks.remove(on_gc)
+    return {"hosts": hosts, "keys": out, "gc_ms": gc_ms}
 
 
 if __name__ == "__main__":
@@ -93,4 +109,6 @@ if __name__ == "__main__":
         s = sorted(v)
         print(f"{k:28s} median {s[len(s) // 2]:9.1f}  p95 {s[min(len(s) - 1, int(len(s) * 0.95))]:9.1f}  "
               f"max {s[-1]:9.1f}  n={len(s)}" + ("" if "(s)" in k else " ms"))
+    for k, v in res["gc_ms"].items():
+        print(f"{k:28s} garbage collection inside the sample: max {max(v):7.1f} ms, total {sum(v):7.1f} ms")
     print(json.dumps(res))

@@ -25,6 +25,7 @@ from console.backend import Backend, DeployBackend
 from console.config import ThemeName
 from console.model import AuditEntry, HostView, OperationResult
 from console.ui.format import clean, short
+from console.ui.idle_gc import IdleCollector
 from console.ui.log_follow import LogFollower
 from console.ui.main_screen import KEYS, MainScreen, allowed
 from console.ui.protocols import LogListener
@@ -90,6 +91,8 @@ class MtpConsoleApp(App):
         self.set_theme(theme)  # before the DOM exists: no restyle of every widget at mount
         self.main = MainScreen(self, id="_default")
         """The GPU panels' screen (the default screen)."""
+        self.idle_gc = IdleCollector()
+        """Full garbage collections while the operator is idle (none lands on a keypress)."""
         self.pipeline = ViewPipeline(self)
         self.pending_views = self.pipeline.pending
         self.views = self.pipeline.views
@@ -176,6 +179,8 @@ class MtpConsoleApp(App):
         self.set_interval(0.075, self.flush_logs)
         self.set_interval(1.0, self.age_views)
         self.set_interval(0.25, self.spin)
+        self.idle_gc.start()
+        self.set_interval(1.0, self.idle_gc.tick)
         self.run_worker(self.start_backend(), group="backend", exit_on_error=False)
         self.call_after_refresh(self._start_on_fleet)  # issue 31: a large fleet starts on its overview
         self.set_timer(WARM_THEMES_AFTER_S, self._warm_themes)
@@ -243,7 +248,12 @@ class MtpConsoleApp(App):
         self.pipeline.refresh_ages()
 
     def on_unmount(self) -> None:
-        self.pipeline.unfreeze_heap()
+        self.idle_gc.stop()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseDown)):
+            self.idle_gc.touched()
+        await super().on_event(event)
 
     def flush_logs(self) -> None:
         if self.audit_queue:

@@ -18,6 +18,7 @@ from textual.widget import Widget
 
 from console.backend import Backend, OnSteps
 from console.model import DeploymentRow, HostView, LaunchRequest, OperationResult
+from console.ui.idle_gc import IdleCollector
 from console.ui.widgets.gpu_panel import GpuPanel
 from console.ui.widgets.host_section import HostSection
 from console.ui.widgets.log_pane import LogPane
@@ -186,6 +187,10 @@ class Console(Protocol):
 
     @property
     def advice_actions(self) -> AdviceKeys: ...
+
+    @property
+    def idle_gc(self) -> IdleCollector:
+        """The garbage collector's full collections, run while the operator is idle."""
 
     def apply_views(self, force: bool = False) -> None:
         """Show the views that arrived since the last tick now (``force``: redraw every host)."""

@@ -1,0 +1,102 @@
+"""The idle collector (console/ui/idle_gc.py): full collections only while the operator is idle, bounded."""
+
+from __future__ import annotations
+
+import gc
+
+from console.ui import idle_gc
+from console.ui.idle_gc import IdleCollector
+
+
+class FakeGc:
+    """The ``gc`` functions the collector calls, recorded."""
+
+    def __init__(self) -> None:
+        self.threshold = (700, 10, 10)
+        self.calls: list[str] = []
+        self.enabled = True
+
+    def get_threshold(self):
+        return self.threshold
+
+    def set_threshold(self, *t):
+        self.threshold = t
+
+    def isenabled(self):
+        return self.enabled
+
+    def collect(self):
+        self.calls.append("collect")
+
+    def freeze(self):
+        self.calls.append("freeze")
+
+    def unfreeze(self):
+        self.calls.append("unfreeze")
+
+
+def make():
+    now = [1000.0]
+    fake = FakeGc()
+    c = IdleCollector(clock=lambda: now[0], collector=fake)  # type: ignore[arg-type]
+    c.start()
+    return c, fake, now
+
+
+def test_start_takes_the_oldest_generation_over_and_stop_gives_it_back():
+    c, fake, _ = make()
+    assert fake.threshold == (700, 10, idle_gc.OUT_OF_REACH)
+    c.start()  # idempotent: the saved thresholds stay the collector's own
+    c.stop()
+    assert fake.threshold == (700, 10, 10) and fake.calls == ["unfreeze"]
+
+
+def test_collects_only_when_idle_and_due():
+    c, fake, now = make()
+    now[0] += idle_gc.EVERY_S - 1
+    assert not c.tick()  # not due yet
+    now[0] += 2
+    c.touched()
+    now[0] += idle_gc.IDLE_S / 2
+    assert not c.tick() and fake.calls == []  # the operator is typing
+    now[0] += idle_gc.IDLE_S
+    assert c.tick() and fake.calls == ["collect", "freeze"]
+    assert not c.tick()  # once per EVERY_S
+
+
+def test_overdue_collects_while_typing_and_full_collections_unfreeze_first():
+    c, fake, now = make()
+    for _ in range(int(idle_gc.OVERDUE_S) + 1):  # a key every second for OVERDUE_S
+        now[0] += 1
+        c.touched()
+        if c.tick():
+            break
+    assert fake.calls == ["collect", "freeze"]
+    fake.calls.clear()
+    now[0] = 1000.0 + idle_gc.FULL_EVERY_S + 1  # idle, and the full collection is due
+    assert c.tick() and fake.calls == ["unfreeze", "collect", "freeze"]
+
+
+def test_nothing_while_the_collector_is_paused_or_not_started():
+    c, fake, now = make()
+    fake.enabled = False  # the TUI's start pause (console/commands/tui.py)
+    now[0] += idle_gc.OVERDUE_S + 1
+    assert not c.tick()
+    c.stop()
+    fake.enabled = True
+    assert not c.tick() and fake.calls == ["unfreeze"]
+    c.freeze()  # stopped: no freeze either
+    assert fake.calls == ["unfreeze"]
+
+
+async def test_the_app_runs_it_and_restores_the_collector():
+    from tests.ui_fakes import frozen_app
+
+    before = gc.get_threshold()
+    app = frozen_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert gc.get_threshold()[2] == idle_gc.OUT_OF_REACH
+        last = app.idle_gc.last_input
+        await pilot.press("down")
+        assert app.idle_gc.last_input > last
+    assert gc.get_threshold() == before
