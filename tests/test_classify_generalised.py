@@ -371,3 +371,9 @@ def test_an_ignored_exception_leaves_the_failure_before_it_decisive():
             'Traceback (most recent call last):\n  File "/opt/wrap/run.py", line 20, in cleanup\n')
     c = classify(text)
     assert c.state == "failed" and c.line == sigquit
+
+
+def test_a_reported_native_signal_hints_at_native_code_not_a_kill():
+    c = classify(VLLM_LOAD + "[node2:31:0:31] Caught signal 11 (Segmentation fault: address not mapped to object)\n")
+    assert c.state == "failed" and c.cause == "signal_killed"
+    assert c.hint is not None and "native code" in c.hint

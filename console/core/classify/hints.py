@@ -17,6 +17,8 @@ _MODULE = re.compile(r"No module named '([^']+)'|cannot import name '([^']+)'|un
 _AMBIG = re.compile(r"ambiguous option: (--[\w-]+) could match (.*)")
 _GPU_COUNT = re.compile(r"available GPUs|visible devices|world_size|World size")
 _ARCH = re.compile(r"kernel image|NoKernelImage|invalid device function|code object|NoBinaryForGpu")
+_NATIVE_SIGNAL = re.compile(r"\bsignal:? ?(?:11|7|4|8)\b|SIG(?:SEGV|BUS|ILL|FPE)\b", re.IGNORECASE)
+"""A signal report naming a crash in native code (SIGSEGV, SIGBUS, SIGILL, SIGFPE), not a kill from outside."""
 _MEM_FRACTION = re.compile(r"mem_fraction_static=([\d.]+)")
 _BUILD = re.compile(r"ninja: build stopped|Ninja build failed|nvcc fatal|ptxas fatal|nvcc' failed|JIT compil|Error building extension"
                     r"|Python\.h|C compiler|fatal error: \S+\.h|CalledProcessError: Command|jit/kernel_runtime")
@@ -191,7 +193,7 @@ def _hint_for(cause: FailureCause, c: Failure | None, exit: ExitRecord | None, *
         return ("speculative decoding failed to set up: check --speculative-algorithm, set "
                 "--speculative-num-steps with --speculative-eagle-topk / --speculative-num-draft-tokens, the "
                 "draft model path, and that this model supports the algorithm")
-    if cause == "signal_killed" and rule == "signal_crash":
+    if cause == "signal_killed" and (rule == "signal_crash" or (rule == "signal_report" and _NATIVE_SIGNAL.search(body))):
         return ("a server process died of a signal (its crash handler or Ray says so): SIGSEGV/SIGILL is a crash "
                 "in native code - align torch / CUDA / kernel package versions; SIGBUS in a container is "
                 "usually a small /dev/shm (docker --shm-size); relaunch")
