@@ -269,6 +269,14 @@ ROUND5 = {
         "stopped", None),
     "a handler caught signal 2 by number": (
         READY + DECODE + "[2026-11-30 10:00:20] caught signal 2, stopping\n", "stopped", None),
+    "a wrapper caught SIGTERM by name": (
+        READY + DECODE + "supervisor: Caught SIGTERM, stopping the server\n", "stopped", None),
+    "glog's failure signal handler": (
+        BANNER + LOAD + "*** Aborted at 1767225600 (unix time) try \"date -d @1767225600\" if you are using GNU date ***\n"
+        "*** SIGSEGV (@0x0) received by PID 321 (TID 0x7f00000001) from PID 0; stack trace: ***\n", "failed",
+        "signal_killed"),
+    "a wrapper failed to launch the server": (
+        "Error: Failed to start vLLM server on port 8000 (see vllm.log)\n", "failed", "other"),
     # a web framework's error response is a request's error
     "an HTTPException answering one request, then uvicorn's shutdown": (
         '(APIServer pid=9) ERROR 03-05 08:00:05 [serving.py:1] Error in chat completion\n'

@@ -55,9 +55,10 @@ class Framework:
 
 _NUM = r"(\d+(?:\.\d+)?)"
 
-SIGNAL_STOP = (r"\b[Ss]ignal [Rr]eceived: ?(?:15|2)\b(?!\.\d)", r"\b(?:[Cc]aught|[Rr]eceived|[Gg]ot) signal:? ?(?:15|2)\b(?!\.\d)")
-"""A crash handler's or runtime's report of SIGTERM/SIGINT by number (``Signal Received: 15 (Terminated)``, then its
-backtrace): the process was told to stop from outside, whichever server runs it."""
+SIGNAL_STOP = (r"\b[Ss]ignal [Rr]eceived: ?(?:15|2)\b(?!\.\d)", r"\b(?:[Cc]aught|[Rr]eceived|[Gg]ot) signal:? ?(?:15|2)\b(?!\.\d)",
+               r"\b(?:[Cc]aught|[Gg]ot) (?:signal )?SIG(?:TERM|INT)\b")
+"""A crash handler's or runtime's report of SIGTERM/SIGINT by number or name (``Signal Received: 15 (Terminated)``, then
+its backtrace; ``Caught SIGTERM``): the process was told to stop from outside, whichever server runs it."""
 SIGTERM_NUMBER = re.compile(r"\b[Ss]ignal(?: [Rr]eceived)?:? ?15\b(?!\.\d)")
 """SIGTERM named by its number (``signal 15``)."""
 
@@ -564,6 +565,8 @@ CAUSES: tuple[Cause, ...] = (
         r"\b(?:[Cc]aught|[Rr]eceived|[Gg]ot) (?:fatal )?signal:? ?(?:11|7|4|8)\b(?!\.\d)",
         r"\b[Ss]ignal [Rr]eceived: ?(?:11|7|4|8)\b(?!\.\d)",
         r"\b(?:[Cc]aught|[Rr]eceived|[Gg]ot) (?:fatal )?(?:signal )?SIG(?:SEGV|BUS|ILL|FPE)\b",
+        # glog's / folly's failure signal handler: ``*** SIGSEGV (@0x0) received by PID 12 (TID 0x7f..) ...``
+        r"\*\*\* SIG(?:SEGV|BUS|ILL|FPE) \(@0x[0-9a-f]+\) received by PID",
         r"\b(?:killed|terminated|died|exited|crashed) (?:by|with|from|of|on|due to) (?:a |the )?(?:fatal )?signal:? ?"
         r"(?:(?:11|7|4|8|9)\b(?!\.\d)|SIG(?:SEGV|BUS|ILL|FPE|KILL)\b)"),
         terminal=True),
@@ -585,7 +588,8 @@ CAUSES: tuple[Cause, ...] = (
         # a wrapper that launched the server reporting, by the server's name, that it never came up (InstructLab's
         # ``vLLM failed to start.``)
         r"^(?:[Tt]he )?(?:vLLM|vllm|SGLang|sglang)(?: [\w-]{1,40}){0,2} (?:server |engine |process )?failed to "
-        r"(?:start|launch|come up|initiali[sz]e)\b"),
+        r"(?:start|launch|come up|initiali[sz]e)\b",
+        r"^(?:[Ee]rror: )?[Ff]ailed to (?:start|launch) (?:the )?(?:vLLM|vllm|SGLang|sglang)\b"),
         terminal=True),
     Cause("native_crash", "other", 12, _rx(
         r"Fatal Python error", r"core dumped", r"terminate called after throwing",
