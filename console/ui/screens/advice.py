@@ -63,7 +63,7 @@ class AdviceScreen(ModalScreen["Advice | None"]):
     ]
 
     def __init__(self, items: list[Advice], *, gpu: int, host: str, read_only: bool = False) -> None:
-        super().__init__()
+        super().__init__(classes="dialog-screen")  # opaque: the screen under it is not drawn again (base.tcss)
         self.items, self.gpu, self.host, self.read_only = items, gpu, host, read_only
 
     def compose(self) -> ComposeResult:
