@@ -51,6 +51,15 @@ def test_start_takes_the_oldest_generation_over_and_stop_gives_it_back():
     assert fake.threshold == (700, 10, 10) and fake.calls == ["unfreeze"]
 
 
+def test_a_second_collector_never_keeps_the_threshold_out_of_reach():
+    c, fake, _ = make()
+    other = IdleCollector(collector=fake)  # type: ignore[arg-type]
+    other.start()  # while the first holds the collector
+    c.stop()
+    other.stop()
+    assert fake.threshold[2] == 10
+
+
 def test_collects_only_when_idle_and_due():
     c, fake, now = make()
     now[0] += idle_gc.EVERY_S - 1

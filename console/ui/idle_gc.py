@@ -47,8 +47,11 @@ class IdleCollector:
     def start(self) -> None:
         """Take the oldest generation's automatic collections over (idempotent)."""
         if self.saved is None:
-            self.saved = tuple(self.gc.get_threshold())
-            young = self.saved[:2] if len(self.saved) >= 2 else (700, 10)
+            saved = tuple(self.gc.get_threshold())
+            if len(saved) >= 3 and saved[2] == OUT_OF_REACH:  # another app of this process holds it: the default
+                saved = (*saved[:2], 10)
+            self.saved = saved
+            young = saved[:2] if len(saved) >= 2 else (700, 10)
             self.gc.set_threshold(*young, OUT_OF_REACH)
 
     def stop(self) -> None:
