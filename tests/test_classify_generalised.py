@@ -180,13 +180,17 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_line_family_shapes(name):
-    text, state, cause = CASES[name]
+def reads_as(name: str, text: str, state: str, cause: str | None) -> None:
+    """``text`` classifies as ``state`` (and ``cause``, when given)."""
     c = classify(text)
     assert c.state == state, (name, c)
     if cause is not None:
         assert c.cause == cause, (name, c)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_line_family_shapes(name):
+    reads_as(name, *CASES[name])
 
 
 def test_a_decisive_line_is_never_a_source_or_caret_line():
@@ -351,11 +355,7 @@ ROUND5 = {
 
 @pytest.mark.parametrize("name", list(ROUND5))
 def test_round5_shapes(name):
-    text, state, cause = ROUND5[name]
-    c = classify(text)
-    assert c.state == state, (name, c)
-    if cause is not None:
-        assert c.cause == cause, (name, c)
+    reads_as(name, *ROUND5[name])
 
 
 def test_an_executors_fatal_signal_then_its_own_cut_traceback_keeps_the_signal_line():
