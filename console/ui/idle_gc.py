@@ -41,18 +41,16 @@ class IdleCollector:
         self.last_input = now
         self.last_collect = now
         self.last_full = now
-        self.saved: tuple[int, ...] | None = None
-        self.collections = 0
+        self.saved: tuple[int, int, int] | None = None
 
     def start(self) -> None:
         """Take the oldest generation's automatic collections over (idempotent)."""
         if self.saved is None:
-            saved = tuple(self.gc.get_threshold())
-            if len(saved) >= 3 and saved[2] == OUT_OF_REACH:  # another app of this process holds it: the default
-                saved = (*saved[:2], 10)
-            self.saved = saved
-            young = saved[:2] if len(saved) >= 2 else (700, 10)
-            self.gc.set_threshold(*young, OUT_OF_REACH)
+            young0, young1, oldest = self.gc.get_threshold()
+            if oldest == OUT_OF_REACH:  # another app of this process holds it: CPython's default is the collector's own
+                oldest = 10
+            self.saved = (young0, young1, oldest)
+            self.gc.set_threshold(young0, young1, OUT_OF_REACH)
 
     def stop(self) -> None:
         """Give the collector its own thresholds back and unfreeze the heap."""
@@ -85,5 +83,4 @@ class IdleCollector:
         self.gc.collect()
         self.gc.freeze()
         self.last_collect = self.clock()
-        self.collections += 1
         return True

@@ -51,7 +51,6 @@ class AdviceScreen(ModalScreen["Advice | None"]):
     ``i`` closes, ``q`` quits as on every screen; its own footer lists exactly these keys."""
 
     DEFAULT_CSS = """
-    AdviceScreen { align: center middle; }
     AdviceScreen > VerticalScroll { width: 90%; max-width: 110; height: auto; max-height: 80%;
                                     border: round $primary; background: $surface; padding: 0 1; }
     """
