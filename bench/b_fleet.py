@@ -31,29 +31,45 @@ from bench.stats import cell, percentile, summarize
 from console.core.sessions import ViewMemo
 from console.link.client import LinkListener
 from console.model import HostSnapshot, HostView
+from console.ops.tracker import HostTracker
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 class Console:
-    """The console's per-tick work for every host, with the measurements."""
+    """The console's per-tick work for every host, with the measurements: what the TUI's backend runs per host
+    (``LiveBackend.start``): the link kept up by its own loop (``HostLink.run``: its ticks, pings and reconnects)
+    and a ``HostTracker`` deriving the host's ``HostView`` per sample and tick (views, current sessions, advice)."""
 
     def __init__(self):
         self.lat: list[float] = []
         self.count = 0
         self.views: dict[str, HostView] = {}
+        self.trackers: list[HostTracker] = []
+        self.keepers: list[asyncio.Task] = []
 
-    def listener(self, link) -> LinkListener:
-        console = self
-        memo = ViewMemo()  # what each host's tracker derives with (views again only when their inputs changed)
+    def attach(self, link) -> None:
+        """Run ``link`` as the backend does, its views landing in ``views`` and its samples' latency in ``lat``."""
+        console, seen = self, [None]
 
-        class OnSample(LinkListener):
-            def on_sample(self, snap: HostSnapshot) -> None:
+        def on_view(view: HostView) -> None:
+            console.views[link.name] = view
+            snap = view.snapshot
+            if snap is not seen[0]:  # a new sample (not a tick's view of the same one)
+                seen[0] = snap
                 now = time.time()
-                console.views[link.name] = HostView(snapshot=snap, sessions=memo.views(snap, {}, now))
                 console.lat.append((now - (snap.sampled_at or now)) * 1000)
                 console.count += 1
-        return OnSample()
+        if os.environ.get("FLEET_MINIMAL") == "1":
+            memo = ViewMemo()
+
+            class OnSample(LinkListener):
+                def on_sample(self, snap: HostSnapshot) -> None:
+                    on_view(HostView(snapshot=snap, sessions=memo.views(snap, {}, time.time())))
+            link.listen(OnSample())
+            return
+        self.trackers.append(HostTracker(link, interval=1.0, on_view=on_view, on_log=lambda *a: None))
+        self.keepers.append(asyncio.create_task(link.run()))
 
 
 class SlowCallbacks:
@@ -159,7 +175,7 @@ async def run(ctx, sec) -> None:
                                  "were not measured.")
                 break
             for link in opened:
-                link.listen(console.listener(link))
+                console.attach(link)
             links.extend(opened)
             connect_s = time.perf_counter() - t0
             await asyncio.sleep(warm)
@@ -171,7 +187,7 @@ async def run(ctx, sec) -> None:
             stop_ev = asyncio.Event()
             console.lat.clear()
             slow_cb.slow.clear()
-            c0, w0 = self_cpu(), time.perf_counter()
+            c0, w0, p0 = self_cpu(), time.perf_counter(), _packets_received(links)
             slow_cb.on = True
             probe = asyncio.create_task(_lag_probe(lag, stop_ev))
             await asyncio.sleep(window)
@@ -179,7 +195,7 @@ async def run(ctx, sec) -> None:
             await probe
             slow_cb.on = False
             wall = time.perf_counter() - w0
-            c1 = self_cpu()
+            c1, p1 = self_cpu(), _packets_received(links)
             books = (sum(lk.book.deltas for lk in links), sum(lk.book.full_samples for lk in links),
                      sum(lk.resyncs for lk in links))
             lat = list(console.lat)
@@ -196,6 +212,7 @@ async def run(ctx, sec) -> None:
                 "slow": sorted(slow_cb.slow, reverse=True),
                 "deltas": books[0] - books0[0], "fulls": books[1] - books0[1], "resyncs": books[2] - books0[2],
                 "tick_ms_per_host": (c1 - c0) * 1000 / max(1, len(lat)),
+                "packets_per_sample": (p1 - p0) / max(1, len(lat)),
             })
             books0 = books
             r = rows[-1]
@@ -205,6 +222,9 @@ async def run(ctx, sec) -> None:
     finally:
         slow_cb.__exit__()
         await asyncio.gather(*(lk.close() for lk in links), return_exceptions=True)
+        for t in console.keepers:
+            t.cancel()
+        await asyncio.gather(*console.keepers, return_exceptions=True)
         for p in stand_ins:
             stop(p)
         for srv in srvs:
@@ -239,14 +259,14 @@ async def run(ctx, sec) -> None:
     sec.table(["hosts", "console CPU (% of one core)", "console RSS (Δ vs 0 hosts)", "tick latency sampled_at → console",
                "tick latency p99", "event-loop lag (50 ms timer overshoot)", "event-loop lag p99",
                "callbacks over 50 ms", "samples received / expected", "console CPU per host per tick",
-               "deltas / whole samples (resyncs)",
+               "deltas / whole samples (resyncs)", "SSH packets per sample",
                "SSH server processes CPU", "all agents CPU", "agent CPU per host", "agent tick_ms (per host)",
                "connect all"], [
         [str(r["n"]), f"{r['cpu_pct']:.1f} %", f"{r['rss_mib']:.0f} MiB (+{r['rss_delta_mib']:.0f})", cell(r["lat"]),
          f"{_p99(r, 'lat'):.1f} ms", cell(r["lag"]), f"{_p99(r, 'lag'):.1f} ms",
          (f"{len(r['slow'])} (max {r['slow'][0][0]:.0f} ms)" if r["slow"] else "0"),
          f"{r['received']} / {r['expected']:.0f}", f"{r['tick_ms_per_host']:.3f} ms",
-         f"{r['deltas']} / {r['fulls']} ({r['resyncs']})", f"{r['ssh_pct']:.1f} %", f"{r['agents_pct']:.1f} %",
+         f"{r['deltas']} / {r['fulls']} ({r['resyncs']})", f"{r['packets_per_sample']:.2f}", f"{r['ssh_pct']:.1f} %", f"{r['agents_pct']:.1f} %",
          f"{r['agents_pct'] / max(1, r['n']):.2f} %", cell(r["agent_tick_ms"]), f"{r['connect_s']:.1f} s"]
         for r in rows])
     slowest = [(r["n"], ms, what) for r in rows for ms, what in r["slow"][:3]]
@@ -292,9 +312,19 @@ async def run(ctx, sec) -> None:
                      "O(N²) in asyncssh's parse. The agents load their code from a per-digest cache after the first "
                      "start (console/host/shipboot.py), and AES-GCM is offered first (console/link/ssh.py "
                      "FAST_CIPHERS).")
+    sec.notes.append("The stand-in SSH servers send one packet per channel write, as OpenSSH's sshd does "
+                     "(bench/fleet_server.py send_as_openssh: asyncssh would put an empty SSH_MSG_IGNORE before each, "
+                     "doubling what the console decrypts per sample; tests/test_bench_fleet_server.py counts the real "
+                     "sshd's packets). 'SSH packets per sample' is what the console received over the window divided "
+                     "by the samples: about 1 (plus the odd window adjust or keepalive).")
     sec.notes.append("The agents' CPU is read before and after each window in a worker thread (a /proc walk per "
                      "agent), never on the event loop while the lag probe runs.")
     del per_host
+
+
+def _packets_received(links: list) -> int:
+    """SSH packets the console has received over all links (asyncssh's receive sequence numbers)."""
+    return sum(getattr(lk.conn, "_recv_seq", 0) for lk in links if lk.conn is not None)
 
 
 def _p99(row: dict, key: str) -> float:

@@ -122,6 +122,9 @@ class CurrentState:
         """Sessions whose READY this console has reported (an event once per session)."""
         self._orphans: set[str] = set()
         """The keys of foreign views that appeared as proven orphans (their vanishing names them so)."""
+        self._current_key: tuple | None = None
+        self._current: list[GpuCurrent] = []
+        """The last GPUs' current sessions and what they were made of (made again only when that changed)."""
 
     # ---- what the console did
     def launch_sent(self, p: PendingLaunch) -> None:
@@ -198,7 +201,11 @@ class CurrentState:
             listed |= {(pid, None) for pid, _t in listed}
             for k in [k for k in self.killed if k not in listed]:
                 del self.killed[k]  # the sample agrees it is gone: a later server with that pid is another
-        current = current_by_gpu(out, [g.index for g in snap.gpus], superseded=self.superseded)
+        key = (tuple(out), tuple(g.index for g in snap.gpus), frozenset(self.superseded))
+        if key != self._current_key:  # the same sessions as last time (a sample that changed numbers only)
+            self._current_key = key
+            self._current = current_by_gpu(out, key[1], superseded=self.superseded)
+        current = self._current
         counts = header_counts(current)
         if snap.connection.state == "stale" and "idle" in counts:
             counts["stale"] = counts.get("stale", 0) + counts.pop("idle")  # IDLE is a fact with an age too

@@ -228,6 +228,15 @@ def _age_rule(snap: HostSnapshot, now: float, interval: float, views: list[Sessi
     return views
 
 
+def process_inputs(snap: HostSnapshot) -> tuple:
+    """What a snapshot says of the host's processes: its servers, sessions, other sessions, relatives and each
+    GPU's process list (with the host, its agent's uid and its GPU source). Two snapshots with equal inputs give
+    the same views and the same orphan verdicts; the items are the link's models (an unchanged one is the very
+    object of the last sample: it compares at once, a new one by value)."""
+    return (snap.name, snap.agent_uid, snap.gpu_source, tuple(snap.servers), tuple(snap.sessions),
+            tuple(snap.other_sessions), tuple(snap.relatives), tuple((g.index, tuple(g.procs)) for g in snap.gpus))
+
+
 class ViewMemo:
     """:func:`derive_views` for one host, derived again only when what it reads changed: the snapshot's servers,
     sessions, other sessions and relatives (the link keeps an unchanged item's model: one comparison), the GPUs'
@@ -246,11 +255,7 @@ class ViewMemo:
         """What :func:`derive_views` returns for these arguments."""
         health, launching = health or {}, launching or {}
         sids = [x.session_id for x in snap.sessions]
-        # the items themselves (held, so never mistaken for another at the same address): the same object
-        # compares at once; a new one compares by value
-        key = (snap.name, tuple(snap.servers), tuple(snap.sessions), tuple(snap.other_sessions), tuple(snap.relatives),
-               tuple((g.index, tuple(g.procs)) for g in snap.gpus),
-               tuple((classes.get(sid), health.get(sid), launching.get(sid)) for sid in sids))
+        key = (process_inputs(snap), tuple((classes.get(sid), health.get(sid), launching.get(sid)) for sid in sids))
         if key != self._key:
             self._views, self._key = _session_views(snap, classes, health, launching), key
             self.derived += 1

@@ -130,9 +130,15 @@ def apply(a, patch):
     raise BadDelta("a %r patch does not fit a %s" % (tag, type(a).__name__))
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
+"""The digest's encoder, made once. No check for circular values: a sample is a tree of fresh dicts and lists
+(built by the agent's scan each tick, or read from JSON by the console), so the check would only cost a dict
+insertion per container."""
+
+
 def digest(value):
     """CRC-32 of ``value``'s canonical JSON (sorted keys, no spaces, NaN as JSON's non-standard NaN)."""
-    return zlib.crc32(json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+    return zlib.crc32(_CANONICAL.encode(value).encode("utf-8"))
 
 
 FULL_EVERY = 30

@@ -95,7 +95,8 @@ class LinkListener(Protocol):
         return None
 
     def on_tick(self) -> None:
-        """Half an interval passed while the link is kept up (what depends on age may be derived again)."""
+        """The link, kept up, heard nothing for ``QUIET_TICKS`` intervals (again every as many while silent): what
+        depends on age may be derived again."""
         return None
 
 

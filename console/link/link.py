@@ -45,11 +45,16 @@ STREAM_LIMIT = 64 * 1024 * 1024
 would never complete, since asyncssh stops the sender when its buffer holds a window's worth)."""
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
-PING_EVERY_S = 5.0
-"""Seconds between pings of a link that hears from its agent (the RTT shown)."""
+PING_EVERY_S = 15.0
+"""Seconds between pings of a link that hears from its agent (the RTT shown, at most this old; a silent agent is
+pinged sooner: SILENT_TICKS)."""
 SILENT_TICKS = 2
 """A link that has heard nothing from its agent (no sample, no reply) for this many sample intervals pings it
 at once; no answer within ``HostConfig.ping_timeout`` makes the link ``stale`` until the agent speaks again."""
+QUIET_TICKS = 1.25
+"""A link kept up ticks its listeners (``on_tick``: what depends on age is derived again) when it has heard nothing
+from its agent for this many intervals, and again each time as long again passes in silence; a sample arriving
+each interval means no tick (a fleet's hosts cost nothing between their samples)."""
 AGENT_START_TIMEOUT_S = 30.0
 """How long the agent may take to say hello once the channel is open (a slow host's Python start)."""
 
@@ -111,6 +116,8 @@ class HostLink:
         """When the agent last said anything on the current channel (``time.monotonic``)."""
         self._pinged_at = float("-inf")
         self._ping_task: asyncio.Task | None = None
+        self._ticked_at = float("-inf")
+        self._tick_timer: asyncio.TimerHandle | None = None
         self.conn: asyncssh.SSHClientConnection | None = None
         self.chan: _Channel | None = None
         self.state = "connecting"
@@ -126,6 +133,8 @@ class HostLink:
         self.received_at: float | None = None
         self._snapshot: HostSnapshot | None = None
         self._snapshot_error: str | None = None
+        self._conn_info: tuple[tuple, ConnectionInfo] | None = None
+        """The last snapshot's ConnectionInfo and the link fields it was made of (reused while they are the same)."""
         self.resyncs = 0
         """Whole samples asked for after a gap or a bad delta."""
         self._pending: dict[int, asyncio.Future] = {}
@@ -366,10 +375,13 @@ class HostLink:
                     await self._fail(f"{self.name}: {type(e).__name__}: {e}")
                     continue
             self._wake.clear()
+            self._arm_tick()
             try:
-                await asyncio.wait_for(self._wake.wait(), self._tick_wait())
-            except asyncio.TimeoutError:
-                self._tick()
+                await self._wake.wait()  # a lost channel, retry_now or close; the ticks come from the timer
+            finally:
+                if self._tick_timer is not None:
+                    self._tick_timer.cancel()
+                    self._tick_timer = None
 
     def _pinging(self) -> bool:
         return self._ping_task is not None and not self._ping_task.done()
@@ -379,19 +391,35 @@ class HostLink:
         PING_EVERY_S after the last one."""
         return min(self.heard_at + SILENT_TICKS * self.interval, self._pinged_at + PING_EVERY_S)
 
-    def _tick_wait(self) -> float:
-        """Seconds until the next tick: half an interval, or sooner when a ping falls due."""
-        wait = max(0.05, self.interval / 2)
-        if self.chan is not None and not self._pinging():
-            wait = min(wait, max(0.01, self._ping_due() - time.monotonic()))
-        return wait
+    def _quiet_due(self) -> float:
+        """When the link ticks its listeners (``time.monotonic``): QUIET_TICKS intervals after it last heard from
+        the agent or last ticked, whichever is later. A host whose samples arrive costs no tick at all."""
+        return max(self.heard_at, self._ticked_at) + QUIET_TICKS * max(self.interval, 0.05)
 
-    def _tick(self) -> None:
-        """Ping when due (one at a time, in the background: the ticks go on), then tell the listeners."""
-        if self.chan is not None and not self._pinging() and time.monotonic() >= self._ping_due():
-            self._pinged_at = time.monotonic()
-            self._ping_task = asyncio.create_task(self._ping())
-        self._tell("on_tick")
+    def _tick_wait(self) -> float:
+        """Seconds until the timer is due: the quiet tick, or sooner when a ping falls due."""
+        due = self._quiet_due()
+        if self.chan is not None and not self._pinging():
+            due = min(due, self._ping_due())
+        return max(0.01, due - time.monotonic())
+
+    def _arm_tick(self) -> None:
+        self._tick_timer = asyncio.get_running_loop().call_later(self._tick_wait(), self._on_tick_timer)
+
+    def _on_tick_timer(self) -> None:
+        """The timer: what is due now (a ping, the quiet tick), then the timer again for what is due next (a
+        sample that arrived meanwhile only moves the quiet tick later: one timer callback per interval)."""
+        self._tick_timer = None
+        if self._closed:
+            return
+        now = time.monotonic()
+        if self.chan is not None and not self._pinging() and now >= self._ping_due():
+            self._pinged_at = now
+            self._ping_task = asyncio.get_running_loop().create_task(self._ping())
+        if now >= self._quiet_due():
+            self._ticked_at = now
+            self._tell("on_tick")
+        self._arm_tick()
 
     async def _fail(self, error: str, fatal: bool = False) -> None:
         self.attempts += 1
@@ -574,8 +602,12 @@ class HostLink:
         """The latest immutable view of this host (rebuilt only when something changed)."""
         if self._snapshot is not None:
             return self._snapshot
-        conn = ConnectionInfo(state=self.state, error=self.error, rtt_ms=self.rtt_ms, since=self.since,
-                              attempts=self.attempts, next_retry_at=self.next_retry_at)
+        fields = (self.state, self.error, self.rtt_ms, self.since, self.attempts, self.next_retry_at)
+        if self._conn_info is None or self._conn_info[0] != fields:  # the link's state changes seldom; samples often
+            self._conn_info = (fields, ConnectionInfo(state=self.state, error=self.error, rtt_ms=self.rtt_ms,
+                                                      since=self.since, attempts=self.attempts,
+                                                      next_retry_at=self.next_retry_at))
+        conn = self._conn_info[1]
         self._snapshot_error = None
         try:
             snap = self.book.snapshot(self.name, conn, self.received_at, self.hello)

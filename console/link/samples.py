@@ -126,12 +126,11 @@ class SampleBook:
             and isinstance(self._patch[1], dict) else None
         self._patch = None
         lists = {key: self._models(key, s.get(key, []), patch[1].get(key) if patch else None) for key in LISTS}
-        snap = HostSnapshot(
+        return HostSnapshot(  # the lists' models are taken as they are (pydantic revalidates no instance)
             name=name, connection=conn, sampled_at=s.get("sampled_at"), received_at=received_at,
             hostname=(hello or {}).get("hostname"), gpu_source=s.get("gpu_source", "none"),
             gpu_error=s.get("gpu_error"), agent_uid=(hello or {}).get("uid"), agent_tick_ms=s.get("tick_ms"),
-            gpu_sampled_at=s.get("gpu_sampled_at"))
-        return snap.model_copy(update=lists)
+            gpu_sampled_at=s.get("gpu_sampled_at"), **lists)
 
     def _models(self, key: str, raw: Any, patch: Any = None) -> list[Any]:
         """The models of list ``key``: an item that is the very object seen last time keeps its model; one whose

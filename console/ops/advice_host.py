@@ -25,7 +25,7 @@ from console.core.metrics import (
 from console.core.model_config import ModelConfigError, ModelShape, parse_model_config
 from console.core.orphans import Orphan, find_orphans
 from console.core.planner import parse_server_flags
-from console.core.sessions import derive_views
+from console.core.sessions import derive_views, process_inputs
 from console.link.client import HostClient, Wire
 from console.link.errors import LinkDown, RequestError
 from console.model import (
@@ -159,7 +159,10 @@ def advised_servers(view: HostView) -> list[SessionView]:
     from console.core.current import current_by_gpu
 
     out: list[SessionView] = []
-    for c in current_by_gpu(view.sessions, [g.index for g in view.snapshot.gpus]):
+    # a tracker's view carries its GPUs' current sessions already (the same rule, plus pending launches and the
+    # superseded, which are never live servers)
+    current = view.current or current_by_gpu(view.sessions, [g.index for g in view.snapshot.gpus])
+    for c in current:
         s = c.session
         if s is None or s.state not in LIVE_STATES or not s.gpus or s.gpus[0] != c.index:
             continue
@@ -204,11 +207,31 @@ def _retract_lag(lines: Sequence[str]) -> float | None:
     return None
 
 
+def _live_ids(view: HostView) -> set[str]:
+    return {s.session_id for s in view.sessions if s.session_id and s.state in LIVE_STATES | {"stopping"}}
+
+
 def orphans_of(view: HostView) -> list[Orphan]:
     """The proven orphans of the view's snapshot (:func:`console.core.orphans.find_orphans`): alive, holding GPU
     memory per the GPU source, of an ended session or adopted after whoever started them died."""
-    live = {s.session_id for s in view.sessions if s.session_id and s.state in LIVE_STATES | {"stopping"}}
-    return [o for o in find_orphans(view.snapshot, live_ids=live) if o.held_mib > 0]
+    return [o for o in find_orphans(view.snapshot, live_ids=_live_ids(view)) if o.held_mib > 0]
+
+
+class OrphanMemo:
+    """:func:`orphans_of` for one host, judged again only when what it reads changed (the snapshot's
+    :func:`~console.core.sessions.process_inputs` and the live session ids): a host whose processes stay as they
+    are costs a comparison per reading."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._orphans: list[Orphan] = []
+
+    def orphans(self, view: HostView) -> list[Orphan]:
+        """What :func:`orphans_of` returns for ``view``."""
+        key = (process_inputs(view.snapshot), frozenset(_live_ids(view)))
+        if key != self._key:
+            self._orphans, self._key = orphans_of(view), key
+        return self._orphans
 
 
 async def load_shapes(view: HostView, read_file: ReadFile, cache: dict[str, ModelShape | None]) -> dict[str, ModelShape]:
@@ -228,11 +251,14 @@ async def load_shapes(view: HostView, read_file: ReadFile, cache: dict[str, Mode
 def host_advice(view: HostView, shapes: Mapping[str, ModelShape] | None = None, *,
                 validate: Validator | None = None,
                 history: Mapping[str, Sequence[ServingFigures]] | None = None,
-                logs: LiveLogs | None = None, now: float | None = None) -> list[Advice]:
+                logs: LiveLogs | None = None, now: float | None = None,
+                orphans: Sequence[Orphan] | None = None) -> list[Advice]:
     """The advisor's findings for one host view (``logs``: the live servers' own logs, when read; ``now``: the
-    console's clock, default when the view's sample arrived)."""
+    console's clock, default when the view's sample arrived; ``orphans``: :func:`orphans_of` the view, when the
+    caller has them)."""
     ctxs = server_contexts(view, shapes, history, logs, now)
-    host = HostContext(host=view.snapshot.name, gpus=view.snapshot.gpus, orphans=orphans_of(view),
+    host = HostContext(host=view.snapshot.name, gpus=view.snapshot.gpus,
+                       orphans=list(orphans) if orphans is not None else orphans_of(view),
                        gpu_source=view.snapshot.gpu_source)
     return advise(ctxs, host, validate=validate)
 

@@ -53,6 +53,7 @@ from console.ops.advice_host import (
     LIVE_STATES,
     LOG_TAIL_LINES,
     LiveLogs,
+    OrphanMemo,
     argv_model_path,
     figures_for,
     host_advice,
@@ -119,9 +120,11 @@ class HostTracker:
         self.health_at: dict[str, float] = {}
         self.launching: dict[str, int] = {}
         self.current = CurrentState(link.name, clock)
+        """Launches sent, results confirmed, acknowledgements: the current session of each GPU."""
         self.memo = ViewMemo()
         """The host's views, derived again only when what they read changed (issue 31: a fleet's quiet hosts)."""
-        """Launches sent, results confirmed, acknowledgements: the current session of each GPU."""
+        self.orphans = OrphanMemo()
+        """The advisor's orphans, judged again only when the host's processes changed."""
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self.schema: FlagSchema | None = None
@@ -278,7 +281,8 @@ class HostTracker:
         logs = self._live_logs(keys)
         history = {k: list(self.figure_history[k]) for k in keys if k in self.figure_history}
         try:
-            self.advice = host_advice(view, shapes, validate=self._validate(), history=history, logs=logs)
+            self.advice = host_advice(view, shapes, validate=self._validate(), history=history, logs=logs,
+                                      orphans=self.orphans.orphans(view))
             self.advice_error = None
         except Exception as e:  # advice is an extra: a rule's bug must never stop the live view of a host
             self.advice, self.advice_error = [], f"{type(e).__name__}: {e}"
