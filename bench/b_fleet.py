@@ -2,9 +2,10 @@
 
 The hosts are in-process ``asyncssh`` servers in one helper process (``bench/fleet_server.py``),
 each session running the real agent as its own process (64 hosts = 64 agents). This process is
-the console: one ``HostLink`` per host, and per pushed sample what the backend does per tick
-(an immutable ``HostSnapshot``, ``derive_views`` and a ``HostView``). Sizes grow in place: the
-links of the smaller fleet stay open while more are added.
+the console, running per host what the TUI's backend runs (``LiveBackend.start``): a ``HostLink`` kept up
+by its own loop (``HostLink.run``: its timer, pings and reconnects) and a ``HostTracker`` turning each
+sample into the host's ``HostView`` (the snapshot, its views, the GPUs' current sessions, the advisor).
+Sizes grow in place: the links of the smaller fleet stay open while more are added.
 
 Measured per size, over a window after a warm-up: the console's CPU (this process, getrusage),
 its RSS, its event-loop lag (a 50 ms sleep's overshoot), the tick latency per host (the agent's
@@ -28,9 +29,7 @@ from bench.links import open_link
 from bench.procstat import children_map, self_cpu, self_rss, stat, tree_cpu
 from bench.simhost import start_stand_in, stop, write_sim_dir
 from bench.stats import cell, percentile, summarize
-from console.core.sessions import ViewMemo
-from console.link.client import LinkListener
-from console.model import HostSnapshot, HostView
+from console.model import HostView
 from console.ops.tracker import HostTracker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,14 +59,6 @@ class Console:
                 now = time.time()
                 console.lat.append((now - (snap.sampled_at or now)) * 1000)
                 console.count += 1
-        if os.environ.get("FLEET_MINIMAL") == "1":
-            memo = ViewMemo()
-
-            class OnSample(LinkListener):
-                def on_sample(self, snap: HostSnapshot) -> None:
-                    on_view(HostView(snapshot=snap, sessions=memo.views(snap, {}, time.time())))
-            link.listen(OnSample())
-            return
         self.trackers.append(HostTracker(link, interval=1.0, on_view=on_view, on_log=lambda *a: None))
         self.keepers.append(asyncio.create_task(link.run()))
 
@@ -282,7 +273,10 @@ async def run(ctx, sec) -> None:
         "Console CPU per host per tick ≈ " + ", ".join(f"{r['cpu_pct'] * 10 / r['n']:.2f} ms ({r['n']} hosts)"
                                                        for r in rows) + ": SSH decryption (asyncssh), JSON "
         "parsing of the delta, rebuilding the sample and checking its digest, validating the items that changed, "
-        "and the views (derived again only when their inputs changed: ViewMemo). Per tick means per sample "
+        "and the tracker's HostView (views and orphans judged again only when the host's processes changed, the "
+        "GPUs' current sessions, the advisor at most once a second), the link's pings and quiet ticks. Before "
+        "697bca5 the benchmark ran a lighter listener than the backend's (a snapshot and its views only, no "
+        "tracker, no link loop): its figures of earlier runs are not comparable. Per tick means per sample "
         "received (the console's CPU over the window divided by the samples that arrived in it)"
         + (f"; less the fixed part measured at {rows[0]['n']} host(s) (the lag probe, timers): "
            + ", ".join(f"{(r['cpu_pct'] - rows[0]['cpu_pct']) * 10 / max(1, r['n'] - rows[0]['n']):.3f} ms "
@@ -301,7 +295,9 @@ async def run(ctx, sec) -> None:
         + " The agents' CPU (their whole process trees) is reported apart from the console's.",
         "The serving stand-in is one idle process per host holding 80 GB on each of its 8 simulated GPUs "
         "(8 alloc files); its title does not match the SGLang patterns, so each agent lists only its own host's "
-        "stand-in (as role 'other' via its GPU memory) instead of all of them.",
+        "stand-in (as role 'other' via its GPU memory) instead of all of them. No host serves a live SGLang server "
+        "here: a fleet that does costs the console more per host (the advisor's server rules over its figures, a "
+        "/health probe every few seconds, the log follow), which this benchmark does not measure.",
         f"Per-host memory cost is the RSS growth divided by hosts: ≈ {top['rss_delta_mib'] / max(1, top['n']):.2f} MiB "
         f"at {top['n']} hosts (links, asyncssh connection state, the latest sample and views).",
     ]

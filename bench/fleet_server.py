@@ -107,8 +107,7 @@ async def main(d: Path, n: int, first: int | None = None) -> None:
     servers, known, cfg = [], [], []
     user = os.environ.get("USER") or __import__("getpass").getuser()
     pidns = pidns_works()
-    if os.environ.get("MTPCONSOLE_BENCH_ASYNCSSH_IGNORE") != "1":
-        send_as_openssh()
+    send_as_openssh()
     for i in range(first or 0, (first or 0) + n):
         srv = await asyncssh.create_server(None, "127.0.0.1", 0, server_host_keys=[host_key],
                                            authorized_client_keys=authorized, process_factory=session_factory(d, i, pidns),

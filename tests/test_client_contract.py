@@ -136,6 +136,17 @@ async def test_every_op_through_the_client_returns_its_model(link, tmp_path):
     assert link.heard.states and link.heard.states[-1].state == "connected"
 
 
+async def test_a_link_ticks_its_listeners_only_while_its_agent_is_quiet(link):
+    c: HostClient = link.client
+    assert await c.set_interval(0.1) == 0.1  # samples three times per link interval (0.3 s): never quiet
+    await asyncio.sleep(0.5)
+    ticks = link.heard.ticks
+    await asyncio.sleep(1.5)
+    assert link.heard.ticks == ticks
+    assert await c.set_interval(5.0) == 5.0  # quiet for 0.375 s after each sample: a tick, then one per 0.375 s
+    assert await await_until(lambda: link.heard.ticks >= ticks + 2, 5)
+
+
 async def _host_ops(c: HostClient) -> None:
     hello = await c.hello()
     assert isinstance(hello, AgentHello) and hello.hostname and hello.gpu_source == "sim"

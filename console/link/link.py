@@ -298,8 +298,13 @@ class HostLink:
             self._wake.set()
 
     def _heard(self) -> None:
-        """The agent said something: it is alive now (a stale link is connected again)."""
+        """The agent said something: it is alive now (a stale link is connected again), and the quiet tick moves
+        later (the timer is set again here, in the callback that read the message, rather than waking up once an
+        interval to find that nothing is due)."""
         self.heard_at = time.monotonic()
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
+            self._arm_tick()
         if self.state == "stale":
             self._pinged_at = float("-inf")  # measure the RTT again at the next tick
             self._set_state("connected")
@@ -407,8 +412,7 @@ class HostLink:
         self._tick_timer = asyncio.get_running_loop().call_later(self._tick_wait(), self._on_tick_timer)
 
     def _on_tick_timer(self) -> None:
-        """The timer: what is due now (a ping, the quiet tick), then the timer again for what is due next (a
-        sample that arrived meanwhile only moves the quiet tick later: one timer callback per interval)."""
+        """The timer: what is due now (a ping, the quiet tick), then the timer again for what is due next."""
         self._tick_timer = None
         if self._closed:
             return
