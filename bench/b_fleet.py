@@ -16,6 +16,7 @@ server process and of all the agents.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from bench.simhost import start_stand_in, stop, write_sim_dir
 from bench.stats import cell, percentile, summarize
 from console.model import HostView
 from console.ops.tracker import HostTracker
+from console.ui.idle_gc import IdleCollector
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,6 +63,39 @@ class Console:
                 console.count += 1
         self.trackers.append(HostTracker(link, interval=1.0, on_view=on_view, on_log=lambda *a: None))
         self.keepers.append(asyncio.create_task(link.run()))
+
+
+class GcPauses:
+    """The oldest generation's collections while on, in ms (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.full: list[float] = []
+        self.on = False
+        self._t = 0.0
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._cb)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._cb)
+
+    def clear(self) -> None:
+        self.full.clear()
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._t = time.perf_counter()
+        elif self.on:
+            self.full.append((time.perf_counter() - self._t) * 1000)
+
+
+async def _tick_collector(collector: IdleCollector) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        collector.tick()
 
 
 class SlowCallbacks:
@@ -131,6 +166,12 @@ async def run(ctx, sec) -> None:
     rows = []
     slow_cb = SlowCallbacks(50.0)
     slow_cb.__enter__()
+    # the TUI's collector policy (the one long-running console of a fleet): no automatic full collections, one
+    # when idle at most every 30 s, frozen afterwards; ticked once a second as the app does
+    collector, pauses = IdleCollector(), GcPauses()
+    collector.start()
+    pauses.__enter__()
+    gc_ticks = asyncio.create_task(_tick_collector(collector))
     try:
         deadline = time.monotonic() + 60
         while not all((d / f"ready.{f}").exists() for f in firsts):
@@ -167,6 +208,7 @@ async def run(ctx, sec) -> None:
                 break
             for link in opened:
                 console.attach(link)
+            collector.freeze()  # what the app does once a size's panels are mounted
             links.extend(opened)
             connect_s = time.perf_counter() - t0
             await asyncio.sleep(warm)
@@ -178,13 +220,14 @@ async def run(ctx, sec) -> None:
             stop_ev = asyncio.Event()
             console.lat.clear()
             slow_cb.slow.clear()
+            pauses.clear()
             c0, w0, p0 = self_cpu(), time.perf_counter(), _packets_received(links)
-            slow_cb.on = True
+            slow_cb.on = pauses.on = True
             probe = asyncio.create_task(_lag_probe(lag, stop_ev))
             await asyncio.sleep(window)
             stop_ev.set()
             await probe
-            slow_cb.on = False
+            slow_cb.on = pauses.on = False
             wall = time.perf_counter() - w0
             c1, p1 = self_cpu(), _packets_received(links)
             books = (sum(lk.book.deltas for lk in links), sum(lk.book.full_samples for lk in links),
@@ -201,6 +244,7 @@ async def run(ctx, sec) -> None:
                 "agents_pct": (a1 - a0) / wall * 100,
                 "agent_tick_ms": summarize([lk.sample.get("tick_ms") for lk in links if lk.sample]),
                 "slow": sorted(slow_cb.slow, reverse=True),
+                "gc": list(pauses.full),
                 "deltas": books[0] - books0[0], "fulls": books[1] - books0[1], "resyncs": books[2] - books0[2],
                 "tick_ms_per_host": (c1 - c0) * 1000 / max(1, len(lat)),
                 "packets_per_sample": (p1 - p0) / max(1, len(lat)),
@@ -212,6 +256,9 @@ async def run(ctx, sec) -> None:
                   f"agents {r['agents_pct']:.1f} %, connect {connect_s:.1f} s", file=sys.stderr, flush=True)
     finally:
         slow_cb.__exit__()
+        gc_ticks.cancel()
+        pauses.__exit__()
+        collector.stop()
         await asyncio.gather(*(lk.close() for lk in links), return_exceptions=True)
         for t in console.keepers:
             t.cancel()
@@ -249,13 +296,14 @@ async def run(ctx, sec) -> None:
         sec.verdict = f"quick run ({n} hosts): not a measurement"
     sec.table(["hosts", "console CPU (% of one core)", "console RSS (Δ vs 0 hosts)", "tick latency sampled_at → console",
                "tick latency p99", "event-loop lag (50 ms timer overshoot)", "event-loop lag p99",
-               "callbacks over 50 ms", "samples received / expected", "console CPU per host per tick",
+               "callbacks over 50 ms", "full GC pauses (max)", "samples received / expected", "console CPU per host per tick",
                "deltas / whole samples (resyncs)", "SSH packets per sample",
                "SSH server processes CPU", "all agents CPU", "agent CPU per host", "agent tick_ms (per host)",
                "connect all"], [
         [str(r["n"]), f"{r['cpu_pct']:.1f} %", f"{r['rss_mib']:.0f} MiB (+{r['rss_delta_mib']:.0f})", cell(r["lat"]),
          f"{_p99(r, 'lat'):.1f} ms", cell(r["lag"]), f"{_p99(r, 'lag'):.1f} ms",
          (f"{len(r['slow'])} (max {r['slow'][0][0]:.0f} ms)" if r["slow"] else "0"),
+         (f"{len(r['gc'])} ({max(r['gc']):.0f} ms)" if r["gc"] else "0"),
          f"{r['received']} / {r['expected']:.0f}", f"{r['tick_ms_per_host']:.3f} ms",
          f"{r['deltas']} / {r['fulls']} ({r['resyncs']})", f"{r['packets_per_sample']:.2f}", f"{r['ssh_pct']:.1f} %", f"{r['agents_pct']:.1f} %",
          f"{r['agents_pct'] / max(1, r['n']):.2f} %", cell(r["agent_tick_ms"]), f"{r['connect_s']:.1f} s"]
@@ -313,6 +361,11 @@ async def run(ctx, sec) -> None:
                      "doubling what the console decrypts per sample; tests/test_bench_fleet_server.py counts the real "
                      "sshd's packets). 'SSH packets per sample' is what the console received over the window divided "
                      "by the samples: about 1 (plus the odd window adjust or keepalive).")
+    sec.notes.append("The console runs the TUI's garbage-collector policy (console/ui/idle_gc.py: the oldest "
+                     "generation is never collected automatically; one collection when idle, at most every 30 s, "
+                     "freezing what survived; the heap frozen once a size's links are attached, as the app does once "
+                     "its panels are mounted). 'full GC pauses' are the oldest generation's collections inside the "
+                     "window and their longest pause (part of the event-loop lag).")
     sec.notes.append("The agents' CPU is read before and after each window in a worker thread (a /proc walk per "
                      "agent), never on the event loop while the lag probe runs.")
     del per_host
