@@ -5,7 +5,11 @@ what changed; a lost or garbled delta is refused and a whole sample asked for, a
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from console.config import HostConfig
-from console.host.delta import FULL_EVERY, BadDelta, DeltaSender, apply, canonical, changed_digest, diff
+from console.host.delta import FULL_EVERY, BadDelta, DeltaSender, apply, canonical, changed_digest, diff, digest
 from console.link.link import HostLink
 from console.link.samples import SampleBook
 from console.link.ssh import parse_host_spec
@@ -28,6 +32,9 @@ json_value = st.recursive(json_leaf, lambda kids: st.one_of(st.lists(kids, max_s
                           max_leaves=20)
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
 def wire(obj):
     """What the other end reads: the message through JSON."""
     return json.loads(json.dumps(obj, separators=(",", ":")))
@@ -40,8 +47,47 @@ def test_any_json_round_trips_and_the_base_is_left_alone(values):
         before = json.dumps(a, sort_keys=True)
         p = diff(a, b)
         got = a if p is None else apply(a, wire(p))
-        assert json.dumps(got, sort_keys=True) == json.dumps(b, sort_keys=True)
+        assert json.dumps(got) == json.dumps(b)  # keys in the agent's order too: the digest reads them in order
+        assert digest(got) == digest(b)
         assert json.dumps(a, sort_keys=True) == before
+
+
+def test_keys_added_or_reordered_send_the_dict_whole_in_the_agents_order():
+    assert diff({"x": 1, "y": 2}, {"y": 2, "x": 1}) == ["=", {"y": 2, "x": 1}]
+    assert diff({"x": 1}, {"w": 0, "x": 1}) == ["=", {"w": 0, "x": 1}]
+    assert diff({"x": 1, "y": 2, "z": 3}, {"x": 1, "z": 4}) == ["d", {"z": ["=", 4]}, ["y"]]
+    got = apply({"x": 1, "y": 2}, wire(diff({"x": 1, "y": 2}, {"y": 2, "x": 1})))
+    assert list(got) == ["y", "x"]
+
+
+def test_the_digest_reads_values_not_identities_and_tells_types_apart():
+    shared = [1.5, "é"]
+    assert digest({"a": shared, "b": shared}) == digest(wire({"a": [1.5, "é"], "b": [1.5, "é"]}))
+    assert len({digest(v) for v in (1, 1.0, True, 0.0, -0.0, "1", None, [1], {"1": 1})}) == 9
+    assert digest({"x": 1, "y": 2}) != digest({"y": 2, "x": 1})
+
+
+def _agent_pythons() -> list[str]:
+    found = [sys.executable, *(shutil.which(f"python3.{minor}") or "" for minor in range(8, 15)),
+             *(str(p) for p in Path(os.path.expanduser("~/.pyenv/versions")).glob("3.*/bin/python3")
+               if tuple(map(int, p.parts[-3].split(".")[:2])) >= (3, 8))]
+    return sorted({os.path.realpath(p) for p in found if p and "/shims/" not in p})
+
+
+AGENT_PYTHONS = _agent_pythons()
+"""This interpreter and every other Python >= 3.8 found here (pyenv's, the system's; not pyenv's shims)."""
+
+
+@pytest.mark.parametrize("python", AGENT_PYTHONS)
+def test_the_digest_is_the_same_in_every_python_an_agent_may_run(python):
+    """The agent runs on the host's Python (>= 3.8), the console on its own: equal values, equal digests."""
+    values = wire([{"gpus": [{"index": 0, "power_w": 481.4, "temp_c": -0.0, "name": "NVIDIA H200 ✓", "procs": []}]},
+                   [2**70, -2**40, 3, 1e300, 5e-324, True, None, "\u0000 \ud7ff \ud800", {"": {}}], float("nan")])
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from delta import digest; "
+            "print(json.dumps([digest(v) for v in json.loads(sys.stdin.read())]))")
+    out = subprocess.run([python, "-c", code, str(REPO / "console" / "host")], input=json.dumps(values),
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert json.loads(out) == [digest(v) for v in values]
 
 
 def test_a_type_change_is_a_change():

@@ -7,23 +7,26 @@ A patch is a JSON value of one of three shapes:
 
 - ``["=", value]``: the new value, whole (a scalar that changed, a type that changed, a list of another length
   whose items are not dicts, anything new);
-- ``["d", {key: patch}, [removed keys]]``: a dict of which only the keys named changed;
+- ``["d", {key: patch}, [removed keys]]``: a dict of which only the keys named changed (no key added, the others
+  in the same order: a dict whose keys are added or reordered is sent whole);
 - ``["l", length, {"index": patch}]``: a list now ``length`` long, of which only the indices named changed (the
   ones beyond the old length are ``["=", item]``); the others are the old items.
 
 ``diff(a, b)`` is None when ``a`` and ``b`` are equal as JSON (``1`` and ``1.0`` and ``True`` are not: a type change
-is a change). ``apply(a, patch)`` returns a new value and never changes ``a``; the parts the patch leaves alone are
-``a``'s own objects (the console reuses what it validated of them). A patch that does not fit ``a`` raises
-``BadDelta``: the caller asks for a whole sample instead.
+is a change; nor are two dicts whose keys come in another order). ``apply(a, patch)`` returns a new value and
+never changes ``a``; the parts the patch leaves alone are ``a``'s own objects (the console reuses what it
+validated of them). A patch that does not fit ``a`` raises ``BadDelta``: the caller asks for a whole sample
+instead.
 
-``digest(value)``: a CRC-32 of the value's canonical JSON (sorted keys). A delta carries ``changed_digest``: the
+``digest(value)``: a CRC-32 of the value's marshal bytes (format 2). A delta carries ``changed_digest``: the
 digest of the new values of the top-level keys its patch changes, so that the console can check that what it
 rebuilt there is what the agent holds, byte for byte (the keys a patch leaves alone are the very objects of the
 sample before, which was checked in its turn; a gap is caught by the sequence numbers, not by the digest). Only
-the changed keys are encoded: a whole sample's JSON costs more to encode than the rest of a delta's work.
+the changed keys are encoded: encoding a whole sample costs more than the rest of a delta's work.
 """
 
 import json
+import marshal
 import zlib
 
 
@@ -59,6 +62,8 @@ def diff(a, b):
     if type(a) is not type(b):
         return ["=", b]
     if isinstance(a, dict):
+        if any(k not in a for k in b) or [k for k in a if k in b] != [k for k in b if k in a]:
+            return ["=", b]  # keys added or in another order: whole, so that both sides hold the agent's order
         changed = {}
         for k, v in b.items():
             if k not in a:
@@ -130,15 +135,13 @@ def apply(a, patch):
     raise BadDelta("a %r patch does not fit a %s" % (tag, type(a).__name__))
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
-"""The digest's encoder, made once. No check for circular values: a sample is a tree of fresh dicts and lists
-(built by the agent's scan each tick, or read from JSON by the console), so the check would only cost a dict
-insertion per container."""
-
-
 def digest(value):
-    """CRC-32 of ``value``'s canonical JSON (sorted keys, no spaces, NaN as JSON's non-standard NaN)."""
-    return zlib.crc32(_CANONICAL.encode(value).encode("utf-8"))
+    """CRC-32 of ``value``'s marshal bytes, format version 2: no back-references (those follow object identity and
+    reference counts), so equal values give equal bytes on the agent (Python >= 3.8) and the console; floats as
+    their exact bits, ``1``, ``1.0`` and ``True`` apart, dict keys in their order (``diff`` sends a dict whole when
+    its keys are added or reordered, so both sides hold the agent's order). About a seventh of the cost of the
+    canonical JSON it replaced (sorted keys), which was two thirds of the console's work on a delta."""
+    return zlib.crc32(marshal.dumps(value, 2))
 
 
 FULL_EVERY = 30

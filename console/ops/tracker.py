@@ -125,6 +125,8 @@ class HostTracker:
         """The host's views, derived again only when what they read changed (issue 31: a fleet's quiet hosts)."""
         self.orphans = OrphanMemo()
         """The advisor's orphans, judged again only when the host's processes changed."""
+        self._advised_orphans: list | None = None
+        """The orphans ``advice`` was made of while no server was live (the same list: the same advice)."""
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self.schema: FlagSchema | None = None
@@ -274,6 +276,19 @@ class HostTracker:
             return self.advice
         self.advice_at = now
         live = [s for s in view.sessions if s.state in LIVE_STATES]
+        if not live:  # no server to advise on: the host-wide findings only, which read its orphans only
+            self.figure_history.clear()
+            self.foreign_logs = LiveLogs()
+            orphans = self.orphans.orphans(view)
+            if orphans is not self._advised_orphans or self.advice_error is not None:
+                self._advised_orphans = orphans
+                try:
+                    self.advice = host_advice(view, validate=self._validate(), orphans=orphans)
+                    self.advice_error = None
+                except Exception as e:  # as below
+                    self.advice, self.advice_error = [], f"{type(e).__name__}: {e}"
+            return self.advice
+        self._advised_orphans = None
         if not any(s.session_id is None and s.state == "foreign" for s in live):
             self.foreign_logs = LiveLogs()  # no hand-started server left: nothing of their output is current
         shapes = {k: v for k, v in self.shape_cache.items() if v is not None}
