@@ -98,6 +98,17 @@ async def _tick_collector(collector: IdleCollector) -> None:
         collector.tick()
 
 
+def _what_ran(handle: asyncio.Handle) -> str:
+    """A callback as the report names it: a task's wake-up by the coroutine it resumed (its name and line)."""
+    task = getattr(getattr(handle, "_callback", None), "__self__", None)
+    if isinstance(task, asyncio.Task):
+        coro = task.get_coro()
+        frame = getattr(coro, "cr_frame", None)
+        where = f" at line {frame.f_lineno}" if frame is not None else ""
+        return f"task {getattr(coro, '__qualname__', coro)!s}{where}"[:160]
+    return repr(handle)[:160]
+
+
 class SlowCallbacks:
     """Every event-loop callback that ran longer than ``limit_ms`` while on: what asyncio's slow-callback log
     (debug mode) reports, timed around ``Handle._run`` without debug mode's own costs."""
@@ -118,7 +129,7 @@ class SlowCallbacks:
             finally:
                 took = time.perf_counter() - t
                 if watch.on and took > watch.limit:
-                    watch.slow.append((took * 1000, repr(handle)[:160]))
+                    watch.slow.append((took * 1000, _what_ran(handle)))
         asyncio.events.Handle._run = _run  # type: ignore[method-assign]
         return self
 
