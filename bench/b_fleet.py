@@ -16,7 +16,6 @@ server process and of all the agents.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import os
 import signal
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from bench.fleet_server import host_title
+from bench.gc_pauses import GcPauses
 from bench.links import open_link
 from bench.procstat import children_map, self_cpu, self_rss, stat, tree_cpu
 from bench.simhost import start_stand_in, stop, write_sim_dir
@@ -63,33 +63,6 @@ class Console:
                 console.count += 1
         self.trackers.append(HostTracker(link, interval=1.0, on_view=on_view, on_log=lambda *a: None))
         self.keepers.append(asyncio.create_task(link.run()))
-
-
-class GcPauses:
-    """The oldest generation's collections while on, in ms (gc.callbacks)."""
-
-    def __init__(self) -> None:
-        self.full: list[float] = []
-        self.on = False
-        self._t = 0.0
-
-    def __enter__(self) -> GcPauses:
-        gc.callbacks.append(self._cb)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._cb)
-
-    def clear(self) -> None:
-        self.full.clear()
-
-    def _cb(self, phase: str, info: dict) -> None:
-        if info.get("generation") != 2:
-            return
-        if phase == "start":
-            self._t = time.perf_counter()
-        elif self.on:
-            self.full.append((time.perf_counter() - self._t) * 1000)
 
 
 async def _tick_collector(collector: IdleCollector) -> None:
@@ -179,7 +152,7 @@ async def run(ctx, sec) -> None:
     slow_cb.__enter__()
     # the TUI's collector policy (the one long-running console of a fleet): no automatic full collections, one
     # when idle at most every 30 s, frozen afterwards; ticked once a second as the app does
-    collector, pauses = IdleCollector(), GcPauses()
+    collector, pauses = IdleCollector(), GcPauses(generation=2)
     collector.start()
     pauses.__enter__()
     gc_ticks = asyncio.create_task(_tick_collector(collector))
@@ -231,7 +204,7 @@ async def run(ctx, sec) -> None:
             stop_ev = asyncio.Event()
             console.lat.clear()
             slow_cb.slow.clear()
-            pauses.clear()
+            pauses.pauses.clear()
             c0, w0, p0 = self_cpu(), time.perf_counter(), _packets_received(links)
             slow_cb.on = pauses.on = True
             probe = asyncio.create_task(_lag_probe(lag, stop_ev))
@@ -255,7 +228,7 @@ async def run(ctx, sec) -> None:
                 "agents_pct": (a1 - a0) / wall * 100,
                 "agent_tick_ms": summarize([lk.sample.get("tick_ms") for lk in links if lk.sample]),
                 "slow": sorted(slow_cb.slow, reverse=True),
-                "gc": list(pauses.full),
+                "gc": list(pauses.pauses),
                 "deltas": books[0] - books0[0], "fulls": books[1] - books0[1], "resyncs": books[2] - books0[2],
                 "tick_ms_per_host": (c1 - c0) * 1000 / max(1, len(lat)),
                 "packets_per_sample": (p1 - p0) / max(1, len(lat)),

@@ -15,11 +15,12 @@ each sample (``gc.callbacks``), the part of a slow sample the collector took (``
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import sys
 import time
 from pathlib import Path
+
+from bench.gc_pauses import GcPauses
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,28 +56,21 @@ async def main(hosts: int, repeat: int) -> dict:
 
     out: dict[str, list[float]] = {}
     gc_ms: dict[str, list[float]] = {}
-    pauses: list[float] = []
-    began: list[float] = []
-
-    def on_gc(phase: str, info: dict) -> None:
-        """The collector's pauses inside a sample (between a key's press and its frame)."""
-        if phase == "start":
-            began[:] = [time.perf_counter()]
-        elif began and state["check"] is not None and state["hit"] is None:
-            pauses.append((time.perf_counter() - began[0]) * 1000)
-    gc.callbacks.append(on_gc)
+    gc_watch = GcPauses()  # the collector's pauses inside a sample (between a key's press and its frame)
+    gc_watch.__enter__()
 
     async def timed(name: str, key: str, cond) -> None:
         state["check"], state["hit"] = cond, None
         t = time.perf_counter()
-        pauses.clear()
+        gc_watch.pauses.clear()
+        gc_watch.on = True
         await pilot.press(key)
         end = t + 5
         while state["hit"] is None and time.perf_counter() < end:
             await asyncio.sleep(0.001)
-        state["check"] = None
+        state["check"], gc_watch.on = None, False
         out.setdefault(name, []).append((state["hit"] - t) * 1000 if state["hit"] else float("inf"))
-        gc_ms.setdefault(name, []).append(sum(pauses))
+        gc_ms.setdefault(name, []).append(sum(gc_watch.pauses))
 
     async with app.run_test(size=(200, 50)) as pilot:
         t0 = time.perf_counter()
@@ -97,7 +91,7 @@ async def main(hosts: int, repeat: int) -> dict:
         for _ in range(repeat):
             await timed("enter (host's panels)", "enter", lambda: isinstance(app.screen, MainScreen))
             await timed("f (overview again)", "f", lambda: fleet_rows() == hosts)
-    gc.callbacks.remove(on_gc)
+    gc_watch.__exit__()
     return {"hosts": hosts, "keys": out, "gc_ms": gc_ms}
 
 

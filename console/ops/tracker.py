@@ -276,19 +276,10 @@ class HostTracker:
             return self.advice
         self.advice_at = now
         live = [s for s in view.sessions if s.state in LIVE_STATES]
-        if not live:  # no server to advise on: the host-wide findings only, which read its orphans only
-            self.figure_history.clear()
-            self.foreign_logs = LiveLogs()
-            orphans = self.orphans.orphans(view)
-            if orphans is not self._advised_orphans or self.advice_error is not None:
-                self._advised_orphans = orphans
-                try:
-                    self.advice = host_advice(view, validate=self._validate(), orphans=orphans)
-                    self.advice_error = None
-                except Exception as e:  # as below
-                    self.advice, self.advice_error = [], f"{type(e).__name__}: {e}"
-            return self.advice
-        self._advised_orphans = None
+        orphans = self.orphans.orphans(view)
+        if not live and orphans is self._advised_orphans and self.advice_error is None:
+            return self.advice  # no server to advise on, the same orphans: the same host-wide findings
+        self._advised_orphans = None if live else orphans
         if not any(s.session_id is None and s.state == "foreign" for s in live):
             self.foreign_logs = LiveLogs()  # no hand-started server left: nothing of their output is current
         shapes = {k: v for k, v in self.shape_cache.items() if v is not None}
@@ -297,7 +288,7 @@ class HostTracker:
         history = {k: list(self.figure_history[k]) for k in keys if k in self.figure_history}
         try:
             self.advice = host_advice(view, shapes, validate=self._validate(), history=history, logs=logs,
-                                      orphans=self.orphans.orphans(view))
+                                      orphans=orphans)
             self.advice_error = None
         except Exception as e:  # advice is an extra: a rule's bug must never stop the live view of a host
             self.advice, self.advice_error = [], f"{type(e).__name__}: {e}"
