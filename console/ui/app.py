@@ -256,6 +256,8 @@ class MtpConsoleApp(App):
         await super().on_event(event)
 
     def flush_logs(self) -> None:
+        if not self.main.live:  # composing, or torn down at exit (the queue is shown once composed)
+            return
         if self.audit_queue:
             audit = self.main.audit_pane
             while self.audit_queue:
@@ -263,7 +265,7 @@ class MtpConsoleApp(App):
         self.log_follower.flush()
 
     def spin(self) -> None:
-        if self.animation_level != "none":
+        if self.animation_level != "none" and self.main.live:
             self.main.steps.tick()
 
     def on_resize(self, event: events.Resize) -> None:

@@ -127,6 +127,8 @@ class MainScreen(Screen):
         """The operator toggled compact mode: the terminal size no longer decides."""
         self.composed = False
         """The host sections exist (set once composed, at mount)."""
+        self.groups_bar = GroupsBar(id="groups")
+        """The multi-node groups' line, held like the sections (no query per apply)."""
         self.stacked = False
         """The panes are under the GPU panels (a narrow terminal, :data:`STACK_BELOW`)."""
 
@@ -135,7 +137,7 @@ class MainScreen(Screen):
         yield Header()
         with Horizontal(id="body"):
             with HostsPane(id="hosts"):
-                yield GroupsBar(id="groups")  # a multi-node group once, over the host sections (issue 30)
+                yield self.groups_bar  # a multi-node group once, over the host sections (issue 30)
                 for h in self.console.backend.hosts:
                     self.sections[h] = HostSection(h)
                     yield self.sections[h]
@@ -154,11 +156,18 @@ class MainScreen(Screen):
         self.console.apply_views()  # what arrived while composing: in the first frame
 
     @property
+    def live(self) -> bool:
+        """Composed and not being torn down. At exit Textual removes the screen's widgets, children first, while the
+        app's timers still tick: a view applied then met a section whose groups' line was already gone (the CI run
+        of 8e5627b). Textual's ``display`` reads false from the moment the screen is pruned or closed."""
+        return self.composed and self.display
+
+    @property
     def shown(self) -> bool:
         """On top, or only under screens whose background lets it through (Textual's ``is_current`` counts it as
         current under any one screen, the fleet overview's opaque table included)."""
         stack = self.app.screen_stack
-        return self in stack and all(s.styles.background.a < 1 for s in stack[stack.index(self) + 1:])
+        return self.live and self in stack and all(s.styles.background.a < 1 for s in stack[stack.index(self) + 1:])
 
     def on_screen_resume(self) -> None:
         """On top again (the fleet overview or a table closed): the ages, not redrawn under another screen."""
@@ -179,7 +188,7 @@ class MainScreen(Screen):
 
     def show_groups(self, views: list[HostView]) -> None:
         """Each multi-node group once, over the host sections (issue 30: :class:`GroupsBar`)."""
-        self.query_one(GroupsBar).show(views)
+        self.groups_bar.show(views)
 
     def show_deployment(self, row: DeploymentRow) -> None:
         """A deployment's row (issue 29), above its host's GPU panels."""

@@ -50,6 +50,10 @@ class Panels(Protocol):
         """Its host sections exist (composed, being mounted)."""
 
     @property
+    def live(self) -> bool:
+        """Composed and not being torn down at exit (the timers' ticks then touch no widget)."""
+
+    @property
     def user_compact(self) -> bool:
         """The operator toggled compact mode (``c``): the terminal size no longer decides."""
 

@@ -45,7 +45,7 @@ class ViewPipeline:
     def apply(self, force: bool = False) -> None:
         """Show what arrived since the last tick (``force``: redraw every host)."""
         console, main = self.console, self.console.main
-        if not main.composed:  # the panels' screen is not composed yet: its mount shows them
+        if not main.live:  # not composed yet (its mount shows them) or being torn down at exit
             return
         rows = [self.rows.pop(n) for n in list(self.rows)]
         for row in rows:  # issue 29: each deployment's row, above its host's panels
