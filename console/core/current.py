@@ -203,8 +203,8 @@ class CurrentState:
                 del self.killed[k]  # the sample agrees it is gone: a later server with that pid is another
         key = (tuple(out), tuple(g.index for g in snap.gpus), frozenset(self.superseded))
         if key != self._current_key:  # the same sessions as last time (a sample that changed numbers only)
-            self._current_key = key
             self._current = current_by_gpu(out, key[1], superseded=self.superseded)
+        self._current_key = key  # equal or not: the next sample's unchanged sessions are these very objects
         current = self._current
         counts = header_counts(current)
         if snap.connection.state == "stale" and "idle" in counts:

@@ -257,8 +257,9 @@ class ViewMemo:
         sids = [x.session_id for x in snap.sessions]
         key = (process_inputs(snap), tuple((classes.get(sid), health.get(sid), launching.get(sid)) for sid in sids))
         if key != self._key:
-            self._views, self._key = _session_views(snap, classes, health, launching), key
+            self._views = _session_views(snap, classes, health, launching)
             self.derived += 1
+        self._key = key  # equal or not: the next sample's unchanged items are these very objects (compared at once)
         return _age_rule(snap, now, interval, self._views)
 
 

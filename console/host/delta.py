@@ -106,8 +106,10 @@ def apply(a, patch):
                 raise BadDelta("removes %r, which is not there" % (k,))
             del out[k]
         for k, p in patch[1].items():
-            if isinstance(p, list) and p and p[0] == "=":
-                out[k] = apply(None, p)
+            if type(p) is list and len(p) == 2 and p[0] == "=":
+                out[k] = p[1]  # a new value, whole (inline: most of a sample's patches are such leaves)
+            elif isinstance(p, list) and p and p[0] == "=":
+                out[k] = apply(None, p)  # a malformed one: apply says why
             elif k in out:
                 out[k] = apply(out[k], p)
             else:
@@ -130,7 +132,10 @@ def apply(a, patch):
             raise BadDelta("grows the list to %d without its new items" % n)
         items.extend([None] * (n - len(items)))
         for i, p in fresh.items():
-            items[i] = apply(items[i] if i < len(a) else None, p)
+            if type(p) is list and len(p) == 2 and p[0] == "=":
+                items[i] = p[1]
+            else:
+                items[i] = apply(items[i] if i < len(a) else None, p)
         return items
     raise BadDelta("a %r patch does not fit a %s" % (tag, type(a).__name__))
 

@@ -172,6 +172,9 @@ class SampleBook:
             field = numbers.get(name)
             if field is None or not (isinstance(p, list) and len(p) == 2 and p[0] == "="):
                 return None
+            if type(p[1]) is field[0]:  # the common case, inline: a float for a float field, an int for an int
+                out[name] = p[1]
+                continue
             ok, value = _number(p[1], *field)
             if not ok:
                 return None

@@ -230,7 +230,8 @@ class OrphanMemo:
         """What :func:`orphans_of` returns for ``view``."""
         key = (process_inputs(view.snapshot), frozenset(_live_ids(view)))
         if key != self._key:
-            self._orphans, self._key = orphans_of(view), key
+            self._orphans = orphans_of(view)
+        self._key = key  # equal or not: the next reading's unchanged items are these very objects
         return self._orphans
 
 
