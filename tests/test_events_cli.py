@@ -110,6 +110,10 @@ async def test_health_flap_is_an_event():
         async def request(self, op, args, **kw):
             return {"status": self.answers.pop(0)}
 
+        def snapshot(self):  # a changed answer shows at once: the tracker derives its view again
+            from console.model import ConnectionInfo, HostSnapshot
+            return HostSnapshot(name="h", connection=ConnectionInfo(state="connecting"))  # no reads scheduled
+
     tr = HostTracker(Link(), interval=1.0, on_view=lambda v: None, on_log=lambda *a: None,  # type: ignore[arg-type]
                      clock=lambda: 100.0)
     for _ in range(3):

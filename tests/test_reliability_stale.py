@@ -160,6 +160,37 @@ def try_scrape(port: int) -> dict:
 
 
 @pytest.mark.sshd
+async def test_ready_is_shown_once_health_agrees_and_never_flickers_back_to_loading(sshd, runs_dir, sim):
+    """SGLang's warmup prints its own request's prefill line (serving evidence in the log) a moment before it says
+    it is fired up, and /health answers 503 until then: the tracker's views read LOADING until /health answers
+    200, then READY, never READY, LOADING, READY (the CI run of 507c7da caught that flicker: a first probe's 503
+    made a READY session LOADING for 5 s); the warmup's 503 is no ``health_flap`` event."""
+    d, model = sim
+    lk = sim_link(sshd, runs_dir, d)
+    views: list[HostView] = []
+    tr = HostTracker(lk, interval=INTERVAL, on_view=views.append, on_log=lambda *a: None)
+    runner = asyncio.create_task(lk.run())
+    try:
+        await asyncio.wait_for(lk.connected.wait(), 20)
+        sid = await launch_ready(lk, model)
+        assert await await_until(lambda: session_of(views[-1], sid) is not None
+                                 and session_of(views[-1], sid).state == "ready", 15)
+        await asyncio.sleep(2.0)
+        states = [s.state for v in views if (s := session_of(v, sid)) is not None]
+        first = states.index("ready")
+        assert "loading" not in states[first:], states
+        assert tr.health.get(sid) is True and sid in tr.healthy_once
+        assert not [e for e in views[-1].events if e.kind == "health_flap"], views[-1].events
+        k = await lifecycle.kill(lk, KillTarget(host="testhost", session_id=sid), grace=5)
+        assert k.ok, k
+    finally:
+        await lk.close()
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        cleanup_runs(runs_dir)
+
+
+@pytest.mark.sshd
 async def test_frozen_agent_reads_disconnected_and_stale_in_the_exporter(sshd, runs_dir, sim, tmp_path):
     """`mtpconsole export` as a real process: the frozen host's `host_connected` is 0, its link `stale`, its
     GPU's session `stale` (not `ready`) within the bound; after SIGCONT, 1 and `ready` again."""

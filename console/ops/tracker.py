@@ -66,6 +66,9 @@ from console.ops.server_facts import FactsProbe
 from console.ops.session_log import TAIL_BYTES, SessionLog, SessionLogs, probe_health, read_whole
 
 HEALTH_EVERY_S = 5.0
+HEALTH_RETRY_S = 1.0
+"""A session whose log reads READY but whose /health did not answer 200 (SGLang's warmup: its own request's
+prefill line comes before ``fired up`` and /health answers 503 until then) is asked again this soon."""
 ADVICE_EVERY_S = 1.0
 """The advisor runs at most once a second per host (its rules read trends over minutes)."""
 ADVICE_HISTORY = 60
@@ -117,7 +120,13 @@ class HostTracker:
         self.classes: dict[str, Classification] = {}
         self.ui_follows: set[str] = set()
         self.health: dict[str, bool] = {}
+        """session id -> its last /health verdict (200 or not)."""
         self.health_at: dict[str, float] = {}
+        self.health_tried: set[str] = set()
+        """Sessions whose /health was asked at least once (answered or not: an agent that cannot ask leaves READY
+        to the log alone, as before any probe)."""
+        self.healthy_once: set[str] = set()
+        """Sessions whose /health answered 200 once: only a change after that is a flap (the warmup's 503 is not)."""
         self.launching: dict[str, int] = {}
         self.current = CurrentState(link.name, clock)
         """Launches sent, results confirmed, acknowledgements: the current session of each GPU."""
@@ -212,7 +221,7 @@ class HostTracker:
         ``on_view`` (no I/O: :meth:`schedule` starts the reads). Returns it."""
         self.emitted_at = time.monotonic()
         snap = self.link.snapshot()
-        views = self.memo.views(snap, self.classes, self.clock(), interval=self.interval, health=self.health,
+        views = self.memo.views(snap, self.classes, self.clock(), interval=self.interval, health=self._health(snap),
                              launching=self.launching)
         view = self.current.apply(HostView(snapshot=snap, sessions=views))
         ready = {c.session.session_id for c in view.current if c.session is not None and c.session.state == "ready"}
@@ -223,6 +232,17 @@ class HostTracker:
             view = view.model_copy(update={"server_facts": facts})
         self.on_view(view)
         return view
+
+    def _health(self, snap: HostSnapshot) -> dict[str, bool]:
+        """The /health verdicts the views read: a live session with a port whose log reads READY and whose /health
+        was never asked reads not verified yet (LOADING until it answers 200, a moment later: its probe starts with
+        this view), so that READY is never shown before the server's own health check agrees — SGLang's warmup
+        prints its request's prefill line (serving evidence for the log) a moment before /health answers 200."""
+        unasked = {s.session_id: False for s in snap.sessions
+                   if s.exit is None and s.spec and s.spec.port and s.session_id not in self.health
+                   and s.session_id not in self.health_tried and (c := self.classes.get(s.session_id)) is not None
+                   and c.state == "ready"}
+        return {**self.health, **unasked} if unasked else self.health
 
     def schedule(self, view: HostView) -> None:
         """Start in the background what ``view`` calls for (each at most once at a time): follow a new live
@@ -241,7 +261,8 @@ class HostTracker:
             c = self.classes.get(sid)
             member = bool(s.spec and s.spec.group and s.spec.node_rank)  # a group's rank >= 1: no ready line
             if (s.exit is None and c is not None and (c.state == "ready" or (member and c.state == "loading"))
-                    and now - self.health_at.get(sid, 0) > HEALTH_EVERY_S and s.spec and s.spec.port):
+                    and now - self.health_at.get(sid, 0) > (HEALTH_EVERY_S if self.health.get(sid) else HEALTH_RETRY_S)
+                    and s.spec and s.spec.port):
                 self.health_at[sid] = now
                 self._spawn(f"health:{sid}", self.probe(sid, s.spec.port))
             if (s.exit is None and c is not None and c.state == "ready" and s.spec and s.spec.port
@@ -341,6 +362,7 @@ class HostTracker:
         self.launching.pop(session_id, None)
         if result.ok and result.state == "ready" and result.session_id == session_id:
             self.health[session_id], self.health_at[session_id] = True, self.clock()  # just verified
+            self.healthy_once.add(session_id)
         self.current.launch_done(session_id, result)
         self.update()
 
@@ -362,6 +384,8 @@ class HostTracker:
         for d in (self.logs, self.classes, self.health, self.health_at):
             for sid in [k for k in d if k not in keep]:
                 del d[sid]
+        self.health_tried &= keep
+        self.healthy_once &= keep
         for sid in [k for k in self.facts.latest if k not in keep]:
             self.facts.forget(sid)
 
@@ -384,14 +408,21 @@ class HostTracker:
 
     async def probe(self, sid: str, port: int) -> None:
         """GET /health of the session's server now; a change of its answer is a ``health_flap`` event."""
-        r = await probe_health(self.client, port, 5)
+        try:
+            r = await probe_health(self.client, port, 5)
+        finally:
+            self.health_tried.add(sid)
         ok = r.status == 200
         was = self.health.get(sid)
         self.health[sid] = ok
-        if was is not None and was != ok:  # a flap: READY's health check changed its answer
+        if was is not None and was != ok and sid in self.healthy_once:  # a flap: READY's health check changed
             self.current.event("health_flap", f"session {sid}: GET /health "
                                + ("answers 200 again" if ok else f"now answers {r.status or 'nothing'}"),
                                session_id=sid)
+        if ok:
+            self.healthy_once.add(sid)
+        if ok != was:
+            self.update()  # READY (or not) now, not at the next sample
 
     # -------------------------------------------------------------- UI log
     async def follow(self, sid: str, tail_lines: int) -> list[str]:
