@@ -16,6 +16,7 @@ server process and of all the agents.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from bench.procstat import children_map, self_cpu, self_rss, stat, tree_cpu
 from bench.simhost import start_stand_in, stop, write_sim_dir
 from bench.stats import cell, percentile, summarize
 from console.host.delta import FULL_EVERY
+from console.link.link import HostLink
 from console.model import HostView
 from console.ops.tracker import HostTracker
 from console.ui.idle_gc import IdleCollector
@@ -85,30 +87,71 @@ def _what_ran(handle: asyncio.Handle) -> str:
 
 class SlowCallbacks:
     """Every event-loop callback that ran longer than ``limit_ms`` while on: what asyncio's slow-callback log
-    (debug mode) reports, timed around ``Handle._run`` without debug mode's own costs."""
+    (debug mode) reports, timed around ``Handle._run`` without debug mode's own costs. Each is recorded with what
+    explains it: the thread's CPU time in it (wall time far above it: the console was descheduled, its core given
+    to another process), the garbage collector's pauses in it (any generation) and the agent messages it handled
+    (``HostLink._dispatch`` calls: more than one is a backlog read in one step)."""
 
     def __init__(self, limit_ms: float = 50.0) -> None:
         self.limit = limit_ms / 1000
         self.slow: list[tuple[float, str]] = []
         self.on = False
+        self.gc_s = 0.0
+        self.long_gc: list[tuple[float, int, int]] = []
+        """Collections (any generation) over ``limit_ms`` / 2.5 while on: (ms, generation, objects collected)."""
+        self.dispatched = 0
+        self._gc_began = 0.0
         self._orig = asyncio.events.Handle._run
+        self._orig_dispatch = HostLink._dispatch
 
     def __enter__(self) -> SlowCallbacks:
-        watch, orig = self, self._orig
+        watch, orig, orig_dispatch = self, self._orig, self._orig_dispatch
+        clock, cpu = time.perf_counter, time.thread_time
 
         def _run(handle: asyncio.Handle) -> None:
-            t = time.perf_counter()
+            t, c, g, m = clock(), cpu(), watch.gc_s, watch.dispatched
             try:
                 orig(handle)
             finally:
-                took = time.perf_counter() - t
+                took = clock() - t
                 if watch.on and took > watch.limit:
-                    watch.slow.append((took * 1000, _what_ran(handle)))
-        asyncio.events.Handle._run = _run  # type: ignore[method-assign]
+                    watch.slow.append((took * 1000, f"{_what_ran(handle)} (CPU {(cpu() - c) * 1000:.0f} ms, GC "
+                                       f"{(watch.gc_s - g) * 1000:.0f} ms, {watch.dispatched - m} message(s))"))
+
+        def _dispatch(link: HostLink, msg: dict) -> None:
+            watch.dispatched += 1
+            orig_dispatch(link, msg)
+        asyncio.events.Handle._run = _run  # type: ignore[method-assign,assignment]
+        HostLink._dispatch = _dispatch  # type: ignore[method-assign,assignment]
+        gc.callbacks.append(self._gc)
         return self
 
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        else:
+            took = time.perf_counter() - self._gc_began
+            self.gc_s += took
+            if self.on and took > self.limit / 2.5:
+                self.long_gc.append((took * 1000, info.get("generation", -1), info.get("collected", 0)))
+
     def __exit__(self, *exc: object) -> None:
-        asyncio.events.Handle._run = self._orig  # type: ignore[method-assign]
+        asyncio.events.Handle._run = self._orig  # type: ignore[method-assign,assignment]
+        HostLink._dispatch = self._orig_dispatch  # type: ignore[method-assign,assignment]
+        gc.callbacks.remove(self._gc)
+
+
+def _run_queue_s() -> float:
+    """Seconds this process's threads have waited on a run queue (runnable, not running: another process held the
+    core), from /proc/self/task/*/schedstat; 0.0 where the kernel keeps no schedstats."""
+    total = 0.0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    return total
 
 
 SHARD = 64
@@ -145,7 +188,8 @@ async def run(ctx, sec) -> None:
     nmax = max(sizes)
     # one SSH server process per SHARD hosts: their handshakes and encryption spread over the cores, as N machines'
     firsts = list(range(0, nmax, SHARD))
-    srvs = [subprocess.Popen([sys.executable, "-m", "bench.fleet_server", str(d), str(min(SHARD, nmax - f)), str(f)],
+    nice = ["nice", "-n", str(ctx.hosts_nice)] if getattr(ctx, "hosts_nice", 0) else []
+    srvs = [subprocess.Popen([*nice, sys.executable, "-m", "bench.fleet_server", str(d), str(min(SHARD, nmax - f)), str(f)],
                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=open(d / f"server.{f}.log", "wb"), start_new_session=True) for f in firsts]
     stand_ins = []
@@ -158,6 +202,7 @@ async def run(ctx, sec) -> None:
     # when idle at most every 30 s, frozen afterwards; ticked once a second as the app does
     collector, pauses = IdleCollector(), GcPauses(generation=2)
     collector.start()
+    collector.pace_young(asyncio.get_running_loop())
     pauses.__enter__()
     gc_ticks = asyncio.create_task(_tick_collector(collector))
     try:
@@ -208,8 +253,10 @@ async def run(ctx, sec) -> None:
             stop_ev = asyncio.Event()
             console.lat.clear()
             slow_cb.slow.clear()
+            slow_cb.long_gc.clear()
             pauses.pauses.clear()
-            c0, w0, p0 = self_cpu(), time.perf_counter(), _packets_received(links)
+            c0, w0, p0, q0 = self_cpu(), time.perf_counter(), _packets_received(links), _run_queue_s()
+            g0 = slow_cb.gc_s
             slow_cb.on = pauses.on = True
             probe = asyncio.create_task(_lag_probe(lag, stop_ev))
             await asyncio.sleep(window)
@@ -217,7 +264,8 @@ async def run(ctx, sec) -> None:
             await probe
             slow_cb.on = pauses.on = False
             wall = time.perf_counter() - w0
-            c1, p1 = self_cpu(), _packets_received(links)
+            c1, p1, q1 = self_cpu(), _packets_received(links), _run_queue_s()
+            g1 = slow_cb.gc_s
             books = (sum(lk.book.deltas for lk in links), sum(lk.book.full_samples for lk in links),
                      sum(lk.resyncs for lk in links))
             lat = list(console.lat)
@@ -232,10 +280,13 @@ async def run(ctx, sec) -> None:
                 "agents_pct": (a1 - a0) / wall * 100,
                 "agent_tick_ms": summarize([lk.sample.get("tick_ms") for lk in links if lk.sample]),
                 "slow": sorted(slow_cb.slow, reverse=True),
+                "long_gc": sorted(slow_cb.long_gc, reverse=True),
                 "gc": list(pauses.pauses),
                 "deltas": books[0] - books0[0], "fulls": books[1] - books0[1], "resyncs": books[2] - books0[2],
                 "tick_ms_per_host": (c1 - c0) * 1000 / max(1, len(lat)),
                 "packets_per_sample": (p1 - p0) / max(1, len(lat)),
+                "run_queue_pct": (q1 - q0) / wall * 100,
+                "gc_pct": (g1 - g0) / wall * 100,
             })
             books0 = books
             r = rows[-1]
@@ -284,13 +335,15 @@ async def run(ctx, sec) -> None:
         sec.verdict = f"quick run ({n} hosts): not a measurement"
     sec.table(["hosts", "console CPU (% of one core)", "console RSS (Δ vs 0 hosts)", "tick latency sampled_at → console",
                "tick latency p99", "event-loop lag (50 ms timer overshoot)", "event-loop lag p99",
-               "callbacks over 50 ms", "full GC pauses (max)", "samples received / expected", "console CPU per host per tick",
+               "callbacks over 50 ms", "console waiting for a core (% of the window)", "console in GC (% of the window)",
+               "full GC pauses (max)", "samples received / expected", "console CPU per host per tick",
                "deltas / whole samples (resyncs)", "SSH packets per sample",
                "SSH server processes CPU", "all agents CPU", "agent CPU per host", "agent tick_ms (per host)",
                "connect all"], [
         [str(r["n"]), f"{r['cpu_pct']:.1f} %", f"{r['rss_mib']:.0f} MiB (+{r['rss_delta_mib']:.0f})", cell(r["lat"]),
          f"{_p99(r, 'lat'):.1f} ms", cell(r["lag"]), f"{_p99(r, 'lag'):.1f} ms",
-         (f"{len(r['slow'])} (max {r['slow'][0][0]:.0f} ms)" if r["slow"] else "0"),
+         (f"{len(r['slow'])} (max {r['slow'][0][0]:.0f} ms)" if r["slow"] else "0"), f"{r['run_queue_pct']:.1f} %",
+         f"{r['gc_pct']:.1f} %",
          (f"{len(r['gc'])} ({max(r['gc']):.0f} ms)" if r["gc"] else "0"),
          f"{r['received']} / {r['expected']:.0f}", f"{r['tick_ms_per_host']:.3f} ms",
          f"{r['deltas']} / {r['fulls']} ({r['resyncs']})", f"{r['packets_per_sample']:.2f}", f"{r['ssh_pct']:.1f} %", f"{r['agents_pct']:.1f} %",
@@ -298,8 +351,17 @@ async def run(ctx, sec) -> None:
         for r in rows])
     slowest = [(r["n"], ms, what) for r in rows for ms, what in r["slow"][:3]]
     if slowest:
-        sec.notes.append("Slowest callbacks (hosts, ms, callback): " + "; ".join(
-            f"{n_} hosts {ms:.0f} ms {what}" for n_, ms, what in slowest))
+        sec.notes.append("Slowest callbacks (hosts, ms, callback, the thread's CPU, GC pauses and agent messages in it: "
+                         "a wall time far above its CPU is the console descheduled, not its work): " + "; ".join(
+                             f"{n_} hosts {ms:.0f} ms {what}" for n_, ms, what in slowest))
+    long_gc = [(r["n"], len(r["long_gc"]), r["long_gc"][:3]) for r in rows if r["long_gc"]]
+    if long_gc:
+        sec.notes.append("Collections over 20 ms (any generation; hosts: how many, the longest as ms, generation, "
+                         "objects collected): " + "; ".join(f"{n_} hosts: {k}, " + ", ".join(
+                             f"{ms:.0f} ms gen {g} ({c})" for ms, g, c in top3) for n_, k, top3 in long_gc))
+    sec.notes.append("'console waiting for a core' is the time the console's threads were runnable but not running "
+                     "over the window (/proc/self/task/*/schedstat): other processes of the machine (here the "
+                     "simulated hosts' agents and SSH servers) holding the cores it could have run on.")
     per_host = [(r["cpu_pct"] / r["n"]) for r in rows if r["n"]]
     sec.notes += [
         f"Window {window:.0f} s per size after {warm:.0f} s of warm-up (past each new host's first periodic whole "
@@ -324,6 +386,9 @@ async def run(ctx, sec) -> None:
         "encryption is what real hosts would do each for themselves) and N agents. On a real fleet the agents and "
         "SSH servers run on N different machines; here they compete with the console, which inflates its tick "
         "latency at the larger sizes. "
+        + (f"In this run the simulated hosts (SSH servers, agents) ran at niceness {ctx.hosts_nice} (--hosts-nice), "
+           "so that the console got a core whenever it was runnable, as beside hosts of their own. "
+           if getattr(ctx, "hosts_nice", 0) else "")
         + ("Each simulated host's agent ran in a PID namespace of its own with its stand-in (unshare -pf "
            "--mount-proc, bench/ns_host.py): its /proc scan sees its own host's processes only, as on a machine of "
            "its own." if pidns else

@@ -44,10 +44,12 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 class Ctx:
     """What every benchmark gets: size mode, a private temp dir, a lazily started sshd."""
 
-    def __init__(self, quick: bool, tmp: Path, sizes: list[int] | None = None):
+    def __init__(self, quick: bool, tmp: Path, sizes: list[int] | None = None, hosts_nice: int = 0):
         self.quick, self.tmp = quick, tmp
         self.sizes = sizes
         """``--sizes``: the sizes a scaling benchmark (fleet) runs at, instead of its own."""
+        self.hosts_nice = hosts_nice
+        """``--hosts-nice``: the niceness the fleet's simulated hosts (SSH servers, agents) run at."""
         self._sshd: Sshd | None = None
 
     def n(self, full, quick):
@@ -99,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(default: BENCHMARKS.md for a full run, else print only)")
     ap.add_argument("--sizes", metavar="N,N,...", type=_sizes,
                     help="the sizes a scaling benchmark runs at (fleet: hosts), e.g. 1,64,128,256,512")
+    ap.add_argument("--hosts-nice", metavar="N", type=int, default=0, choices=range(0, 20),
+                    help="fleet: run the simulated hosts (their SSH servers and agents) at this niceness (0-19), so "
+                         "that they yield the cores to the console as hosts of their own would (default 0)")
     args = ap.parse_args(argv)
     keys = args.only or list(BENCHMARKS)
     full = not args.quick and not args.only
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     b0 = machine_busy()
     tmp = Path(tempfile.mkdtemp(prefix="mtpbench-"))
-    ctx = Ctx(args.quick, tmp, args.sizes)
+    ctx = Ctx(args.quick, tmp, args.sizes, args.hosts_nice)
     sections: list[Section] = []
     try:
         for key in keys:

@@ -15,6 +15,8 @@ class FakeGc:
         self.threshold = (700, 10, 10)
         self.calls: list[str] = []
         self.enabled = True
+        self.elapsed = 0.0
+        self.pause_s = 0.0  # how long each collection takes on the fake timer
 
     def get_threshold(self):
         return self.threshold
@@ -25,8 +27,9 @@ class FakeGc:
     def isenabled(self):
         return self.enabled
 
-    def collect(self):
-        self.calls.append("collect")
+    def collect(self, generation=2):
+        self.calls.append("collect" if generation == 2 else f"young{generation}")
+        self.elapsed += self.pause_s
 
     def freeze(self):
         self.calls.append("freeze")
@@ -38,7 +41,7 @@ class FakeGc:
 def make():
     now = [1000.0]
     fake = FakeGc()
-    c = IdleCollector(clock=lambda: now[0], collector=fake)  # type: ignore[arg-type]
+    c = IdleCollector(clock=lambda: now[0], collector=fake, timer=lambda: fake.elapsed)  # type: ignore[arg-type]
     c.start()
     return c, fake, now
 
@@ -109,3 +112,40 @@ async def test_the_app_runs_it_and_restores_the_collector():
         await pilot.press("down")
         assert app.idle_gc.last_input > last
     assert gc.get_threshold() == before
+
+
+def test_paced_young_collections_shorten_their_interval_while_they_pause_long_and_lengthen_it_while_short():
+    c, fake, _ = make()
+    fake.pause_s = 0.010  # 10 ms: over the aim, the interval halves down to its floor
+    delays = [c.young() for _ in range(12)]
+    assert delays[0] == idle_gc.YOUNG_MAX_S / 2 and min(delays) == idle_gc.YOUNG_MIN_S
+    assert all(b <= a for a, b in zip(delays, delays[1:]))
+    fake.pause_s = idle_gc.YOUNG_PAUSE_MS / 2 / 1000  # within the aim: the interval stays
+    assert c.young() == idle_gc.YOUNG_MIN_S
+    fake.pause_s = 0.0001  # an idle console: back to one a second, never beyond
+    delays = [c.young() for _ in range(40)]
+    assert delays[-1] == idle_gc.YOUNG_MAX_S
+    assert set(x for x in fake.calls if x.startswith("young")) == {"young1"}  # both young generations each time
+
+
+def test_no_paced_collection_while_the_collector_is_not_started_or_disabled():
+    fake = FakeGc()
+    c = IdleCollector(collector=fake)  # type: ignore[arg-type]
+    assert c.young() == idle_gc.YOUNG_MAX_S and fake.calls == []
+    c.start()
+    fake.enabled = False
+    assert c.young() == idle_gc.YOUNG_MAX_S and fake.calls == []
+
+
+async def test_pacing_runs_on_the_loop_until_stopped():
+    import asyncio
+
+    c, fake, _ = make()
+    c.young_every = idle_gc.YOUNG_MIN_S
+    c.pace_young(asyncio.get_running_loop())
+    c.pace_young(asyncio.get_running_loop())  # idempotent: one timer
+    await asyncio.sleep(0.2)
+    c.stop()
+    n = sum(x.startswith("young") for x in fake.calls)
+    await asyncio.sleep(0.1)
+    assert 2 <= n == sum(x.startswith("young") for x in fake.calls)  # ran, and stopped with the collector

@@ -180,6 +180,7 @@ class MtpConsoleApp(App):
         self.set_interval(1.0, self.age_views)
         self.set_interval(0.25, self.spin)
         self.idle_gc.start()
+        self.idle_gc.pace_young(asyncio.get_running_loop())
         self.set_interval(1.0, self.idle_gc.tick)
         self.run_worker(self.start_backend(), group="backend", exit_on_error=False)
         self.call_after_refresh(self._start_on_fleet)  # issue 31: a large fleet starts on its overview

@@ -10,10 +10,23 @@ pauses that landed on keypresses (bench/fleet_keys.py reports the collections in
   :data:`EVERY_S`, it collects and freezes what survived, so the next collection walks only what is newer;
 * every :data:`FULL_EVERY_S` (idle too) it unfreezes first, so cyclic garbage among frozen objects is reclaimed;
 * an operator who never pauses still gets a collection after :data:`OVERDUE_S` (memory stays bounded).
+
+The young generations are paced too (:meth:`IdleCollector.young`, on a loop timer). CPython starts a young collection
+when its allocation count (allocations less deallocations of tracked objects) passes 700, and a deallocation of an
+*old* object counts down too: a fleet's console frees the previous sample of each host (old by then) as it takes
+the next, so the count stays low while the young generation fills with the new samples' live objects. At 512 hosts a
+young collection then walked some 90,000 live objects: 30-70 ms pauses, the only callbacks over 50 ms in the fleet
+benchmark (bench/b_fleet.py reports the collections inside each slow callback). Paced collections keep the young
+generations to what a short interval allocates, so each pause is small: the interval halves while a collection takes
+over :data:`YOUNG_PAUSE_MS` and grows back while it takes under a quarter of it, between :data:`YOUNG_MIN_S` and
+:data:`YOUNG_MAX_S` (an idle console wakes once a second for it). Each paced collection is of both young generations
+(``gc.collect(1)``): what survives it goes straight to the oldest, so a sample's objects (alive about one interval
+of the host's, longer than the pacing's) are walked once, not once in each young generation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from collections.abc import Callable
@@ -27,6 +40,12 @@ FULL_EVERY_S = 600.0
 """A collection over the frozen heap too (unfreeze first) this often."""
 OVERDUE_S = 300.0
 """A collection runs after this long even while the operator keeps typing."""
+YOUNG_MIN_S = 0.01
+"""The young generation is collected at most this often (seconds)."""
+YOUNG_MAX_S = 1.0
+"""... and at least this often."""
+YOUNG_PAUSE_MS = 4.0
+"""The pause a paced young collection aims under (ms)."""
 OUT_OF_REACH = 10**9
 """The oldest generation's threshold while the collector is active: never reached by gen-1 collections."""
 
@@ -34,9 +53,15 @@ OUT_OF_REACH = 10**9
 class IdleCollector:
     """Runs the oldest generation's collections when the UI is idle (see the module docstring)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, collector: ModuleType = gc) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, collector: ModuleType = gc,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
         self.gc = collector
+        self.timer = timer
+        self.young_every = YOUNG_MAX_S
+        """Seconds until the next paced young collection (adapted to its pauses, see the module docstring)."""
+        self.young_count = 0
+        self._young_handle: asyncio.TimerHandle | None = None
         now = clock()
         self.last_input = now
         self.last_collect = now
@@ -53,7 +78,10 @@ class IdleCollector:
             self.gc.set_threshold(young0, young1, OUT_OF_REACH)
 
     def stop(self) -> None:
-        """Give the collector its own thresholds back and unfreeze the heap."""
+        """Give the collector its own thresholds back and unfreeze the heap; the young pacing stops."""
+        if self._young_handle is not None:
+            self._young_handle.cancel()
+            self._young_handle = None
         if self.saved is not None:
             self.gc.set_threshold(*self.saved)
             self.saved = None
@@ -84,3 +112,27 @@ class IdleCollector:
         self.gc.freeze()
         self.last_collect = self.clock()
         return True
+
+    def young(self) -> float:
+        """One paced collection of the young generations; returns the seconds until the next, adapted to how long
+        this one took. Nothing while the collector is not started or the garbage collector is disabled."""
+        if self.saved is None or not self.gc.isenabled():
+            return YOUNG_MAX_S
+        self.young_count += 1
+        t = self.timer()
+        self.gc.collect(1)
+        took_ms = (self.timer() - t) * 1000
+        if took_ms > YOUNG_PAUSE_MS:
+            self.young_every = max(YOUNG_MIN_S, self.young_every / 2)
+        elif took_ms < YOUNG_PAUSE_MS / 4:
+            self.young_every = min(YOUNG_MAX_S, self.young_every * 1.5)
+        return self.young_every
+
+    def pace_young(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run :meth:`young` on ``loop``'s timer until :meth:`stop` (idempotent)."""
+        if self._young_handle is not None:
+            return
+
+        def fire() -> None:
+            self._young_handle = loop.call_later(self.young(), fire)
+        self._young_handle = loop.call_later(self.young_every, fire)
