@@ -202,7 +202,8 @@ async def run(ctx, sec) -> None:
     # when idle at most every 30 s, frozen afterwards; ticked once a second as the app does
     collector, pauses = IdleCollector(), GcPauses(generation=2)
     collector.start()
-    collector.pace_young(asyncio.get_running_loop())
+    if getattr(ctx, "young_pacing", True):
+        collector.pace_young(asyncio.get_running_loop())
     pauses.__enter__()
     gc_ticks = asyncio.create_task(_tick_collector(collector))
     try:
@@ -421,6 +422,11 @@ async def run(ctx, sec) -> None:
                      "freezing what survived; the heap frozen once a size's links are attached, as the app does once "
                      "its panels are mounted). 'full GC pauses' are the oldest generation's collections inside the "
                      "window and their longest pause (part of the event-loop lag).")
+    sec.notes.append("Young collections: " + ("paced as the TUI paces them (console/ui/idle_gc.py pace_young: "
+                     "gc.collect(1) on a timer aiming at 4 ms pauses; CPython's young count is decremented by the "
+                     "deallocation of old samples, so unpaced it lets the live new samples pile up for one long "
+                     "collection)." if getattr(ctx, "young_pacing", True) else "left to CPython's thresholds "
+                     "(--young-pacing off), not as the TUI runs."))
     sec.notes.append("The agents' CPU is read before and after each window in a worker thread (a /proc walk per "
                      "agent), never on the event loop while the lag probe runs.")
     del per_host
