@@ -35,7 +35,7 @@ from console.host.delta import FULL_EVERY
 from console.link.link import HostLink
 from console.model import HostView
 from console.ops.tracker import HostTracker
-from console.ui.idle_gc import IdleCollector
+from console.ui.idle_gc import YOUNG_SAMPLE_EVERY, IdleCollector
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,6 +97,8 @@ class SlowCallbacks:
         self.slow: list[tuple[float, str]] = []
         self.on = False
         self.gc_s = 0.0
+        self.gc_collected = 0
+        """Objects the collections found unreachable (cyclic garbage) while on."""
         self.long_gc: list[tuple[float, int, int]] = []
         """Collections (any generation) over ``limit_ms`` / 2.5 while on: (ms, generation, objects collected)."""
         self.dispatched = 0
@@ -132,6 +134,8 @@ class SlowCallbacks:
         else:
             took = time.perf_counter() - self._gc_began
             self.gc_s += took
+            if self.on:
+                self.gc_collected += info.get("collected", 0)
             if self.on and took > self.limit / 2.5:
                 self.long_gc.append((took * 1000, info.get("generation", -1), info.get("collected", 0)))
 
@@ -200,9 +204,10 @@ async def run(ctx, sec) -> None:
     slow_cb.__enter__()
     # the TUI's collector policy (the one long-running console of a fleet): no automatic full collections, one
     # when idle at most every 30 s, frozen afterwards; ticked once a second as the app does
-    collector, pauses = IdleCollector(), GcPauses(generation=2)
+    pacing = getattr(ctx, "young_pacing", "on")
+    collector, pauses = IdleCollector(sample_every=1 if pacing == "collect" else YOUNG_SAMPLE_EVERY), GcPauses(generation=2)
     collector.start()
-    if getattr(ctx, "young_pacing", True):
+    if pacing != "off":
         collector.pace_young(asyncio.get_running_loop())
     pauses.__enter__()
     gc_ticks = asyncio.create_task(_tick_collector(collector))
@@ -257,7 +262,7 @@ async def run(ctx, sec) -> None:
             slow_cb.long_gc.clear()
             pauses.pauses.clear()
             c0, w0, p0, q0 = self_cpu(), time.perf_counter(), _packets_received(links), _run_queue_s()
-            g0 = slow_cb.gc_s
+            g0, k0 = slow_cb.gc_s, slow_cb.gc_collected
             slow_cb.on = pauses.on = True
             probe = asyncio.create_task(_lag_probe(lag, stop_ev))
             await asyncio.sleep(window)
@@ -266,7 +271,7 @@ async def run(ctx, sec) -> None:
             slow_cb.on = pauses.on = False
             wall = time.perf_counter() - w0
             c1, p1, q1 = self_cpu(), _packets_received(links), _run_queue_s()
-            g1 = slow_cb.gc_s
+            g1, k1 = slow_cb.gc_s, slow_cb.gc_collected
             books = (sum(lk.book.deltas for lk in links), sum(lk.book.full_samples for lk in links),
                      sum(lk.resyncs for lk in links))
             lat = list(console.lat)
@@ -288,6 +293,7 @@ async def run(ctx, sec) -> None:
                 "packets_per_sample": (p1 - p0) / max(1, len(lat)),
                 "run_queue_pct": (q1 - q0) / wall * 100,
                 "gc_pct": (g1 - g0) / wall * 100,
+                "garbage_per_s": (k1 - k0) / wall,
             })
             books0 = books
             r = rows[-1]
@@ -337,14 +343,14 @@ async def run(ctx, sec) -> None:
     sec.table(["hosts", "console CPU (% of one core)", "console RSS (Δ vs 0 hosts)", "tick latency sampled_at → console",
                "tick latency p99", "event-loop lag (50 ms timer overshoot)", "event-loop lag p99",
                "callbacks over 50 ms", "console waiting for a core (% of the window)", "console in GC (% of the window)",
-               "full GC pauses (max)", "samples received / expected", "console CPU per host per tick",
+               "cyclic garbage found (objects/s)", "full GC pauses (max)", "samples received / expected", "console CPU per host per tick",
                "deltas / whole samples (resyncs)", "SSH packets per sample",
                "SSH server processes CPU", "all agents CPU", "agent CPU per host", "agent tick_ms (per host)",
                "connect all"], [
         [str(r["n"]), f"{r['cpu_pct']:.1f} %", f"{r['rss_mib']:.0f} MiB (+{r['rss_delta_mib']:.0f})", cell(r["lat"]),
          f"{_p99(r, 'lat'):.1f} ms", cell(r["lag"]), f"{_p99(r, 'lag'):.1f} ms",
          (f"{len(r['slow'])} (max {r['slow'][0][0]:.0f} ms)" if r["slow"] else "0"), f"{r['run_queue_pct']:.1f} %",
-         f"{r['gc_pct']:.1f} %",
+         f"{r['gc_pct']:.1f} %", f"{r['garbage_per_s']:.0f}",
          (f"{len(r['gc'])} ({max(r['gc']):.0f} ms)" if r["gc"] else "0"),
          f"{r['received']} / {r['expected']:.0f}", f"{r['tick_ms_per_host']:.3f} ms",
          f"{r['deltas']} / {r['fulls']} ({r['resyncs']})", f"{r['packets_per_sample']:.2f}", f"{r['ssh_pct']:.1f} %", f"{r['agents_pct']:.1f} %",
@@ -422,11 +428,16 @@ async def run(ctx, sec) -> None:
                      "freezing what survived; the heap frozen once a size's links are attached, as the app does once "
                      "its panels are mounted). 'full GC pauses' are the oldest generation's collections inside the "
                      "window and their longest pause (part of the event-loop lag).")
-    sec.notes.append("Young collections: " + ("paced as the TUI paces them (console/ui/idle_gc.py pace_young: "
-                     "gc.collect(1) on a timer aiming at 4 ms pauses; CPython's young count is decremented by the "
-                     "deallocation of old samples, so unpaced it lets the live new samples pile up for one long "
-                     "collection)." if getattr(ctx, "young_pacing", True) else "left to CPython's thresholds "
-                     "(--young-pacing off), not as the TUI runs."))
+    sec.notes.append("Young collections: " + {
+        "on": "paced as the TUI paces them (console/ui/idle_gc.py pace_young: gc.collect(1) on a timer aiming at 4 ms "
+              "pauses; while those find no garbage, one tick in %d collects and the others freeze the young "
+              "generations; CPython's young count is decremented by the deallocation of old samples, so unpaced it lets "
+              "the live new samples pile up for one long collection). 'cyclic garbage found' is what the collections "
+              "in the window found unreachable." % YOUNG_SAMPLE_EVERY,
+        "collect": "paced, every tick a collection, none frozen (--young-pacing collect), not as the TUI runs.",
+        "off": "left to CPython's thresholds (--young-pacing off), not as the TUI runs."}[pacing]
+        + (f" Paced ticks in the run: {collector.young_count}, {collector.young_frozen} of them freezes."
+           if pacing != "off" else ""))
     sec.notes.append("The agents' CPU is read before and after each window in a worker thread (a /proc walk per "
                      "agent), never on the event loop while the lag probe runs.")
     del per_host

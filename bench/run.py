@@ -45,14 +45,15 @@ class Ctx:
     """What every benchmark gets: size mode, a private temp dir, a lazily started sshd."""
 
     def __init__(self, quick: bool, tmp: Path, sizes: list[int] | None = None, hosts_nice: int = 0,
-                 young_pacing: bool = True):
+                 young_pacing: str = "on"):
         self.quick, self.tmp = quick, tmp
         self.sizes = sizes
         """``--sizes``: the sizes a scaling benchmark (fleet) runs at, instead of its own."""
         self.hosts_nice = hosts_nice
         """``--hosts-nice``: the niceness the fleet's simulated hosts (SSH servers, agents) run at."""
         self.young_pacing = young_pacing
-        """``--young-pacing``: the fleet's console paces its young collections as the TUI does (off: CPython's)."""
+        """``--young-pacing``: the fleet's console paces its young collections as the TUI does (on), collects at every
+        paced tick (collect: no freezes), or leaves them to CPython (off)."""
         self._sshd: Sshd | None = None
 
     def n(self, full, quick):
@@ -107,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hosts-nice", metavar="N", type=int, default=0, choices=range(0, 20),
                     help="fleet: run the simulated hosts (their SSH servers and agents) at this niceness (0-19), so "
                          "that they yield the cores to the console as hosts of their own would (default 0)")
-    ap.add_argument("--young-pacing", choices=("on", "off"), default="on",
-                    help="fleet: pace the console's young collections as the TUI does (console/ui/idle_gc.py), or "
-                         "leave them to CPython's thresholds (off), for an A/B of the two (default on)")
+    ap.add_argument("--young-pacing", choices=("on", "collect", "off"), default="on",
+                    help="fleet: pace the console's young collections as the TUI does (on: console/ui/idle_gc.py), "
+                         "collect at every paced tick without freezing (collect), or leave them to CPython's "
+                         "thresholds (off), for an A/B (default on)")
     args = ap.parse_args(argv)
     keys = args.only or list(BENCHMARKS)
     full = not args.quick and not args.only
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     b0 = machine_busy()
     tmp = Path(tempfile.mkdtemp(prefix="mtpbench-"))
-    ctx = Ctx(args.quick, tmp, args.sizes, args.hosts_nice, args.young_pacing == "on")
+    ctx = Ctx(args.quick, tmp, args.sizes, args.hosts_nice, args.young_pacing)
     sections: list[Section] = []
     try:
         for key in keys:

@@ -17,6 +17,7 @@ class FakeGc:
         self.enabled = True
         self.elapsed = 0.0
         self.pause_s = 0.0  # how long each collection takes on the fake timer
+        self.found = 1  # the unreachable objects each collection finds
 
     def get_threshold(self):
         return self.threshold
@@ -30,6 +31,7 @@ class FakeGc:
     def collect(self, generation=2):
         self.calls.append("collect" if generation == 2 else f"young{generation}")
         self.elapsed += self.pause_s
+        return self.found
 
     def freeze(self):
         self.calls.append("freeze")
@@ -126,6 +128,22 @@ def test_paced_young_collections_shorten_their_interval_while_they_pause_long_an
     delays = [c.young() for _ in range(40)]
     assert delays[-1] == idle_gc.YOUNG_MAX_S
     assert set(x for x in fake.calls if x.startswith("young")) == {"young1"}  # both young generations each time
+
+
+def test_while_collections_find_no_garbage_one_tick_in_n_collects_and_the_others_freeze():
+    c, fake, _ = make()
+    fake.found = 0
+    c.young()  # finds nothing
+    for _ in range(3 * idle_gc.YOUNG_SAMPLE_EVERY):
+        c.young()
+    young = [x for x in fake.calls if x in ("young1", "freeze")]
+    assert young[0] == "young1" and young.count("young1") == 4 and c.young_frozen == young.count("freeze") == 21
+    fake.found = 5  # garbage again: the sampled collection sees it, and every tick collects until one finds none
+    fake.calls.clear()
+    for _ in range(idle_gc.YOUNG_SAMPLE_EVERY + 3):
+        c.young()
+    assert fake.calls[fake.calls.index("young1"):] == ["young1"] * (fake.calls.count("young1"))
+    assert fake.calls.count("young1") >= 3
 
 
 def test_no_paced_collection_while_the_collector_is_not_started_or_disabled():

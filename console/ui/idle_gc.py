@@ -22,6 +22,15 @@ over :data:`YOUNG_PAUSE_MS` and grows back while it takes under a quarter of it,
 :data:`YOUNG_MAX_S` (an idle console wakes once a second for it). Each paced collection is of both young generations
 (``gc.collect(1)``): what survives it goes straight to the oldest, so a sample's objects (alive about one interval
 of the host's, longer than the pacing's) are walked once, not once in each young generation.
+
+Walking them once is still most of the collector's cost (~9 % of the console's CPU at 512 hosts), and a fleet's
+samples are acyclic: those collections find no garbage at all (bench/b_fleet.py reports the cyclic garbage found,
+0 objects/s). So while the paced collections find nothing, only one paced tick in :data:`YOUNG_SAMPLE_EVERY`
+collects (what is newer than the last tick: a sample of the garbage being made) and the others freeze the young
+generations instead, which walks nothing. As soon as a sampled collection finds garbage, every tick collects again
+until one finds none. What a freeze hides from the collector is reclaimed by the unfreezing collection every
+:data:`FULL_EVERY_S`; refcounting frees it all as usual, and a freeze only delays the reclaim of cycles made while the
+sampled collections found none.
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ YOUNG_MAX_S = 1.0
 """... and at least this often."""
 YOUNG_PAUSE_MS = 4.0
 """The pause a paced young collection aims under (ms)."""
+YOUNG_SAMPLE_EVERY = 8
+"""While paced collections find no garbage, one paced tick in this many collects and the others freeze."""
 OUT_OF_REACH = 10**9
 """The oldest generation's threshold while the collector is active: never reached by gen-1 collections."""
 
@@ -54,13 +65,18 @@ class IdleCollector:
     """Runs the oldest generation's collections when the UI is idle (see the module docstring)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, collector: ModuleType = gc,
-                 timer: Callable[[], float] = time.perf_counter) -> None:
+                 timer: Callable[[], float] = time.perf_counter, sample_every: int = YOUNG_SAMPLE_EVERY) -> None:
         self.clock = clock
+        self.sample_every = max(1, sample_every)
+        """:data:`YOUNG_SAMPLE_EVERY` (1: every paced tick collects, none freezes)."""
         self.gc = collector
         self.timer = timer
         self.young_every = YOUNG_MAX_S
         """Seconds until the next paced young collection (adapted to its pauses, see the module docstring)."""
         self.young_count = 0
+        self.young_frozen = 0
+        """Paced ticks that froze the young generations instead of collecting them (nothing found before)."""
+        self._barren = False
         self._young_handle: asyncio.TimerHandle | None = None
         now = clock()
         self.last_input = now
@@ -114,14 +130,20 @@ class IdleCollector:
         return True
 
     def young(self) -> float:
-        """One paced collection of the young generations; returns the seconds until the next, adapted to how long
-        this one took. Nothing while the collector is not started or the garbage collector is disabled."""
+        """One paced tick: a collection of the young generations, or their freeze while collections find nothing (see
+        the module docstring); returns the seconds until the next, adapted to how long the last collection took.
+        Nothing while the collector is not started or the garbage collector is disabled."""
         if self.saved is None or not self.gc.isenabled():
             return YOUNG_MAX_S
         self.young_count += 1
+        if self._barren and self.young_count % self.sample_every:
+            self.gc.freeze()
+            self.young_frozen += 1
+            return self.young_every
         t = self.timer()
-        self.gc.collect(1)
+        found = self.gc.collect(1)
         took_ms = (self.timer() - t) * 1000
+        self._barren = not found
         if took_ms > YOUNG_PAUSE_MS:
             self.young_every = max(YOUNG_MIN_S, self.young_every / 2)
         elif took_ms < YOUNG_PAUSE_MS / 4:
