@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from console.config import HostConfig
 from console.errors import HostError, HostKeyError
-from console.link import protocol
+from console.link import jsonline, protocol
 from console.link.client import HostClient, LinkListener, pushed_event, pushed_log, sessions_each
 from console.link.errors import LinkDown, RequestError, request_error
 from console.link.samples import SampleBook
@@ -270,7 +270,7 @@ class HostLink:
                 if not line:
                     break
                 try:
-                    msg = json.loads(line)
+                    msg = jsonline.loads(line)
                 except ValueError:
                     continue
                 if self.chan is chan:
@@ -631,7 +631,7 @@ async def _first_message(chan: _Channel, noise: list[str]) -> dict | None:
         if not line:
             return None
         try:
-            msg = json.loads(line)
+            msg = jsonline.loads(line)
         except ValueError:
             msg = None
         if isinstance(msg, dict):
