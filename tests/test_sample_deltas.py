@@ -349,23 +349,3 @@ def test_a_number_change_is_checked_as_a_number_and_anything_else_validated_whol
     assert book.delta(wire(sender.message(c)))
     with pytest.raises(ValidationError):
         book.snapshot("h", CONN, 3.0, None)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.fixed_dictionaries({}, optional={"power_w": st.floats(0, 2000), "temp_c": st.floats(0, 120),
-                                           "mem_used_mib": st.integers(0, 200_000)}),
-       st.fixed_dictionaries({}, optional={"power_w": st.floats(0, 2000), "mem_used_mib": st.integers(0, 10)}))
-def test_the_number_copy_is_what_model_copy_makes(given_fields, changed):
-    """``_with_numbers`` skips pydantic's general copy: the result must be what ``model_copy(update=...)`` makes,
-    down to the fields-set (``exclude_unset`` dumps read it), frozen, and the original left as it was."""
-    from console.link.samples import _with_numbers
-    from console.model import GpuSample
-    g = GpuSample(index=0, **given_fields)
-    before = (g.model_dump(), set(g.model_fields_set))
-    fast, slow = _with_numbers(g, dict(changed)), g.model_copy(update=dict(changed))
-    assert fast == slow and type(fast) is GpuSample
-    assert fast.model_fields_set == slow.model_fields_set
-    assert fast.model_dump(exclude_unset=True) == slow.model_dump(exclude_unset=True)
-    assert (g.model_dump(), set(g.model_fields_set)) == before
-    with pytest.raises(ValidationError):
-        fast.power_w = 1.0

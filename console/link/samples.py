@@ -65,23 +65,10 @@ def _number(value: Any, kind: type, optional: bool) -> tuple[bool, Any]:
 
 
 def _with_numbers(model: BaseModel, changed: dict[str, Any]) -> BaseModel:
-    """The model with number fields already checked (``_number``) replaced, validating nothing again
-    (``_number_fields`` leaves out models with model validators and fields with validators of their own, so no
-    validator depends on them). What ``model_copy(update=changed)`` makes, without its general copy: a new
-    ``__dict__``, and the old fields-set shared when it already names every changed field (the models are frozen:
-    nothing adds to a model's fields-set after it is built, and ``model_copy`` copies it before it updates it)."""
-    new = object.__new__(type(model))
-    state = model.__dict__.copy()
-    state.update(changed)
-    fields = model.__pydantic_fields_set__
-    _SET(new, "__dict__", state)
-    _SET(new, "__pydantic_fields_set__", fields if fields.issuperset(changed) else fields | changed.keys())
-    _SET(new, "__pydantic_extra__", model.__pydantic_extra__)
-    _SET(new, "__pydantic_private__", None if model.__pydantic_private__ is None else dict(model.__pydantic_private__))
-    return new
-
-
-_SET = object.__setattr__
+    """The model with number fields already checked (``_number``) replaced: pydantic's own copy, which validates
+    nothing again (``_number_fields`` leaves out models with model validators and fields with validators of their
+    own, so no validator depends on them)."""
+    return model.model_copy(update=changed)
 
 
 class SampleBook:
