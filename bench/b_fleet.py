@@ -16,6 +16,7 @@ server process and of all the agents.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -149,12 +150,10 @@ def _run_queue_s() -> float:
     """Seconds this process's threads have waited on a run queue (runnable, not running: another process held the
     core), from /proc/self/task/*/schedstat; 0.0 where the kernel keeps no schedstats."""
     total = 0.0
-    try:
+    with contextlib.suppress(OSError, IndexError, ValueError):  # no schedstats (or a thread gone): what was read
         for tid in os.listdir("/proc/self/task"):
             with open(f"/proc/self/task/{tid}/schedstat") as f:
                 total += int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        pass
     return total
 
 

@@ -13,6 +13,7 @@ reads every line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -36,10 +37,8 @@ def _long_digit_run(line: bytes | str) -> bool:
 def loads(line: bytes | str) -> Any:
     """``json.loads(line)``, faster for the lines orjson reads the same way."""
     if orjson is not None and not _long_digit_run(line):
-        try:
+        with contextlib.suppress(orjson.JSONDecodeError):  # a line orjson refuses: the stdlib's reading, below
             return orjson.loads(line)
-        except orjson.JSONDecodeError:
-            pass
     return json.loads(line)
 
 
