@@ -137,8 +137,8 @@ class SlowCallbacks:
             self.gc_s += took
             if self.on:
                 self.gc_collected += info.get("collected", 0)
-            if self.on and took > self.limit / 2.5:
-                self.long_gc.append((took * 1000, info.get("generation", -1), info.get("collected", 0)))
+                if took > self.limit / 2.5:
+                    self.long_gc.append((took * 1000, info.get("generation", -1), info.get("collected", 0)))
 
     def __exit__(self, *exc: object) -> None:
         asyncio.events.Handle._run = self._orig  # type: ignore[method-assign,assignment]
