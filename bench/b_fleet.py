@@ -191,7 +191,7 @@ async def run(ctx, sec) -> None:
     nmax = max(sizes)
     # one SSH server process per SHARD hosts: their handshakes and encryption spread over the cores, as N machines'
     firsts = list(range(0, nmax, SHARD))
-    nice = ["nice", "-n", str(ctx.hosts_nice)] if getattr(ctx, "hosts_nice", 0) else []
+    nice = ["nice", "-n", str(ctx.hosts_nice)] if ctx.hosts_nice else []
     srvs = [subprocess.Popen([*nice, sys.executable, "-m", "bench.fleet_server", str(d), str(min(SHARD, nmax - f)), str(f)],
                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=open(d / f"server.{f}.log", "wb"), start_new_session=True) for f in firsts]
@@ -203,7 +203,7 @@ async def run(ctx, sec) -> None:
     slow_cb.__enter__()
     # the TUI's collector policy (the one long-running console of a fleet): no automatic full collections, one
     # when idle at most every 30 s, frozen afterwards; ticked once a second as the app does
-    pacing = getattr(ctx, "young_pacing", "on")
+    pacing = ctx.young_pacing
     collector, pauses = IdleCollector(sample_every=1 if pacing == "collect" else YOUNG_SAMPLE_EVERY), GcPauses(generation=2)
     collector.start()
     if pacing != "off":
@@ -394,7 +394,7 @@ async def run(ctx, sec) -> None:
         "latency at the larger sizes. "
         + (f"In this run the simulated hosts (SSH servers, agents) ran at niceness {ctx.hosts_nice} (--hosts-nice), "
            "so that the console got a core whenever it was runnable, as beside hosts of their own. "
-           if getattr(ctx, "hosts_nice", 0) else "")
+           if ctx.hosts_nice else "")
         + ("Each simulated host's agent ran in a PID namespace of its own with its stand-in (unshare -pf "
            "--mount-proc, bench/ns_host.py): its /proc scan sees its own host's processes only, as on a machine of "
            "its own." if pidns else
