@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,26 +28,9 @@ from bench.stats import percentile
 from console.sim.loadgen import one_request
 from tests.helpers.rel_util import cleanup_runs
 from tests.helpers.sim_files import REPO, make_sim, sim_env
+from tests.helpers.sshd import free_port
 
 CLIENTS = 8
-
-
-def _base_port(n: int = 10) -> int:
-    """A base port with ``n`` consecutive ports free on 127.0.0.1 (gateway, its metrics, the replicas)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + n > 65535:
-            continue
-        try:
-            for p in range(base, base + n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range")
 
 
 class _Setup:
@@ -56,7 +38,7 @@ class _Setup:
         tmp.mkdir(parents=True)
         self.sim, self.model = make_sim(tmp, 4, tag="bdep")
         self.runs, self.audit, self.config = tmp / "runs", tmp / "audit.jsonl", tmp / "config.toml"
-        self.gateway = _base_port()
+        self.gateway = free_port(10)  # gateway, its metrics, the replicas: below the ephemeral range
         env = {**sim_env(self.sim), "MTPCONSOLE_SIM_LATENCY_S": "0.3"}
         launch_env = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
         self.config.write_text(f"""
