@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from console.config import HostConfig
 from console.errors import HostError, HostKeyError
 from console.link import jsonline, protocol
+from console.link.channel import LineChannel, open_local, open_ssh
 from console.link.client import HostClient, LinkListener, pushed_event, pushed_log, sessions_each
 from console.link.errors import LinkDown, RequestError, request_error
 from console.link.samples import SampleBook
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
     import asyncssh
 
 STREAM_LIMIT = 64 * 1024 * 1024
-"""The longest agent message read (and the SSH channel's receive window: a JSON line larger than the window
-would never complete, since asyncssh stops the sender when its buffer holds a window's worth)."""
+"""The longest agent message read (a longer line is dropped, up to its newline, and the sample book says so), and
+the SSH channel's receive window."""
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
 PING_EVERY_S = 15.0
@@ -70,33 +71,6 @@ def _source(name: str, package: str = "console.host") -> str:
 __all__ = ["HostLink", "LinkDown", "RequestError", "local_agent_env", "sessions_each"]
 
 
-class _Channel:
-    """The agent's stdin/stdout, over SSH or a local subprocess."""
-
-    def __init__(self, writer, reader, stderr, closer, waiter):
-        self.writer, self.reader, self.stderr = writer, reader, stderr
-        self._close, self._wait = closer, waiter
-
-    async def write_line(self, obj: Any) -> None:
-        self.writer.write((json.dumps(obj, separators=(",", ":")) + "\n").encode())
-        await self.writer.drain()
-
-    async def close(self) -> None:
-        """Stop the agent's channel and reap it (no transport left for a closed event loop)."""
-        try:
-            self._close()
-        except Exception:
-            pass
-        try:
-            self.writer.close()
-        except Exception:
-            pass
-        try:
-            await asyncio.wait_for(self._wait(), 3)
-        except Exception:
-            pass
-
-
 class HostLink:
     """A live link to one host's agent. Never raises from :meth:`run`; reconnects with backoff."""
 
@@ -119,7 +93,7 @@ class HostLink:
         self._ticked_at = float("-inf")
         self._tick_timer: asyncio.TimerHandle | None = None
         self.conn: asyncssh.SSHClientConnection | None = None
-        self.chan: _Channel | None = None
+        self.chan: LineChannel | None = None
         self.state = "connecting"
         self.error: str | None = None
         self.rtt_ms: float | None = None
@@ -139,7 +113,6 @@ class HostLink:
         """Whole samples asked for after a gap or a bad delta."""
         self._pending: dict[int, asyncio.Future] = {}
         self._ids = 0
-        self._reader_task: asyncio.Task | None = None
         self._closed = False
         self._wake = asyncio.Event()
         self.follows: dict[str, int] = {}
@@ -184,31 +157,25 @@ class HostLink:
         the reason its snapshot reports; for callers that gave up on it without :meth:`run`."""
         self._set_state("failed" if refused else "unreachable", error)
 
-    async def _open_channel(self) -> _Channel:
+    async def _open_channel(self) -> LineChannel:
         argv = [self.cfg.python, "-u", "-c", protocol.BOOTSTRAP]
         if self.spec.local:
             try:
-                local = await asyncio.create_subprocess_exec(
-                    *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT, start_new_session=True,
-                    env=local_agent_env())
+                return await open_local(argv, local_agent_env(), STREAM_LIMIT)
             except FileNotFoundError:
                 raise HostError(f"local: no Python at {self.cfg.python!r}") from None
-            return _Channel(local.stdin, local.stdout, local.stderr, local.kill, local.wait)
         from console.link import ssh
 
         # The only shell line we ever send: a fixed program; the python path is quoted.
         line = shlex.join(argv)
         if self.conn is not None:
             try:
-                proc = await self.conn.create_process(line, encoding=None, window=STREAM_LIMIT)
-                return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
+                return await open_ssh(self.conn, line, STREAM_LIMIT)
             except Exception:  # the connection died with the channel: open a fresh one now, not after a backoff
                 self.conn.close()
                 self.conn = None
         self.conn = await ssh.connect(self.spec, self.ssh_config, connect_timeout=self.connect_timeout)
-        proc = await self.conn.create_process(line, encoding=None, window=STREAM_LIMIT)
-        return _Channel(proc.stdin, proc.stdout, proc.stderr, proc.close, proc.wait_closed)
+        return await open_ssh(self.conn, line, STREAM_LIMIT)
 
     async def open(self) -> None:
         """Connect, bootstrap the agent, wait for its hello. Raises HostError/HostKeyError."""
@@ -225,8 +192,8 @@ class HostLink:
         }
         noise: list[str] = []
         try:
-            await chan.write_line(protocol.shipped_payload())
-            await chan.write_line(agent_cfg)
+            await chan.write_line(_line(protocol.shipped_payload()))
+            await chan.write_line(_line(agent_cfg))
             msg = await asyncio.wait_for(_first_message(chan, noise), AGENT_START_TIMEOUT_S)
         except asyncio.TimeoutError:
             await chan.close()
@@ -236,13 +203,8 @@ class HostLink:
             await chan.close()
             raise HostError(f"{self.name}: agent did not start: {str(e) or type(e).__name__}") from None
         if msg is None:
-            err = b""
-            try:
-                err = await asyncio.wait_for(chan.stderr.read(4096), 2)
-            except Exception:
-                pass
+            text = (await chan.stderr_text(wait=2.0)).strip()
             await chan.close()
-            text = err.decode("utf-8", "replace").strip()
             if "not found" in text or "No such file" in text:
                 raise HostError(f"{self.name}: cannot start the agent: no {self.cfg.python!r} on the host ({text[-200:]})")
             if noise:
@@ -255,37 +217,37 @@ class HostLink:
         self.chan = chan
         self.heard_at = self._pinged_at = time.monotonic()
         self.rtt_ms = (time.perf_counter() - t0) * 1000.0
-        self._reader_task = asyncio.create_task(self._read_loop(chan))
         self.attempts = 0
         self.next_retry_at = None
         self._set_state("connected")
         self.connected.set()
+        chan.on_oversized = self._oversized
+        chan.deliver(lambda line: self._on_line(chan, line), lambda: self._on_lost(chan))
         for sid, off in self.follows.items():  # re-follow from where we were: nothing lost, nothing twice
             await self._send("follow_log", {"session_id": sid, "offset": off, "file": self.follow_files.get(sid)})
 
-    async def _read_loop(self, chan: _Channel) -> None:
+    def _on_line(self, chan: LineChannel, line: bytes) -> None:
+        """One line from the agent, as it arrives (called by the channel; see ``console/link/channel.py``). A line
+        that is no JSON object, or a message that breaks its handler, is dropped: the link and the lines after it
+        go on."""
         try:
-            while True:
-                line = await chan.reader.readline()
-                if not line:
-                    break
-                try:
-                    msg = jsonline.loads(line)
-                except ValueError:
-                    continue
-                if self.chan is chan:
-                    self._heard()
-                self._dispatch(msg)
-        except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # asyncssh connection-lost errors and the like
-            pass
-        finally:
-            self._on_lost(chan)
+            msg = jsonline.loads(line)
+        except ValueError:
+            return
+        if not isinstance(msg, dict):
+            return
+        if self.chan is chan:
+            self._heard()
+        try:
+            self._dispatch(msg)
+        except Exception as e:  # a message the agent should not have sent: never the end of the link
+            self.book.refused = (self.book.refused + [f"a {msg.get('type')!r} message broke its handler: {e!r}"])[-20:]
 
-    def _on_lost(self, chan: _Channel) -> None:
+    def _oversized(self) -> None:
+        why = f"the agent sent a line over {STREAM_LIMIT >> 20} MiB: dropped (the lines after it are read)"
+        self.book.refused = (self.book.refused + [why])[-20:]
+
+    def _on_lost(self, chan: LineChannel) -> None:
         if self.chan is chan:
             self.chan = None
             self.connected.clear()
@@ -471,8 +433,6 @@ class HostLink:
         chan, self.chan = self.chan, None
         if chan:
             await chan.close()
-        if self._reader_task:
-            self._reader_task.cancel()
         if self.conn is not None:
             self.conn.close()
             try:
@@ -487,7 +447,7 @@ class HostLink:
         if self.conn is not None:
             self.conn.abort()
         elif self.chan is not None:
-            self.chan._close()
+            self.chan.kill()
 
     # ------------------------------------------------------------ requests
     async def _send(self, op: str, args: dict | None) -> asyncio.Future:
@@ -498,7 +458,7 @@ class HostLink:
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
         try:
-            await self.chan.write_line({"id": rid, "op": op, "args": args or {}})
+            await self.chan.write_line(_line({"id": rid, "op": op, "args": args or {}}))
         except (OSError, ConnectionError) as e:
             self._pending.pop(rid, None)
             raise LinkDown(f"{self.name}: connection lost: {e}") from None
@@ -623,12 +583,17 @@ class HostLink:
         return snap
 
 
-async def _first_message(chan: _Channel, noise: list[str]) -> dict | None:
+def _line(obj: Any) -> bytes:
+    """One message to the agent: a JSON line."""
+    return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+
+
+async def _first_message(chan: LineChannel, noise: list[str]) -> dict | None:
     """The agent's first JSON object; lines before it that are not JSON (a shell rc file or MOTD printing
     on a non-interactive login) are kept in ``noise`` (bounded) instead of failing the handshake."""
     while True:
-        line = await chan.reader.readline()
-        if not line:
+        line = await chan.next_line()
+        if line is None:
             return None
         try:
             msg = jsonline.loads(line)
