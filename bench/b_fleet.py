@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench import cpus
 from bench.fleet_server import host_title
 from bench.gc_pauses import GcPauses
 from bench.links import open_link
@@ -195,6 +196,10 @@ async def run(ctx, sec) -> None:
     srvs = [subprocess.Popen([*nice, sys.executable, "-m", "bench.fleet_server", str(d), str(min(SHARD, nmax - f)), str(f)],
                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=open(d / f"server.{f}.log", "wb"), start_new_session=True) for f in firsts]
+    # the console on a core of its own, the simulated hosts on the other CPUs (their agents inherit it)
+    own = os.sched_getaffinity(0)
+    cpu_split = cpus.split(own) if ctx.pin == "auto" else None
+    pinned = cpu_split is not None and all(cpus.pin(s.pid, cpu_split[1]) for s in srvs) and cpus.pin(0, cpu_split[0])
     stand_ins = []
     links = []
     console = Console()
@@ -233,6 +238,8 @@ async def run(ctx, sec) -> None:
                 sim = write_sim_dir(h / "sim", 8)
                 if not pidns:  # else the host's namespace starts its own (bench/ns_host.py)
                     stand_ins.append(start_stand_in(host_title(i), sim))
+                    if pinned and cpu_split:
+                        cpus.pin(stand_ins[-1].pid, cpu_split[1])
                 new.append(open_link(f"fleet-{i:02d}", d / f"ssh_config.fleet-{i:02d}", h / "runs", gpu_source="sim",
                                      sim_dir=sim, interval=1.0))
             got = await asyncio.gather(*new, return_exceptions=True)
@@ -300,6 +307,7 @@ async def run(ctx, sec) -> None:
                   f"lat p95 {r['lat'].p95 if r['lat'] else 0:.1f} ms, lag max {r['lag'].hi if r['lag'] else 0:.1f} ms, "
                   f"agents {r['agents_pct']:.1f} %, connect {connect_s:.1f} s", file=sys.stderr, flush=True)
     finally:
+        cpus.pin(0, own)
         slow_cb.__exit__()
         gc_ticks.cancel()
         pauses.__exit__()
@@ -392,6 +400,11 @@ async def run(ctx, sec) -> None:
         "encryption is what real hosts would do each for themselves) and N agents. On a real fleet the agents and "
         "SSH servers run on N different machines; here they compete with the console, which inflates its tick "
         "latency at the larger sizes. "
+        + (f"In this run the console ran on CPUs {cpus.describe(cpu_split[0])} (a core of its own) and the simulated "
+           f"hosts on CPUs {cpus.describe(cpu_split[1])} (--pin auto, bench/cpus.py): no agent shared the console's "
+           "core or its SMT sibling. " if pinned and cpu_split else
+           "In this run every process could run on every CPU (--pin off, or fewer than 8 CPUs, or the kernel "
+           "refused the affinity): the console's cost per sample then also reads the agents' load on its core. ")
         + (f"In this run the simulated hosts (SSH servers, agents) ran at niceness {ctx.hosts_nice} (--hosts-nice), "
            "so that the console got a core whenever it was runnable, as beside hosts of their own. "
            if ctx.hosts_nice else "")

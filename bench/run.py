@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "truth": ("bench.b_truth", "UI truth: the log pane follows a new session, the panel reads READY/STOPPED"),
     "deploy": ("bench.b_deploy", "Rolling relaunch behind the gateway vs a plain relaunch, under load (issue 29)"),
     "keys": ("bench.b_keys", "Key latency: every binding of the GPU panels' screen, key to the frame showing it"),
+    "lines": ("bench.b_lines", "Reading the agent's lines over SSH: a stream reader per link, or the session's callback"),
 }
 
 
@@ -45,7 +46,7 @@ class Ctx:
     """What every benchmark gets: size mode, a private temp dir, a lazily started sshd."""
 
     def __init__(self, quick: bool, tmp: Path, sizes: list[int] | None = None, hosts_nice: int = 0,
-                 young_pacing: str = "on"):
+                 young_pacing: str = "on", pin: str = "auto"):
         self.quick, self.tmp = quick, tmp
         self.sizes = sizes
         """``--sizes``: the sizes a scaling benchmark (fleet) runs at, instead of its own."""
@@ -54,6 +55,9 @@ class Ctx:
         self.young_pacing = young_pacing
         """``--young-pacing``: the fleet's console paces its young collections as the TUI does (on), collects at every
         paced tick (collect: no freezes), or leaves them to CPython (off)."""
+        self.pin = pin
+        """``--pin``: the fleet's console runs on a core of its own, the simulated hosts on the others (auto), or
+        all share every core (off)."""
         self._sshd: Sshd | None = None
 
     def n(self, full, quick):
@@ -112,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="fleet: pace the console's young collections as the TUI does (on: console/ui/idle_gc.py), "
                          "collect at every paced tick without freezing (collect), or leave them to CPython's "
                          "thresholds (off), for an A/B (default on)")
+    ap.add_argument("--pin", choices=("auto", "off"), default="auto",
+                    help="fleet: run the console on a core of its own and the simulated hosts on the other CPUs, as "
+                         "hosts of their own would (auto: on machines of 8 CPUs or more; bench/cpus.py), or let "
+                         "them share every core (off)")
     args = ap.parse_args(argv)
     keys = args.only or list(BENCHMARKS)
     full = not args.quick and not args.only
@@ -121,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine()
     b0 = machine_busy()
     tmp = Path(tempfile.mkdtemp(prefix="mtpbench-"))
-    ctx = Ctx(args.quick, tmp, args.sizes, args.hosts_nice, args.young_pacing)
+    ctx = Ctx(args.quick, tmp, args.sizes, args.hosts_nice, args.young_pacing, args.pin)
     sections: list[Section] = []
     try:
         for key in keys:
