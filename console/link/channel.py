@@ -190,7 +190,19 @@ class LineChannel:
         self._writable.set()
 
 
-class _SshSession:
+class _Flow:
+    """The transport's write flow control, passed on to the channel (its :meth:`LineChannel.write_line` waits)."""
+
+    chan: LineChannel
+
+    def pause_writing(self) -> None:
+        self.chan.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.chan.resume_writing()
+
+
+class _SshSession(_Flow):
     """An asyncssh client session feeding a :class:`LineChannel` (duck-typed: asyncssh calls these methods)."""
 
     def __init__(self, chan: LineChannel):
@@ -215,12 +227,6 @@ class _SshSession:
     def connection_lost(self, exc: BaseException | None) -> None:
         self.chan.closed()
 
-    def pause_writing(self) -> None:
-        self.chan.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.chan.resume_writing()
-
     def exit_status_received(self, status: int) -> None:
         pass
 
@@ -240,7 +246,7 @@ async def open_ssh(conn: asyncssh.SSHClientConnection, command: str, limit: int)
     return chan
 
 
-class _LocalProtocol(asyncio.SubprocessProtocol):
+class _LocalProtocol(_Flow, asyncio.SubprocessProtocol):
     """A local agent's pipes feeding a :class:`LineChannel`."""
 
     def __init__(self, chan: LineChannel):
@@ -258,12 +264,6 @@ class _LocalProtocol(asyncio.SubprocessProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.chan.closed()
-
-    def pause_writing(self) -> None:
-        self.chan.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.chan.resume_writing()
 
 
 async def open_local(argv: list[str], env: dict[str, str], limit: int) -> LineChannel:
