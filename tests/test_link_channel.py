@@ -128,3 +128,31 @@ async def test_a_message_that_breaks_its_handler_or_no_object_is_dropped_and_the
     assert any("'sample' message broke its handler" in why for why in lk.book.refused)
     assert any("line over 64 MiB" in why or "dropped" in why for why in lk.book.refused)
     assert lk.chan is chan
+
+
+@pytest.mark.sshd
+async def test_over_the_real_sshd_lines_arrive_whole_an_oversized_one_is_dropped_and_stderr_is_kept(sshd):
+    import shlex
+
+    import asyncssh
+
+    from console.link.channel import open_ssh
+
+    code = ("import sys\n"
+            "sys.stdout.write('a' * 100000 + '\\n')\n"  # one line over many SSH packets
+            "sys.stdout.write('b' * 300000 + '\\n')\n"  # over the limit below: dropped whole
+            "sys.stdout.write('{\"end\": 1}\\n'); sys.stdout.flush()\n"
+            "sys.stderr.write('the cause, on stderr'); sys.stderr.flush()\n")
+    conn = await asyncssh.connect("127.0.0.1", port=sshd.port, username=sshd.user,
+                                  client_keys=[str(sshd.client_key)], known_hosts=str(sshd.known_hosts))
+    try:
+        chan = await open_ssh(conn, shlex.join(["python3", "-u", "-c", code]), limit=200_000)
+        got: list[bytes] = []
+        ended = asyncio.Event()
+        chan.deliver(got.append, ended.set)
+        await asyncio.wait_for(ended.wait(), 20)
+        assert got == [b"a" * 100000 + b"\n", b'{"end": 1}\n'] and chan.oversized == 1
+        assert "the cause, on stderr" in await chan.stderr_text(wait=5)
+        await chan.close()
+    finally:
+        conn.close()
